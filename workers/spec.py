@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator, model_validator
 
 # A custom workload names a function inside an installed package: "package.module:function".
 CUSTOM_WORKLOAD_PATTERN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
@@ -99,7 +99,9 @@ class JobSpec(_Strict):
     workload: str = Field(
         description='A built-in workload ("digits") or "package.module:function" from an allowed package.'
     )
-    config: dict[str, Any] = Field(default_factory=dict, description="The workload's hyperparameters.")
+    config: dict[str, Any] = Field(
+        default_factory=dict, validate_default=True, description="The workload's hyperparameters."
+    )
     scaling: ScalingSpec = Field(default_factory=ScalingSpec)
     strategy: Literal["ddp"] = "ddp"
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
@@ -117,14 +119,15 @@ class JobSpec(_Strict):
             'or "package.module:function"'
         )
 
-    @model_validator(mode="after")
-    def _validate_builtin_config(self) -> JobSpec:
-        # Fill in and check a built-in workload's hyperparameters, so that the stored spec is the
-        # complete one the job really runs with.
-        config_model = BUILTIN_WORKLOADS.get(self.workload)
-        if config_model is not None:
-            self.config = config_model.model_validate(self.config).model_dump()
-        return self
+    @field_validator("config")
+    @classmethod
+    def _validate_builtin_config(cls, config: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        # Fill in and check a built-in workload's hyperparameters (errors keep their config.* location),
+        # so that the stored spec is the complete one the job really runs with.
+        config_model = BUILTIN_WORKLOADS.get(info.data.get("workload", ""))
+        if config_model is None:
+            return config
+        return config_model.model_validate(config).model_dump()
 
 
 # --- what the driver receives -----------------------------------------------------------------------

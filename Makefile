@@ -1,0 +1,33 @@
+# The two commands: `make run` (the service, embedded defaults) and `make test` (everything CI runs).
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-unit test-integration test-e2e install clean
+
+# Re-install when pyproject.toml changes. pip, not uv: pip finds the CPU torch wheel on this machine.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	exec $(BIN)/orchestrator serve
+
+# Unit + integration (one local Ray cluster for the session, SQLite and PostgreSQL), then the
+# end-to-end test, which starts `make run` itself and so must not share the machine with another cluster.
+test: $(STAMP)
+	bash scripts/ensure-postgres.sh
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/unit tests/integration -v --timeout 900
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/e2e -v --timeout 900
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -q
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,50 @@
+"""The FastAPI application factory."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, status
+from fastapi.responses import JSONResponse
+
+from api.routers import health, internal, jobs, projects
+from orchestrator.backend import ClusterBackend
+from orchestrator.service import Service
+from orchestrator.services.submission import IdempotencyConflict, SpecRejected
+from orchestrator.settings import Settings
+
+
+def create_app(
+    settings: Settings | None = None, backend: ClusterBackend | None = None, run_loops: bool = True
+) -> FastAPI:
+    service = Service(settings or Settings(), backend=backend, run_loops=run_loops)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        service.start()
+        try:
+            yield
+        finally:
+            service.stop()
+
+    app = FastAPI(
+        title="Ray training orchestrator",
+        version="0.1.0",
+        description="Submit distributed training jobs to Ray over REST. Authenticate with `Authorization: Bearer <key>`.",
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    for router in (health.router, projects.router, jobs.router, internal.router):
+        app.include_router(router)
+
+    @app.exception_handler(SpecRejected)
+    async def _spec_rejected(_: Request, exc: SpecRejected) -> JSONResponse:
+        # Same shape as FastAPI's own validation errors, so clients handle one format.
+        detail = [{"loc": ["body", *exc.loc], "msg": str(exc), "type": "value_error"}]
+        return JSONResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_ENTITY)
+
+    @app.exception_handler(IdempotencyConflict)
+    async def _idempotency_conflict(_: Request, exc: IdempotencyConflict) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_409_CONFLICT)
+
+    return app

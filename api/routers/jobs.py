@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, HTTPException, Query, Response, status
+from fastapi.responses import PlainTextResponse, StreamingResponse
+
+from api.deps import CurrentKey, ServiceDep, SessionDep, WriterKey
+from api.schemas import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut
+from orchestrator.auth import Principal
+from orchestrator.db.models import Job, JobState
+from orchestrator.repositories import jobs as jobs_repo
+from orchestrator.repositories import projects as projects_repo
+from orchestrator.services.cancellation import AlreadyFinished, cancel_job
+from orchestrator.services.logs import follow_logs, read_logs
+from orchestrator.services.submission import submit_job
+from workers.spec import JobSpec
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+
+def _job_or_404(session, job_id: str, principal: Principal) -> Job:
+    job = jobs_repo.get_job(session, job_id, principal.project_scope())
+    if job is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
+    return job
+
+
+def _target_project(session, principal: Principal, project_id: str | None) -> str:
+    """Members submit into their own project; admins into ?project_id= or their key's project."""
+    if project_id is None:
+        return principal.project_id or projects_repo.ensure_default_project(session).id
+    if not principal.is_admin and project_id != principal.project_id:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no project {project_id}")
+    if projects_repo.get_project(session, project_id) is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no project {project_id}")
+    return project_id
+
+
+@router.post("", status_code=status.HTTP_201_CREATED)
+def create_job(
+    spec: JobSpec,
+    session: SessionDep,
+    service: ServiceDep,
+    principal: WriterKey,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
+    project_id: Annotated[str | None, Query(description="Admins only: the project to run in.")] = None,
+) -> JobOut:
+    """Submit a training job. A repeated `Idempotency-Key` returns the job the first request made."""
+    target = _target_project(session, principal, project_id)
+    job, created = submit_job(session, target, spec, idempotency_key, service.settings, service.backend)
+    session.commit()
+    if not created:
+        response.status_code = status.HTTP_200_OK
+        response.headers["Idempotent-Replayed"] = "true"
+    return JobOut.of(job)
+
+
+@router.get("")
+def list_jobs(
+    session: SessionDep,
+    principal: CurrentKey,
+    state: Annotated[list[JobState] | None, Query(description="Repeat to match any of several.")] = None,
+    label: Annotated[list[str] | None, Query(description="key=value; repeat to require several.")] = None,
+    cursor: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> JobPage:
+    labels = {}
+    for item in label or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"label filter {item!r} must be key=value")
+        labels[key] = value
+    try:
+        jobs, next_cursor = jobs_repo.list_jobs(session, principal.project_scope(), state, labels, cursor, limit)
+    except jobs_repo.InvalidCursor as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
+    return JobPage(items=[JobOut.of(j) for j in jobs], next_cursor=next_cursor)
+
+
+@router.get("/{job_id}")
+def get_job(job_id: str, session: SessionDep, principal: CurrentKey) -> JobOut:
+    return JobOut.of(_job_or_404(session, job_id, principal))
+
+
+@router.post("/{job_id}/cancel")
+def cancel(job_id: str, session: SessionDep, service: ServiceDep, principal: WriterKey) -> JobOut:
+    _job_or_404(session, job_id, principal)
+    try:
+        job = cancel_job(session, job_id, service.backend)
+    except AlreadyFinished as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    return JobOut.of(job)
+
+
+@router.get("/{job_id}/events")
+def events(job_id: str, session: SessionDep, principal: CurrentKey) -> list[JobEventOut]:
+    _job_or_404(session, job_id, principal)
+    return [JobEventOut.model_validate(e) for e in jobs_repo.list_events(session, job_id)]
+
+
+@router.get("/{job_id}/metrics")
+def metrics(job_id: str, session: SessionDep, principal: CurrentKey) -> list[MetricOut]:
+    _job_or_404(session, job_id, principal)
+    return [MetricOut.model_validate(m) for m in jobs_repo.list_metrics(session, job_id)]
+
+
+@router.get("/{job_id}/checkpoints")
+def checkpoints(job_id: str, session: SessionDep, principal: CurrentKey) -> list[CheckpointOut]:
+    _job_or_404(session, job_id, principal)
+    return [CheckpointOut.model_validate(c) for c in jobs_repo.list_checkpoints(session, job_id)]
+
+
+@router.get("/{job_id}/logs", response_class=PlainTextResponse)
+def logs(job_id: str, session: SessionDep, service: ServiceDep, principal: CurrentKey, follow: bool = False):
+    """Driver and worker output of the current attempt; `?follow=true` streams until the job ends."""
+    job = _job_or_404(session, job_id, principal)
+    if follow:
+        return StreamingResponse(follow_logs(service.sessions, service.backend, job.id), media_type="text/plain")
+    return PlainTextResponse(read_logs(service.backend, job))

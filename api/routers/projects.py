@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, status
+from sqlalchemy.exc import IntegrityError
+
+from api.deps import AdminKey, CurrentKey, SessionDep
+from api.schemas import KeyCreate, KeyCreated, KeyOut, ProjectCreate, ProjectOut
+from orchestrator.repositories import projects as projects_repo
+
+router = APIRouter(prefix="/v1/projects", tags=["projects"])
+
+
+@router.post("", status_code=status.HTTP_201_CREATED)
+def create_project(body: ProjectCreate, session: SessionDep, _: AdminKey) -> ProjectOut:
+    try:
+        project = projects_repo.create_project(session, body.name)
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        raise HTTPException(status.HTTP_409_CONFLICT, f"a project named {body.name!r} already exists") from None
+    return ProjectOut.model_validate(project)
+
+
+@router.get("")
+def list_projects(session: SessionDep, principal: CurrentKey) -> list[ProjectOut]:
+    return [ProjectOut.model_validate(p) for p in projects_repo.list_projects(session, principal.project_scope())]
+
+
+@router.post("/{project_id}/keys", status_code=status.HTTP_201_CREATED)
+def create_key(project_id: str, body: KeyCreate, session: SessionDep, _: AdminKey) -> KeyCreated:
+    if projects_repo.get_project(session, project_id) is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no project {project_id}")
+    key, secret = projects_repo.create_api_key(session, project_id, body.role, body.name)
+    session.commit()
+    return KeyCreated(**KeyOut.model_validate(key).model_dump(), key=secret)

@@ -1,0 +1,162 @@
+"""The local Ray cluster the service starts for itself when RAY_ADDRESS is not set.
+
+The head runs as ``ray start --head --block`` in its own process group: SIGTERM to it stops every Ray
+process it started (Ctrl-C of the service), and a service that is killed leaves it running. A head
+this service started earlier (its pid file is in the var dir and its dashboard answers) is adopted
+instead of starting a second cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+
+def ray_auth_env(token_path: Path) -> dict[str, str]:
+    """Ray's token auth, on, with our own token file (no ~/.ray state needed)."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)}
+
+
+class LocalRayCluster:
+    def __init__(
+        self,
+        var_dir: Path,
+        gcs_port: int,
+        dashboard_port: int,
+        client_port: int,
+        num_cpus: int | None = None,
+        num_gpus: int | None = None,
+    ):
+        self.dir = var_dir / "ray"
+        self.gcs_port = gcs_port
+        self.dashboard_port = dashboard_port
+        self.client_port = client_port
+        self.num_cpus = num_cpus
+        self.num_gpus = num_gpus
+        self.token_path = self.dir / "auth_token"
+        self.pid_path = self.dir / "head.pid"
+        self.log_path = self.dir / "head.log"
+        self._process: subprocess.Popen | None = None
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    @property
+    def gcs_address(self) -> str:
+        return f"127.0.0.1:{self.gcs_port}"
+
+    def auth_env(self) -> dict[str, str]:
+        return ray_auth_env(self.token_path)
+
+    def _ensure_token(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if not self.token_path.exists():
+            fd = os.open(self.token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32))
+
+    def _answers(self) -> bool:
+        """True when a dashboard with at least one alive node accepts our token."""
+        try:
+            token = self.token_path.read_text().strip()
+            response = httpx.get(
+                f"{self.dashboard_url}/api/v0/nodes",
+                params={"filter_keys": "state", "filter_predicates": "=", "filter_values": "ALIVE"},
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=5,
+            )
+            return response.status_code == 200 and response.json()["data"]["result"]["total"] > 0
+        except (OSError, httpx.HTTPError, KeyError, ValueError):
+            return False
+
+    def _recorded_pid(self) -> int | None:
+        try:
+            pid = int(self.pid_path.read_text())
+            os.kill(pid, 0)
+            return pid
+        except (OSError, ValueError):
+            return None
+
+    def start(self, timeout_s: float = 90) -> None:
+        self._ensure_token()
+        if self._recorded_pid() and self._answers():
+            log.info("adopting the local Ray cluster already running at %s", self.dashboard_url)
+            return
+        bin_dir = Path(sys.executable).parent
+        command = [
+            str(bin_dir / "ray"), "start", "--head", "--block",
+            "--port", str(self.gcs_port),
+            "--node-ip-address", "127.0.0.1",
+            "--dashboard-host", "127.0.0.1",
+            "--dashboard-port", str(self.dashboard_port),
+            "--ray-client-server-port", str(self.client_port),
+            "--disable-usage-stats",
+        ]
+        if self.num_cpus is not None:
+            command += ["--num-cpus", str(self.num_cpus)]
+        if self.num_gpus is not None:
+            command += ["--num-gpus", str(self.num_gpus)]
+        # Drivers run `python -m workers.driver` through a shell: put this interpreter first on PATH.
+        env = {**os.environ, **self.auth_env(), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+        env.pop("RAY_ADDRESS", None)
+        log.info("starting a local Ray cluster: %s (log: %s)", " ".join(command), self.log_path)
+        with open(self.log_path, "ab") as out:
+            self._process = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        self.pid_path.write_text(str(self._process.pid))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"ray start exited with {self._process.returncode}; see {self.log_path}")
+            if self._answers():
+                log.info("local Ray cluster is up: dashboard %s, GCS %s", self.dashboard_url, self.gcs_address)
+                return
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"the local Ray cluster did not come up within {timeout_s:.0f} s; see {self.log_path}")
+
+    def stop(self, timeout_s: float = 30) -> None:
+        """Stop the head this service started or adopted (SIGTERM stops all its Ray processes)."""
+        pid = self._process.pid if self._process else self._recorded_pid()
+        if pid is None:
+            return
+        log.info("stopping the local Ray cluster (pid %d)", pid)
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._process is not None:
+                if self._process.poll() is not None:
+                    break
+            elif not _alive(pid):
+                break
+            time.sleep(0.2)
+        else:
+            log.warning("Ray head pid %d ignored SIGTERM; killing its process group", pid)
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.pid_path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False

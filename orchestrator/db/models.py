@@ -1,0 +1,169 @@
+"""ORM models. The database is the source of truth; Ray is brought in line with it."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Enum, ForeignKey, Index, Integer, String, Text, TypeDecorator, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC on both databases (SQLite hands back naive values otherwise)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON}
+
+
+class Role(enum.StrEnum):
+    ADMIN = "admin"
+    MEMBER = "member"
+    VIEWER = "viewer"
+
+
+class JobState(enum.StrEnum):
+    QUEUED = "QUEUED"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"
+    CANCELLING = "CANCELLING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+def _enum(cls: type[enum.Enum]) -> Enum:
+    # Stored as plain strings (no native ENUM type) so SQLite and PostgreSQL behave the same.
+    return Enum(cls, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e])
+
+
+class Project(Base):
+    __tablename__ = "projects"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(64), default="")
+    role: Mapped[Role] = mapped_column(_enum(Role))
+    # sha256 of the key: keys are 256-bit random strings, so a fast hash is enough (no password stretching).
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("project_id", "idempotency_key", name="uq_jobs_project_idempotency_key"),
+        Index("ix_jobs_state_priority", "state", "priority", "created_at"),
+        Index("ix_jobs_project_created", "project_id", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(128), default="")
+    workload: Mapped[str] = mapped_column(String(256))
+    spec: Mapped[dict[str, Any]]  # the full submitted spec, defaults filled in
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[JobState] = mapped_column(_enum(JobState), default=JobState.QUEUED)
+    reason: Mapped[str] = mapped_column(String(64), default="")
+    message: Mapped[str] = mapped_column(Text, default="")
+    attempt: Mapped[int] = mapped_column(Integer, default=0)  # 0 until first admitted
+    idempotency_key: Mapped[str | None] = mapped_column(String(128), default=None)
+    token_hash: Mapped[str] = mapped_column(String(64))  # the driver's credential for events
+    latest_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+
+    labels: Mapped[list[JobLabel]] = relationship(
+        cascade="all, delete-orphan", lazy="selectin", order_by="JobLabel.key"
+    )
+
+    @property
+    def submission_id(self) -> str:
+        """The Ray Jobs submission id of the current attempt: a retried submit can't start a copy."""
+        return f"{self.id}-{self.attempt}"
+
+
+class JobLabel(Base):
+    """Labels in their own table so filtering is plain SQL on both SQLite and PostgreSQL."""
+
+    __tablename__ = "job_labels"
+    __table_args__ = (Index("ix_job_labels_key_value", "key", "value"),)
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(63), primary_key=True)
+    value: Mapped[str] = mapped_column(String(63))
+
+
+class JobEvent(Base):
+    """State history: one row per transition, written by the one transition function."""
+
+    __tablename__ = "job_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    from_state: Mapped[JobState | None] = mapped_column(_enum(JobState), default=None)
+    to_state: Mapped[JobState] = mapped_column(_enum(JobState))
+    reason: Mapped[str] = mapped_column(String(64), default="")
+    message: Mapped[str] = mapped_column(Text, default="")
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class JobMetric(Base):
+    __tablename__ = "job_metrics"
+    __table_args__ = (UniqueConstraint("job_id", "attempt", "step", name="uq_job_metrics_point"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    epoch: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(Integer)
+    values: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Checkpoint(Base):
+    __tablename__ = "checkpoints"
+    __table_args__ = (UniqueConstraint("job_id", "path", name="uq_checkpoints_job_path"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    epoch: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(String(4096))
+    size_bytes: Mapped[int] = mapped_column(Integer, default=0)
+    metrics: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

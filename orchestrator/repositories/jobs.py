@@ -1,0 +1,154 @@
+from __future__ import annotations
+
+import base64
+import json
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, or_, select
+from sqlalchemy.orm import Session
+
+from orchestrator.db.models import Checkpoint, Job, JobEvent, JobLabel, JobMetric, JobState
+from orchestrator.states import ACTIVE
+from workers.spec import JobSpec
+
+
+class InvalidCursor(ValueError):
+    pass
+
+
+def create_job(session: Session, project_id: str, spec: JobSpec, idempotency_key: str | None) -> Job:
+    job = Job(
+        project_id=project_id,
+        name=spec.name,
+        workload=spec.workload,
+        spec=spec.model_dump(mode="json"),
+        priority=spec.priority,
+        idempotency_key=idempotency_key,
+        token_hash="",
+        labels=[JobLabel(key=k, value=v) for k, v in spec.labels.items()],
+    )
+    session.add(job)
+    session.flush()  # assigns the id
+    session.add(JobEvent(job_id=job.id, from_state=None, to_state=JobState.QUEUED, reason="submitted"))
+    session.flush()
+    return job
+
+
+def get_job(session: Session, job_id: str, project_scope: str | None) -> Job | None:
+    """``project_scope`` None means any project (admins); another project's job is simply not found."""
+    job = session.get(Job, job_id)
+    if job is None or (project_scope is not None and job.project_id != project_scope):
+        return None
+    return job
+
+
+def find_by_idempotency_key(session: Session, project_id: str, key: str) -> Job | None:
+    return session.scalars(
+        select(Job).where(Job.project_id == project_id, Job.idempotency_key == key)
+    ).one_or_none()
+
+
+def encode_cursor(job: Job) -> str:
+    raw = json.dumps([job.created_at.isoformat(), job.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        created, job_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        return datetime.fromisoformat(created), str(job_id)
+    except (ValueError, TypeError) as exc:
+        raise InvalidCursor("cursor is not one this API returned") from exc
+
+
+def list_jobs(
+    session: Session,
+    project_scope: str | None,
+    states: list[JobState] | None = None,
+    labels: dict[str, str] | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> tuple[list[Job], str | None]:
+    """Newest first. Returns a page and the cursor of the next page (None at the end)."""
+    query = select(Job).order_by(Job.created_at.desc(), Job.id.desc()).limit(limit + 1)
+    if project_scope is not None:
+        query = query.where(Job.project_id == project_scope)
+    if states:
+        query = query.where(Job.state.in_(states))
+    for key, value in (labels or {}).items():
+        query = query.where(
+            Job.id.in_(select(JobLabel.job_id).where(JobLabel.key == key, JobLabel.value == value))
+        )
+    if cursor:
+        created, job_id = _decode_cursor(cursor)
+        query = query.where(or_(Job.created_at < created, and_(Job.created_at == created, Job.id < job_id)))
+    jobs = list(session.scalars(query))
+    next_cursor = encode_cursor(jobs[limit - 1]) if len(jobs) > limit else None
+    return jobs[:limit], next_cursor
+
+
+def queued_jobs(session: Session) -> list[Job]:
+    """Admission order: priority, then age."""
+    return list(
+        session.scalars(
+            select(Job).where(Job.state == JobState.QUEUED).order_by(Job.priority.desc(), Job.created_at, Job.id)
+        )
+    )
+
+
+def active_jobs(session: Session) -> list[Job]:
+    return list(session.scalars(select(Job).where(Job.state.in_(ACTIVE)).order_by(Job.created_at)))
+
+
+def list_events(session: Session, job_id: str) -> list[JobEvent]:
+    return list(session.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id)))
+
+
+def list_metrics(session: Session, job_id: str) -> list[JobMetric]:
+    return list(
+        session.scalars(
+            select(JobMetric).where(JobMetric.job_id == job_id).order_by(JobMetric.attempt, JobMetric.step)
+        )
+    )
+
+
+def list_checkpoints(session: Session, job_id: str) -> list[Checkpoint]:
+    return list(
+        session.scalars(select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step))
+    )
+
+
+def record_metrics(session: Session, job: Job, attempt: int, epoch: int, step: int, values: dict[str, Any]) -> None:
+    """Idempotent: a repeated point (same attempt and step) merges into the one already stored."""
+    point = session.scalars(
+        select(JobMetric).where(JobMetric.job_id == job.id, JobMetric.attempt == attempt, JobMetric.step == step)
+    ).one_or_none()
+    if point is None:
+        session.add(JobMetric(job_id=job.id, attempt=attempt, epoch=epoch, step=step, values=dict(values)))
+    else:
+        point.values = {**point.values, **values}
+    job.latest_metrics = {**(job.latest_metrics or {}), **values, "epoch": epoch, "step": step}
+
+
+def record_checkpoint(
+    session: Session,
+    job: Job,
+    attempt: int,
+    epoch: int,
+    step: int,
+    path: str,
+    size_bytes: int,
+    metrics: dict[str, Any],
+) -> None:
+    """Idempotent on the checkpoint's path."""
+    exists = session.scalars(
+        select(Checkpoint.id).where(Checkpoint.job_id == job.id, Checkpoint.path == path)
+    ).first()
+    if exists is None:
+        session.add(
+            Checkpoint(
+                job_id=job.id, attempt=attempt, epoch=epoch, step=step, path=path,
+                size_bytes=size_bytes, metrics=dict(metrics),
+            )
+        )

@@ -1,0 +1,97 @@
+"""Wires the control plane together: database, cluster backend, scheduler and reconciler loops."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from orchestrator.backend import ClusterBackend
+from orchestrator.db.engine import make_engine, make_session_factory
+from orchestrator.db.migrate import upgrade_head
+from orchestrator.db.models import Role
+from orchestrator.repositories import projects as projects_repo
+from orchestrator.services.loops import Loop
+from orchestrator.services.reconciler import Reconciler
+from orchestrator.services.scheduler import Scheduler
+from orchestrator.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class Service:
+    def __init__(self, settings: Settings, backend: ClusterBackend | None = None, run_loops: bool = True):
+        self.settings = settings
+        self.engine = make_engine(settings.database_url)
+        self.sessions: sessionmaker[Session] = make_session_factory(self.engine)
+        self._backend = backend
+        self.run_loops = run_loops
+        self.local_cluster = None
+        self.loops: list[Loop] = []
+
+    @property
+    def backend(self) -> ClusterBackend:
+        assert self._backend is not None, "Service.start() sets up the backend"
+        return self._backend
+
+    def start(self) -> None:
+        upgrade_head(self.engine)
+        self._bootstrap_keys()
+        if self._backend is None:
+            self._backend = self._connect_ray()
+        scheduler = Scheduler(self.sessions, self.backend, self.settings)
+        reconciler = Reconciler(self.sessions, self.backend, self.settings)
+        # Adopt what is already running before admitting anything new.
+        try:
+            reconciler.tick()
+        except Exception:
+            log.exception("the first reconcile failed; the loop will try again")
+        if self.run_loops:
+            self.loops = [
+                Loop("reconciler", reconciler.tick, self.settings.reconciler_interval_s),
+                Loop("scheduler", scheduler.tick, self.settings.scheduler_interval_s),
+            ]
+            for loop in self.loops:
+                loop.start()
+
+    def stop(self) -> None:
+        for loop in self.loops:
+            loop.stop()
+        if self.local_cluster is not None:
+            self.local_cluster.stop()
+        self.engine.dispose()
+
+    def _connect_ray(self) -> ClusterBackend:
+        from orchestrator.backend.local_cluster import LocalRayCluster
+        from orchestrator.backend.ray_backend import RayBackend
+
+        if self.settings.ray_address:
+            log.info("using the Ray cluster at %s", self.settings.ray_address)
+            return RayBackend(self.settings.ray_address)
+        cluster = LocalRayCluster(
+            self.settings.var_path,
+            gcs_port=self.settings.ray_gcs_port,
+            dashboard_port=self.settings.ray_dashboard_port,
+            client_port=self.settings.ray_client_port,
+            num_cpus=self.settings.ray_num_cpus,
+            num_gpus=self.settings.ray_num_gpus,
+        )
+        cluster.start()
+        self.local_cluster = cluster
+        os.environ.update(cluster.auth_env())  # the Jobs and State API clients read the token from here
+        return RayBackend(cluster.dashboard_url)
+
+    def _bootstrap_keys(self) -> None:
+        with self.sessions.begin() as session:
+            project = projects_repo.ensure_default_project(session)
+            if self.settings.admin_token or projects_repo.any_admin_key(session):
+                return
+            _, secret = projects_repo.create_api_key(session, project.id, Role.ADMIN, name="bootstrap")
+        # Shown once, like every key: only its hash is stored.
+        print(
+            "\n" + "=" * 72 + "\nNo admin key existed, so one was created. It is shown only this once:\n\n"
+            f"    {secret}\n\nUse it as 'Authorization: Bearer <key>'. Set ORCHESTRATOR_ADMIN_TOKEN to "
+            "choose your own.\n" + "=" * 72 + "\n",
+            flush=True,
+        )

@@ -1,0 +1,84 @@
+"""Accepting a job: the checks that need the server's settings or the cluster, then one insert."""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from orchestrator.admission import never_fits
+from orchestrator.backend import BackendUnavailable, ClusterBackend
+from orchestrator.db.models import Job
+from orchestrator.repositories import jobs as jobs_repo
+from orchestrator.settings import Settings
+from workers.spec import JobSpec, is_custom_workload
+
+log = logging.getLogger(__name__)
+
+
+class SpecRejected(ValueError):
+    """A spec that parses but can't run here; ``loc`` names the field like pydantic does."""
+
+    def __init__(self, loc: tuple[str, ...], message: str):
+        super().__init__(message)
+        self.loc = loc
+
+
+class IdempotencyConflict(ValueError):
+    pass
+
+
+def check_runnable(spec: JobSpec, settings: Settings, backend: ClusterBackend) -> None:
+    if is_custom_workload(spec.workload):
+        package = spec.workload.split(":")[0].split(".")[0]
+        allowed = settings.allowed_workload_packages
+        if package not in allowed:
+            allowed_text = ", ".join(sorted(allowed)) or "none are allowed (set ORCHESTRATOR_WORKLOAD_PACKAGES)"
+            raise SpecRejected(
+                ("workload",), f"package {package!r} is not an allowed workload package: {allowed_text}"
+            )
+    try:
+        capacity = backend.capacity()
+    except BackendUnavailable as exc:
+        # Accept it: the scheduler checks again, and fails the job with a reason if it never fits.
+        log.warning("could not check cluster capacity at submit: %s", exc)
+        return
+    reason = never_fits(spec, capacity)
+    if reason:
+        raise SpecRejected(("scaling",), f"this job can never run on this cluster: {reason}")
+
+
+def submit_job(
+    session: Session,
+    project_id: str,
+    spec: JobSpec,
+    idempotency_key: str | None,
+    settings: Settings,
+    backend: ClusterBackend,
+) -> tuple[Job, bool]:
+    """Store a new QUEUED job. Returns (job, created); a repeated Idempotency-Key returns the first job."""
+    if idempotency_key:
+        existing = jobs_repo.find_by_idempotency_key(session, project_id, idempotency_key)
+        if existing is not None:
+            return _replay(existing, spec), False
+    check_runnable(spec, settings, backend)
+    try:
+        with session.begin_nested():
+            job = jobs_repo.create_job(session, project_id, spec, idempotency_key)
+    except IntegrityError:
+        # A concurrent request with the same key won the race: answer with its job.
+        existing = jobs_repo.find_by_idempotency_key(session, project_id, idempotency_key or "")
+        if existing is None:
+            raise
+        return _replay(existing, spec), False
+    return job, True
+
+
+def _replay(existing: Job, spec: JobSpec) -> Job:
+    if existing.spec != spec.model_dump(mode="json"):
+        raise IdempotencyConflict(
+            f"Idempotency-Key was already used for job {existing.id} with a different spec; "
+            "use a new key for a new job"
+        )
+    return existing

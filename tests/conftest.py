@@ -1,0 +1,51 @@
+"""Shared fixtures: databases (SQLite and PostgreSQL), settings, free ports."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+PG_ADMIN_URL = os.environ.get("ORCHESTRATOR_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    try:
+        with psycopg.connect(PG_ADMIN_URL, connect_timeout=5):
+            pass
+    except psycopg.OperationalError as exc:
+        # `make test` starts PostgreSQL first; without it this is a broken machine, not a reason to skip.
+        pytest.fail(f"PostgreSQL at {PG_ADMIN_URL} is not reachable: {exc}")
+    return PG_ADMIN_URL
+
+
+def _fresh_pg_database(admin_url: str) -> Iterator[str]:
+    name = f"orch_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = admin_url.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request, tmp_path) -> Iterator[str]:
+    """A fresh, empty database per test, on each engine the service supports."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'orchestrator.db'}"
+    else:
+        yield from _fresh_pg_database(request.getfixturevalue("postgres_server"))

@@ -1,0 +1,345 @@
+"""The REST API over a fake cluster, on SQLite and PostgreSQL: auth, validation, jobs, scheduling."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from api.app import create_app
+from orchestrator.backend import RunStatus
+from orchestrator.db.models import ApiKey, Job, JobState
+from orchestrator.services.reconciler import Reconciler
+from orchestrator.services.scheduler import Scheduler
+from orchestrator.settings import Settings
+from tests.fakes import FakeBackend
+
+ADMIN = "test-admin-token"
+
+
+@pytest.fixture
+def backend() -> FakeBackend:
+    return FakeBackend()
+
+
+@pytest.fixture
+def app(database_url, tmp_path, backend):
+    settings = Settings(
+        database_url=database_url, storage=str(tmp_path / "storage"), var_dir=str(tmp_path / "var"),
+        admin_token=ADMIN, workload_packages="allowed_pkg",
+    )
+    application = create_app(settings, backend=backend, run_loops=False)
+    with TestClient(application) as client:
+        application.state.client = client
+        yield application
+
+
+@pytest.fixture
+def client(app) -> TestClient:
+    return app.state.client
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def make_project(client, name: str) -> tuple[str, dict[str, str]]:
+    """A project with a member, a viewer and the ids; returns (project_id, {role: key})."""
+    project = client.post("/v1/projects", json={"name": name}, headers=auth(ADMIN))
+    assert project.status_code == 201, project.text
+    keys = {}
+    for role in ("member", "viewer"):
+        response = client.post(f"/v1/projects/{project.json()['id']}/keys", json={"role": role}, headers=auth(ADMIN))
+        assert response.status_code == 201, response.text
+        keys[role] = response.json()["key"]
+    return project.json()["id"], keys
+
+
+def submit(client, key, **spec):
+    return client.post("/v1/jobs", json={"workload": "digits", **spec}, headers=auth(key))
+
+
+def tick(app):
+    service = app.state.service
+    Scheduler(service.sessions, service.backend, service.settings).tick()
+
+
+def reconcile(app):
+    service = app.state.service
+    Reconciler(service.sessions, service.backend, service.settings).tick()
+
+
+def count_jobs(app) -> int:
+    with app.state.service.sessions() as session:
+        return session.scalar(select(func.count()).select_from(Job))
+
+
+# --- auth ---------------------------------------------------------------------------------------------
+
+
+def test_health_needs_no_key_but_everything_else_does(client):
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/readyz").json()["ray"].startswith("ok")
+    for method, path in [("get", "/v1/jobs"), ("post", "/v1/jobs"), ("get", "/v1/projects"), ("get", "/v1/jobs/x/logs")]:
+        response = getattr(client, method)(path)
+        assert response.status_code == 401, (path, response.text)
+    assert client.get("/v1/jobs", headers=auth("ork_not-a-key")).status_code == 401
+
+
+def test_keys_are_shown_once_and_stored_hashed(app, client):
+    _, keys = make_project(client, "vision")
+    with app.state.service.sessions() as session:
+        stored = session.scalars(select(ApiKey.key_hash)).all()
+    assert keys["member"] not in stored and len(stored) == 2
+    assert all(len(h) == 64 for h in stored)
+    assert client.get("/v1/jobs", headers=auth(keys["member"])).status_code == 200
+
+
+def test_roles(client):
+    project_id, keys = make_project(client, "vision")
+    assert submit(client, keys["viewer"]).status_code == 403
+    assert client.post("/v1/projects", json={"name": "x"}, headers=auth(keys["member"])).status_code == 403
+    assert client.post(f"/v1/projects/{project_id}/keys", json={"role": "admin"}, headers=auth(keys["member"])).status_code == 403
+    job = submit(client, keys["member"])
+    assert job.status_code == 201
+    assert client.get(f"/v1/jobs/{job.json()['id']}", headers=auth(keys["viewer"])).status_code == 200
+    assert client.post(f"/v1/jobs/{job.json()['id']}/cancel", headers=auth(keys["viewer"])).status_code == 403
+
+
+def test_other_projects_objects_answer_404(client):
+    _, vision = make_project(client, "vision")
+    _, speech = make_project(client, "speech")
+    job_id = submit(client, vision["member"]).json()["id"]
+    for path in ["", "/events", "/metrics", "/checkpoints", "/logs"]:
+        assert client.get(f"/v1/jobs/{job_id}{path}", headers=auth(speech["member"])).status_code == 404, path
+    assert client.post(f"/v1/jobs/{job_id}/cancel", headers=auth(speech["member"])).status_code == 404
+    assert client.get("/v1/jobs", headers=auth(speech["viewer"])).json()["items"] == []
+    # Admins see every project.
+    assert [j["id"] for j in client.get("/v1/jobs", headers=auth(ADMIN)).json()["items"]] == [job_id]
+
+
+def test_duplicate_project_is_a_conflict(client):
+    make_project(client, "vision")
+    assert client.post("/v1/projects", json={"name": "vision"}, headers=auth(ADMIN)).status_code == 409
+
+
+# --- submitting ----------------------------------------------------------------------------------------
+
+
+def test_submit_stores_the_full_spec_as_queued(client):
+    _, keys = make_project(client, "vision")
+    response = submit(client, keys["member"], name="first", config={"epochs": 3}, labels={"team": "cv"})
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert job["state"] == "QUEUED" and job["attempt"] == 0 and job["labels"] == {"team": "cv"}
+    assert job["spec"]["config"]["epochs"] == 3 and job["spec"]["config"]["lr"] == 0.05  # defaults filled
+    assert job["spec"]["scaling"]["num_workers"] == 2
+
+
+@pytest.mark.parametrize(
+    ("spec", "loc"),
+    [
+        ({"workload": "nope"}, ["body", "workload"]),
+        ({"workload": "digits", "config": {"epochs": -2}}, ["body", "config", "epochs"]),
+        ({"workload": "digits", "scaling": {"num_workers": 0}}, ["body", "scaling", "num_workers"]),
+        ({"workload": "digits", "surprise": 1}, ["body", "surprise"]),
+        ({"workload": "digits", "scaling": {"num_workers": 5}}, ["body", "scaling"]),  # 5 CPU > 4 in the cluster
+        ({"workload": "digits", "scaling": {"num_workers": 1, "use_gpu": True}}, ["body", "scaling"]),
+        ({"workload": "evil_pkg.mod:fn"}, ["body", "workload"]),
+    ],
+)
+def test_invalid_specs_are_422_naming_the_field_and_store_nothing(app, client, spec, loc):
+    response = client.post("/v1/jobs", json=spec, headers=auth(ADMIN))
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert any(d["loc"][: len(loc)] == loc for d in detail), detail
+    assert all(d["msg"] for d in detail)
+    assert count_jobs(app) == 0
+
+
+def test_capacity_rejection_says_why(client):
+    response = submit(client, ADMIN, scaling={"num_workers": 8})
+    assert "needs 8 CPU for 8 workers but the whole cluster has 4 CPU" in response.json()["detail"][0]["msg"]
+
+
+def test_allowed_custom_package_is_accepted(client):
+    assert submit(client, ADMIN, workload="allowed_pkg.models:build", config={"x": 1}).status_code == 201
+
+
+def test_malformed_json_is_422(client):
+    response = client.post("/v1/jobs", content=b"{not json", headers={**auth(ADMIN), "Content-Type": "application/json"})
+    assert response.status_code == 422
+
+
+def test_idempotency_key_returns_the_same_job(app, client):
+    headers = {**auth(ADMIN), "Idempotency-Key": "retry-1"}
+    first = client.post("/v1/jobs", json={"workload": "digits"}, headers=headers)
+    again = client.post("/v1/jobs", json={"workload": "digits"}, headers=headers)
+    assert first.status_code == 201 and again.status_code == 200
+    assert again.json()["id"] == first.json()["id"] and again.headers["Idempotent-Replayed"] == "true"
+    other = client.post("/v1/jobs", json={"workload": "digits", "priority": 5}, headers=headers)
+    assert other.status_code == 409 and "different spec" in other.json()["detail"]
+    assert count_jobs(app) == 1
+
+
+# --- listing ---------------------------------------------------------------------------------------------
+
+
+def test_list_newest_first_with_cursor_pagination_and_filters(client):
+    ids = [submit(client, ADMIN, labels={"n": str(i), "team": "a" if i % 2 else "b"}).json()["id"] for i in range(5)]
+    seen, cursor = [], None
+    while True:
+        page = client.get("/v1/jobs", params={"limit": 2, **({"cursor": cursor} if cursor else {})}, headers=auth(ADMIN)).json()
+        seen += [j["id"] for j in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == ids[::-1]
+    team_a = client.get("/v1/jobs", params={"label": "team=a"}, headers=auth(ADMIN)).json()["items"]
+    assert [j["id"] for j in team_a] == [ids[3], ids[1]]
+    both = client.get("/v1/jobs", params={"label": ["team=a", "n=1"]}, headers=auth(ADMIN)).json()["items"]
+    assert [j["id"] for j in both] == [ids[1]]
+    assert client.get("/v1/jobs", params={"state": "RUNNING"}, headers=auth(ADMIN)).json()["items"] == []
+    assert client.get("/v1/jobs", params={"state": "BOGUS"}, headers=auth(ADMIN)).status_code == 422
+    assert client.get("/v1/jobs", params={"cursor": "garbage"}, headers=auth(ADMIN)).status_code == 422
+    assert client.get("/v1/jobs", params={"label": "novalue"}, headers=auth(ADMIN)).status_code == 422
+
+
+def test_unknown_job_is_404(client):
+    for path in ["", "/events", "/metrics", "/checkpoints", "/logs"]:
+        assert client.get(f"/v1/jobs/deadbeef{path}", headers=auth(ADMIN)).status_code == 404
+    assert client.post("/v1/jobs/deadbeef/cancel", headers=auth(ADMIN)).status_code == 404
+
+
+# --- scheduling, reconciling, cancelling -----------------------------------------------------------------
+
+
+def test_scheduler_admits_by_priority_and_queues_the_rest_with_a_reason(app, client, backend):
+    low = submit(client, ADMIN, priority=0).json()["id"]
+    high = submit(client, ADMIN, priority=10).json()["id"]
+    third = submit(client, ADMIN, priority=0).json()["id"]
+    tick(app)  # 4 CPU: room for two 2-worker jobs
+    states = {j: client.get(f"/v1/jobs/{j}", headers=auth(ADMIN)).json() for j in (low, high, third)}
+    assert states[high]["state"] == "STARTING" and states[low]["state"] == "STARTING"
+    assert states[third]["state"] == "QUEUED"
+    assert states[third]["message"] == "waiting for resources: needs 2 CPU, 0 free"
+    assert [s[0] for s in backend.submitted] == [f"{high}-1", f"{low}-1"]
+    entrypoint, env = backend.submitted[0][1], backend.submitted[0][2]
+    assert entrypoint == f"python -m workers.driver --job-id {high} --attempt 1"
+    assert env["ORCHESTRATOR_JOB_TOKEN"].startswith("jtk_") and env["OMP_NUM_THREADS"] == "1"
+
+
+def test_a_job_that_can_never_fit_fails_instead_of_waiting(app, client, backend):
+    job = submit(client, ADMIN, scaling={"num_workers": 2}).json()["id"]
+    backend.total = {"CPU": 1.0, "GPU": 0.0}  # the cluster shrank after submit
+    tick(app)
+    body = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
+    assert body["state"] == "FAILED" and body["reason"] == "insufficient_resources"
+    assert "whole cluster has 1 CPU" in body["message"]
+
+
+def test_cluster_down_keeps_jobs_queued_with_a_reason(app, client, backend):
+    backend.available = False
+    job = submit(client, ADMIN).json()["id"]  # accepted: the scheduler re-checks capacity
+    tick(app)
+    body = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
+    assert body["state"] == "QUEUED" and body["reason"] == "cluster_unavailable"
+    backend.available = True
+    tick(app)
+    assert client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()["state"] == "STARTING"
+
+
+def test_reconciler_follows_ray(app, client, backend):
+    ok, bad, lost = (submit(client, ADMIN, scaling={"num_workers": 1}).json()["id"] for _ in range(3))
+    tick(app)
+    backend.runs[f"{ok}-1"] = RunStatus.SUCCEEDED
+    backend.runs[f"{bad}-1"] = RunStatus.FAILED
+    del backend.runs[f"{lost}-1"]
+    reconcile(app)
+    assert client.get(f"/v1/jobs/{ok}", headers=auth(ADMIN)).json()["state"] == "SUCCEEDED"
+    failed = client.get(f"/v1/jobs/{bad}", headers=auth(ADMIN)).json()
+    assert failed["state"] == "FAILED" and failed["reason"] == "driver_failed" and "log of" in failed["message"]
+    # Just admitted: a missing submission is re-submitted (same id), not declared lost.
+    assert client.get(f"/v1/jobs/{lost}", headers=auth(ADMIN)).json()["state"] == "STARTING"
+
+
+def test_cancel_queued_job_never_starts(app, client, backend):
+    job = submit(client, ADMIN).json()["id"]
+    response = client.post(f"/v1/jobs/{job}/cancel", headers=auth(ADMIN))
+    assert response.status_code == 200 and response.json()["state"] == "CANCELLED"
+    tick(app)
+    assert backend.submitted == []
+    assert client.post(f"/v1/jobs/{job}/cancel", headers=auth(ADMIN)).status_code == 409
+
+
+def test_cancel_started_job_stops_it_in_ray(app, client, backend):
+    job = submit(client, ADMIN).json()["id"]
+    tick(app)
+    assert client.post(f"/v1/jobs/{job}/cancel", headers=auth(ADMIN)).json()["state"] == "CANCELLING"
+    assert backend.stopped == [f"{job}-1"]
+    reconcile(app)
+    body = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
+    assert body["state"] == "CANCELLED"
+    history = [(e["from_state"], e["to_state"]) for e in client.get(f"/v1/jobs/{job}/events", headers=auth(ADMIN)).json()]
+    assert history == [(None, "QUEUED"), ("QUEUED", "STARTING"), ("STARTING", "CANCELLING"), ("CANCELLING", "CANCELLED")]
+
+
+# --- the internal events endpoint ------------------------------------------------------------------------
+
+
+def _started_job(app, client, backend) -> tuple[str, str]:
+    job = submit(client, ADMIN).json()["id"]
+    tick(app)
+    return job, backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+
+
+def test_events_need_the_jobs_own_token(app, client, backend):
+    job, token = _started_job(app, client, backend)
+    other, other_token = _started_job(app, client, backend)
+    batch = {"attempt": 1, "events": [{"type": "state", "state": "running"}]}
+    assert client.post(f"/internal/v1/jobs/{job}/events", json=batch).status_code == 401
+    assert client.post(f"/internal/v1/jobs/{job}/events", json=batch, headers=auth(other_token)).status_code == 401
+    assert client.post(f"/internal/v1/jobs/{job}/events", json=batch, headers=auth(ADMIN)).status_code == 401
+    assert client.post(f"/internal/v1/jobs/{job}/events", json={**batch, "attempt": 7}, headers=auth(token)).status_code == 409
+    assert client.post(f"/internal/v1/jobs/{job}/events", json=batch, headers=auth(token)).status_code == 200
+    assert client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()["state"] == "RUNNING"
+    assignment = client.get(f"/internal/v1/jobs/{job}/assignment", params={"attempt": 1}, headers=auth(token))
+    assert assignment.status_code == 200 and assignment.json()["spec"]["workload"] == "digits"
+
+
+def test_events_record_metrics_checkpoints_and_result_idempotently(app, client, backend):
+    job, token = _started_job(app, client, backend)
+    batch = {
+        "attempt": 1,
+        "events": [
+            {"type": "state", "state": "running"},
+            {"type": "metrics", "epoch": 1, "step": 23, "values": {"train_loss": 0.9, "val_accuracy": 0.8}},
+            {"type": "checkpoint", "epoch": 1, "step": 23, "path": "/s/ckpt_1", "size_bytes": 100, "metrics": {"val_accuracy": 0.8}},
+            {"type": "metrics", "epoch": 2, "step": 46, "values": {"train_loss": 0.5, "val_accuracy": 0.9}},
+        ],
+    }
+    for _ in range(2):  # the reporter may deliver a batch twice
+        assert client.post(f"/internal/v1/jobs/{job}/events", json=batch, headers=auth(token)).status_code == 200
+    done = {"attempt": 1, "events": [{"type": "state", "state": "succeeded", "result": {"metrics": {"val_accuracy": 0.9}}}]}
+    client.post(f"/internal/v1/jobs/{job}/events", json=done, headers=auth(token))
+    body = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
+    assert body["state"] == "SUCCEEDED" and body["result"] == {"metrics": {"val_accuracy": 0.9}}
+    assert body["latest_metrics"]["val_accuracy"] == 0.9 and body["latest_metrics"]["epoch"] == 2
+    metrics = client.get(f"/v1/jobs/{job}/metrics", headers=auth(ADMIN)).json()
+    assert [(m["epoch"], m["step"], m["attempt"]) for m in metrics] == [(1, 23, 1), (2, 46, 1)]
+    checkpoints = client.get(f"/v1/jobs/{job}/checkpoints", headers=auth(ADMIN)).json()
+    assert [(c["path"], c["size_bytes"], c["epoch"]) for c in checkpoints] == [("/s/ckpt_1", 100, 1)]
+
+
+def test_a_failure_reported_while_cancelling_ends_cancelled(app, client, backend):
+    job, token = _started_job(app, client, backend)
+    client.post(f"/v1/jobs/{job}/cancel", headers=auth(ADMIN))
+    failed = {"attempt": 1, "events": [{"type": "state", "state": "failed", "message": "SIGTERM"}]}
+    assert client.post(f"/internal/v1/jobs/{job}/events", json=failed, headers=auth(token)).json()["applied"] == 0
+    reconcile(app)
+    assert client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()["state"] == "CANCELLED"
+
+
+def test_logs_of_a_started_job(app, client, backend):
+    job, _ = _started_job(app, client, backend)
+    assert client.get(f"/v1/jobs/{job}/logs", headers=auth(ADMIN)).text == f"log of {job}-1\n"
