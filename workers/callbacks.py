@@ -1,0 +1,56 @@
+"""Ray Train callbacks that run in the Train controller actor during a run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow.fs
+from ray.train import Checkpoint, UserCallback
+
+from workers.checkpoints import checkpoint_uri
+from workers.reporter import EventReporter
+from workers.spec import CheckpointEvent
+
+# Keys the loop adds to every checkpointed report next to its float metrics.
+POSITION_KEYS = ("epoch", "step")
+
+
+class CheckpointForwarder(UserCallback):
+    """Tells the control plane about every checkpoint Ray Train has persisted and registered."""
+
+    def __init__(self, url: str | None, job_id: str, attempt: int, token: str) -> None:
+        self.url, self.job_id, self.attempt, self.token = url, job_id, attempt, token
+        # Made on first use, in the controller actor: this object is pickled there, a thread can't be.
+        self._reporter: EventReporter | None = None
+
+    def after_report(
+        self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Checkpoint | None
+    ) -> None:
+        if checkpoint is None:
+            return
+        if self._reporter is None:
+            self._reporter = EventReporter(self.url, self.job_id, self.attempt, self.token)
+        storage_path = str(run_context.run_config.storage_path)
+        self._reporter.emit(checkpoint_event(checkpoint, metrics[0] if metrics else {}, storage_path))
+
+
+def checkpoint_event(checkpoint: Checkpoint, metrics: dict[str, Any], storage_path: str) -> CheckpointEvent:
+    """What the control plane records for one committed checkpoint (rank 0's metrics)."""
+    return CheckpointEvent(
+        epoch=int(metrics.get("epoch", 0)),
+        step=int(metrics.get("step", 0)),
+        path=checkpoint_uri(checkpoint, storage_path),
+        size_bytes=checkpoint_size(checkpoint),
+        metrics={
+            key: float(value)
+            for key, value in metrics.items()
+            if key not in POSITION_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool)
+        },
+    )
+
+
+def checkpoint_size(checkpoint: Checkpoint) -> int:
+    """Total bytes of the checkpoint's files, on whatever filesystem holds it (local or a URI)."""
+    selector = pyarrow.fs.FileSelector(checkpoint.path, recursive=True)
+    infos = checkpoint.filesystem.get_file_info(selector)
+    return sum(info.size for info in infos if info.type == pyarrow.fs.FileType.File)

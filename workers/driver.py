@@ -1,0 +1,133 @@
+"""Ray Job entrypoint for one attempt of a training job.
+
+    python -m workers.driver --job-id ID --attempt N
+
+Reads ``ORCHESTRATOR_URL`` and ``ORCHESTRATOR_JOB_TOKEN`` from the environment, fetches the attempt's
+assignment from the control plane, runs it as a Ray Train ``TorchTrainer`` and reports how it ended.
+Exit status: 0 succeeded, 1 training (or the assignment fetch) failed, 2 misconfigured environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+import traceback
+
+import httpx
+import ray
+
+from workers.callbacks import checkpoint_event
+from workers.checkpoints import checkpoint_uri
+from workers.reporter import EventReporter
+from workers.spec import DriverAssignment, StateEvent
+from workers.trainer import build_trainer
+
+log = logging.getLogger("workers.driver")
+
+FETCH_TRIES = 5
+FETCH_BACKOFF_S = (1.0, 10.0)  # first delay, cap
+FETCH_TIMEOUT_S = 10.0
+# Long enough to ride out a short control plane restart: after this the outcome only exists in Ray.
+FINAL_FLUSH_TIMEOUT_S = 60.0
+MAX_MESSAGE_CHARS = 15_000
+
+
+def fetch_assignment(url: str, job_id: str, attempt: int, token: str) -> DriverAssignment:
+    """``GET /internal/v1/jobs/{job_id}/assignment?attempt=N``, retried while the control plane is away."""
+    endpoint = f"{url.rstrip('/')}/internal/v1/jobs/{job_id}/assignment"
+    headers = {"Authorization": f"Bearer {token}"}
+    for try_number in range(1, FETCH_TRIES + 1):
+        try:
+            response = httpx.get(
+                endpoint, params={"attempt": attempt}, headers=headers, timeout=FETCH_TIMEOUT_S
+            )
+            # 5xx, 408 and 429 may pass; any other 4xx (bad token, unknown job) will not.
+            if response.status_code < 500 and response.status_code not in (408, 429):
+                response.raise_for_status()
+                break
+            problem = f"HTTP {response.status_code}"
+        except httpx.TransportError as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        if try_number == FETCH_TRIES:
+            raise RuntimeError(f"no assignment from {endpoint} after {FETCH_TRIES} tries: {problem}")
+        delay = min(FETCH_BACKOFF_S[1], FETCH_BACKOFF_S[0] * 2 ** (try_number - 1))
+        log.warning("fetching the assignment failed (%s); retrying in %.0fs", problem, delay)
+        time.sleep(delay)
+    assignment = DriverAssignment.model_validate(response.json())
+    if (assignment.job_id, assignment.attempt) != (job_id, attempt):
+        raise RuntimeError(
+            f"asked for job {job_id} attempt {attempt}, "
+            f"got job {assignment.job_id} attempt {assignment.attempt}"
+        )
+    return assignment
+
+
+def run_attempt(assignment: DriverAssignment, control_plane_url: str | None, token: str) -> int:
+    """Train on the Ray cluster this process is connected to; report the outcome; return the exit code."""
+    job_id, attempt, spec = assignment.job_id, assignment.attempt, assignment.spec
+    log.info(
+        "job %s attempt %d: workload %s, %d worker(s), storage %s/%s",
+        job_id,
+        attempt,
+        spec.workload,
+        spec.scaling.num_workers,
+        assignment.storage_path.rstrip("/"),
+        job_id,
+    )
+    reporter = EventReporter(control_plane_url, job_id, attempt, token)
+    try:
+        trainer = build_trainer(
+            job_id=job_id,
+            attempt=attempt,
+            spec=spec,
+            storage_path=assignment.storage_path,
+            control_plane_url=control_plane_url,
+            token=token,
+        )
+        result = trainer.fit()
+    except Exception:
+        message = traceback.format_exc()[-MAX_MESSAGE_CHARS:]
+        log.error("job %s attempt %d failed:\n%s", job_id, attempt, message)
+        reporter.emit(StateEvent(state="failed", reason="app_error", message=message))
+        exit_code = 1
+    else:
+        checkpoint = result.checkpoint
+        checkpoint_path = checkpoint_uri(checkpoint, assignment.storage_path) if checkpoint else None
+        # The controller's callback reports checkpoints live, but dies right after the run: repeat the
+        # kept ones here (events are idempotent) so the last one cannot be lost.
+        for kept, metrics in result.best_checkpoints or []:
+            reporter.emit(checkpoint_event(kept, metrics, assignment.storage_path))
+        outcome = {"metrics": result.metrics, "checkpoint_path": checkpoint_path}
+        reporter.emit(StateEvent(state="succeeded", result=outcome))
+        log.info("job %s attempt %d succeeded: %s", job_id, attempt, outcome)
+        exit_code = 0
+    if not reporter.flush(FINAL_FLUSH_TIMEOUT_S):
+        log.error("the control plane did not take the final events within %.0fs", FINAL_FLUSH_TIMEOUT_S)
+    reporter.close()
+    return exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workers.driver", description=__doc__.splitlines()[0])
+    parser.add_argument("--job-id", required=True)
+    parser.add_argument("--attempt", required=True, type=int)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stdout, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    url = os.environ.get("ORCHESTRATOR_URL")
+    token = os.environ.get("ORCHESTRATOR_JOB_TOKEN")
+    if not url or not token:
+        log.error("ORCHESTRATOR_URL and ORCHESTRATOR_JOB_TOKEN must both be set")
+        return 2
+    log.info("job %s attempt %d: fetching the assignment from %s", args.job_id, args.attempt, url)
+    assignment = fetch_assignment(url, args.job_id, args.attempt, token)
+    ray.init()  # inside a Ray Job this joins the job's cluster
+    return run_attempt(assignment, url, token)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
