@@ -25,7 +25,8 @@ ServiceDep = Annotated[Service, Depends(get_service)]
 
 
 def get_session(service: ServiceDep) -> Iterator[Session]:
-    # Routers commit what they change; anything uncommitted is rolled back here.
+    # Routers commit what they change; anything uncommitted is rolled back here. Routes that stream
+    # or wait on Ray use service.sessions() briefly instead (see current_principal).
     with service.sessions() as session:
         yield session
 
@@ -38,14 +39,17 @@ def _unauthorized(message: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, message, headers={"WWW-Authenticate": "Bearer"})
 
 
-def current_principal(credentials: BearerDep, service: ServiceDep, session: SessionDep) -> Principal:
+def current_principal(credentials: BearerDep, service: ServiceDep) -> Principal:
     if credentials is None:
         raise _unauthorized("missing 'Authorization: Bearer <key>' header")
     secret = credentials.credentials
     admin_token = service.settings.admin_token
     if admin_token and secrets_equal(secret, admin_token):
         return Principal(Role.ADMIN, project_id=None)
-    key = projects_repo.find_api_key(session, secret)
+    # Its own short session: on SQLite every transaction holds the write lock (see db/engine.py), so
+    # nothing may keep one open for the length of a request, let alone a streamed response.
+    with service.sessions() as session:
+        key = projects_repo.find_api_key(session, secret)
     if key is None:
         raise _unauthorized("unknown API key")
     return Principal(key.role, project_id=key.project_id, key_id=key.id)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -63,12 +62,13 @@ class Service:
         self.engine.dispose()
 
     def _connect_ray(self) -> ClusterBackend:
+        from orchestrator.backend.dashboard import token_from_environment
         from orchestrator.backend.local_cluster import LocalRayCluster
         from orchestrator.backend.ray_backend import RayBackend
 
         if self.settings.ray_address:
             log.info("using the Ray cluster at %s", self.settings.ray_address)
-            return RayBackend(self.settings.ray_address)
+            return RayBackend(self.settings.ray_address, token_from_environment())
         cluster = LocalRayCluster(
             self.settings.var_path,
             gcs_port=self.settings.ray_gcs_port,
@@ -79,8 +79,7 @@ class Service:
         )
         cluster.start()
         self.local_cluster = cluster
-        os.environ.update(cluster.auth_env())  # the Jobs and State API clients read the token from here
-        return RayBackend(cluster.dashboard_url)
+        return RayBackend(cluster.dashboard_url, cluster.token())
 
     def _bootstrap_keys(self) -> None:
         with self.sessions.begin() as session:

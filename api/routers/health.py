@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response, status
 from sqlalchemy import text
 
-from api.deps import ServiceDep, SessionDep
+from api.deps import ServiceDep
 from orchestrator.backend import BackendUnavailable
 
 router = APIRouter(tags=["health"])
@@ -16,11 +16,12 @@ def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz")
-def readyz(service: ServiceDep, session: SessionDep, response: Response) -> dict[str, str]:
+def readyz(service: ServiceDep, response: Response) -> dict[str, str]:
     """The database and the Ray cluster both answer."""
     checks = {}
     try:
-        session.execute(text("SELECT 1"))
+        with service.sessions() as session:
+            session.execute(text("SELECT 1"))
         checks["database"] = "ok"
     except Exception as exc:
         checks["database"] = f"error: {exc}"

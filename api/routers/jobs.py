@@ -13,7 +13,7 @@ from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import projects as projects_repo
 from orchestrator.services.cancellation import AlreadyFinished, cancel_job
 from orchestrator.services.logs import follow_logs, read_logs
-from orchestrator.services.submission import submit_job
+from orchestrator.services.submission import check_runnable, submit_job
 from workers.spec import JobSpec
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -48,8 +48,9 @@ def create_job(
     project_id: Annotated[str | None, Query(description="Admins only: the project to run in.")] = None,
 ) -> JobOut:
     """Submit a training job. A repeated `Idempotency-Key` returns the job the first request made."""
+    check_runnable(spec, service.settings, service.backend)  # asks Ray: before the transaction starts
     target = _target_project(session, principal, project_id)
-    job, created = submit_job(session, target, spec, idempotency_key, service.settings, service.backend)
+    job, created = submit_job(session, target, spec, idempotency_key)
     session.commit()
     if not created:
         response.status_code = status.HTTP_200_OK
@@ -113,9 +114,10 @@ def checkpoints(job_id: str, session: SessionDep, principal: CurrentKey) -> list
 
 
 @router.get("/{job_id}/logs", response_class=PlainTextResponse)
-def logs(job_id: str, session: SessionDep, service: ServiceDep, principal: CurrentKey, follow: bool = False):
+def logs(job_id: str, service: ServiceDep, principal: CurrentKey, follow: bool = False):
     """Driver and worker output of the current attempt; `?follow=true` streams until the job ends."""
-    job = _job_or_404(session, job_id, principal)
+    with service.sessions() as session:  # released before Ray is asked or the stream starts
+        job = _job_or_404(session, job_id, principal)
     if follow:
         return StreamingResponse(follow_logs(service.sessions, service.backend, job.id), media_type="text/plain")
     return PlainTextResponse(read_logs(service.backend, job))

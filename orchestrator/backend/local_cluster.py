@@ -19,12 +19,9 @@ from pathlib import Path
 
 import httpx
 
+from orchestrator.backend.dashboard import alive_nodes, auth_headers
+
 log = logging.getLogger(__name__)
-
-
-def ray_auth_env(token_path: Path) -> dict[str, str]:
-    """Ray's token auth, on, with our own token file (no ~/.ray state needed)."""
-    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)}
 
 
 class LocalRayCluster:
@@ -57,7 +54,8 @@ class LocalRayCluster:
         return f"127.0.0.1:{self.gcs_port}"
 
     def auth_env(self) -> dict[str, str]:
-        return ray_auth_env(self.token_path)
+        """Ray's token auth, on, with our own token file (no ~/.ray state needed)."""
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.token_path)}
 
     def _ensure_token(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -66,17 +64,13 @@ class LocalRayCluster:
             with os.fdopen(fd, "w") as f:
                 f.write(secrets.token_hex(32))
 
+    def token(self) -> str:
+        return self.token_path.read_text().strip()
+
     def _answers(self) -> bool:
         """True when a dashboard with at least one alive node accepts our token."""
         try:
-            token = self.token_path.read_text().strip()
-            response = httpx.get(
-                f"{self.dashboard_url}/api/v0/nodes",
-                params={"filter_keys": "state", "filter_predicates": "=", "filter_values": "ALIVE"},
-                headers={"Authorization": f"Bearer {token}"},
-                timeout=5,
-            )
-            return response.status_code == 200 and response.json()["data"]["result"]["total"] > 0
+            return len(alive_nodes(self.dashboard_url, auth_headers(self.token()), timeout_s=5)) > 0
         except (OSError, httpx.HTTPError, KeyError, ValueError):
             return False
 
@@ -108,7 +102,13 @@ class LocalRayCluster:
         if self.num_gpus is not None:
             command += ["--num-gpus", str(self.num_gpus)]
         # Drivers run `python -m workers.driver` through a shell: put this interpreter first on PATH.
-        env = {**os.environ, **self.auth_env(), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+        env = {
+            **os.environ,
+            **self.auth_env(),
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            # On SIGTERM Ray drains the node for up to 30 s by default; ours is going away whole.
+            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "5",
+        }
         env.pop("RAY_ADDRESS", None)
         log.info("starting a local Ray cluster: %s (log: %s)", " ".join(command), self.log_path)
         with open(self.log_path, "ab") as out:

@@ -6,11 +6,12 @@ import logging
 import time
 from threading import Lock
 
+import httpx
 from ray.job_submission import JobStatus, JobSubmissionClient
-from ray.util.state import list_nodes
 
 from orchestrator.admission import ClusterCapacity
 from orchestrator.backend import BackendUnavailable, RunInfo, RunStatus
+from orchestrator.backend.dashboard import alive_nodes, auth_headers
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +23,9 @@ def _is_not_found(exc: Exception) -> bool:
 
 
 class RayBackend:
-    def __init__(self, dashboard_url: str):
+    def __init__(self, dashboard_url: str, token: str | None = None):
         self.dashboard_url = dashboard_url
+        self.headers = auth_headers(token)
         self._client: JobSubmissionClient | None = None
         self._capacity: tuple[float, ClusterCapacity] | None = None
         self._lock = Lock()
@@ -34,7 +36,7 @@ class RayBackend:
         with self._lock:
             if self._client is None:
                 try:
-                    self._client = JobSubmissionClient(self.dashboard_url)
+                    self._client = JobSubmissionClient(self.dashboard_url, headers=self.headers)
                 except Exception as exc:  # ray raises ConnectionError, RuntimeError, ...
                     raise BackendUnavailable(f"Ray dashboard at {self.dashboard_url}: {exc}") from exc
             return self._client
@@ -44,14 +46,14 @@ class RayBackend:
         if cached and time.monotonic() - cached[0] < _CAPACITY_TTL_S:
             return cached[1]
         try:
-            nodes = list_nodes(address=self.dashboard_url, filters=[("state", "=", "ALIVE")], raise_on_missing_output=False)
-        except Exception as exc:
-            raise BackendUnavailable(f"listing Ray nodes: {exc}") from exc
+            nodes = alive_nodes(self.dashboard_url, self.headers)
+        except (httpx.HTTPError, KeyError, ValueError) as exc:
+            raise BackendUnavailable(f"listing Ray nodes at {self.dashboard_url}: {exc}") from exc
         total = {"CPU": 0.0, "GPU": 0.0}
         largest = {"CPU": 0.0, "GPU": 0.0}
         for node in nodes:
             for resource in total:
-                amount = float((node.resources_total or {}).get(resource, 0.0))
+                amount = float((node.get("resources_total") or {}).get(resource, 0.0))
                 total[resource] += amount
                 largest[resource] = max(largest[resource], amount)
         capacity = ClusterCapacity(total=total, largest_node=largest)

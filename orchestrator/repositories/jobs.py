@@ -152,3 +152,12 @@ def record_checkpoint(
                 size_bytes=size_bytes, metrics=dict(metrics),
             )
         )
+
+
+def prune_checkpoints(session: Session, job_id: str, keep: int) -> None:
+    """Forget all but the newest ``keep`` checkpoints: Ray Train's num_to_keep deletes the same ones."""
+    stale = session.scalars(
+        select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step.desc(), Checkpoint.id.desc()).offset(keep)
+    ).all()
+    for checkpoint in stale:
+        session.delete(checkpoint)

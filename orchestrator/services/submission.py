@@ -49,20 +49,13 @@ def check_runnable(spec: JobSpec, settings: Settings, backend: ClusterBackend) -
         raise SpecRejected(("scaling",), f"this job can never run on this cluster: {reason}")
 
 
-def submit_job(
-    session: Session,
-    project_id: str,
-    spec: JobSpec,
-    idempotency_key: str | None,
-    settings: Settings,
-    backend: ClusterBackend,
-) -> tuple[Job, bool]:
-    """Store a new QUEUED job. Returns (job, created); a repeated Idempotency-Key returns the first job."""
+def submit_job(session: Session, project_id: str, spec: JobSpec, idempotency_key: str | None) -> tuple[Job, bool]:
+    """Store a new QUEUED job (after ``check_runnable``). Returns (job, created); a repeated
+    Idempotency-Key returns the first job instead."""
     if idempotency_key:
         existing = jobs_repo.find_by_idempotency_key(session, project_id, idempotency_key)
         if existing is not None:
             return _replay(existing, spec), False
-    check_runnable(spec, settings, backend)
     try:
         with session.begin_nested():
             job = jobs_repo.create_job(session, project_id, spec, idempotency_key)

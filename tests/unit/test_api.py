@@ -343,3 +343,15 @@ def test_a_failure_reported_while_cancelling_ends_cancelled(app, client, backend
 def test_logs_of_a_started_job(app, client, backend):
     job, _ = _started_job(app, client, backend)
     assert client.get(f"/v1/jobs/{job}/logs", headers=auth(ADMIN)).text == f"log of {job}-1\n"
+
+
+def test_only_the_newest_checkpoints_are_kept_like_ray_does(app, client, backend):
+    job = submit(client, ADMIN, checkpoint={"keep": 2}).json()["id"]
+    tick(app)
+    token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+    events = [
+        {"type": "checkpoint", "epoch": e, "step": 10 * e, "path": f"/s/ckpt_{e}", "size_bytes": 1} for e in (1, 2, 3)
+    ]
+    client.post(f"/internal/v1/jobs/{job}/events", json={"attempt": 1, "events": events}, headers=auth(token))
+    paths = [c["path"] for c in client.get(f"/v1/jobs/{job}/checkpoints", headers=auth(ADMIN)).json()]
+    assert paths == ["/s/ckpt_2", "/s/ckpt_3"]

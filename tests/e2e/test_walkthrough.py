@@ -1,0 +1,110 @@
+"""`make run` as a user runs it, then the README walkthrough pasted as written, then Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+ADMIN = "dev-admin-token"  # the token the README's walkthrough starts the service with
+
+
+def walkthrough_blocks() -> list[str]:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## 5-minute walkthrough", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    return blocks
+
+
+def test_readme_walkthrough_is_what_the_test_runs():
+    blocks = walkthrough_blocks()
+    assert blocks[0].strip() == f"ORCHESTRATOR_ADMIN_TOKEN={ADMIN} make run"
+    assert blocks[1].startswith("# terminal 2")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes.
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "\nState:\tZ" in status.read_text())
+
+
+def _wait_until(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def test_make_run_then_the_walkthrough_then_ctrl_c(tmp_path):
+    port = free_port()
+    var = tmp_path / "var"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "ORCHESTRATOR_", "PYTEST"))}
+    env.update(
+        ORCHESTRATOR_ADMIN_TOKEN=ADMIN,
+        ORCHESTRATOR_PORT=str(port),
+        ORCHESTRATOR_VAR_DIR=str(var),
+        ORCHESTRATOR_DATABASE_URL=f"sqlite:///{var}/orchestrator.db",
+        ORCHESTRATOR_STORAGE=str(var / "storage"),
+        ORCHESTRATOR_RAY_GCS_PORT=str(free_port()),
+        ORCHESTRATOR_RAY_DASHBOARD_PORT=str(free_port()),
+        ORCHESTRATOR_RAY_CLIENT_PORT=str(free_port()),
+    )
+    base = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "make-run.log").open("w")
+    service = subprocess.Popen(["make", "run"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def ready() -> bool:
+            assert service.poll() is None, (tmp_path / "make-run.log").read_text()[-5000:]
+            try:
+                return httpx.get(f"{base}/readyz", timeout=5).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        _wait_until(ready, 300, "make run to be ready")
+        head_pid = int((var / "ray" / "head.pid").read_text())
+
+        script = walkthrough_blocks()[1]
+        result = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script], env={**env, "ORCH": base},
+            capture_output=True, text=True, timeout=600,
+        )
+        assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+        out = result.stdout
+        job_id = re.search(r"^job ([0-9a-f]{32})$", out, flags=re.M).group(1)
+        assert '"loc":["body","config","epochs"]' in out  # the 422 example names the field
+
+        admin = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
+        job = admin.get(f"/v1/jobs/{job_id}").json()
+        assert job["state"] == "SUCCEEDED", job
+        assert job["result"]["metrics"]["val_accuracy"] >= 0.95
+        assert job["labels"] == {"team": "vision"}
+        long_job = next(j for j in admin.get("/v1/jobs").json()["items"] if j["spec"]["config"]["epochs"] == 500)
+        _wait_until(lambda: admin.get(f"/v1/jobs/{long_job['id']}").json()["state"] == "CANCELLED", 60, "the cancel")
+    finally:
+        # Ctrl-C in the terminal: SIGINT to the foreground process group.
+        os.killpg(service.pid, signal.SIGINT)
+        _wait_until(lambda: not _port_open(port), 90, "the API to stop")
+        log.close()
+    _wait_until(lambda: not _alive(head_pid), 60, "the local Ray cluster to stop")
+
+
+def _port_open(port: int) -> bool:
+    try:
+        httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+        return True
+    except httpx.HTTPError:
+        return False

@@ -1,0 +1,95 @@
+"""One real local Ray cluster for the session, and the real service on a real port in front of it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import uvicorn
+
+from api.app import create_app
+from orchestrator.backend.local_cluster import LocalRayCluster
+from orchestrator.backend.ray_backend import RayBackend
+from orchestrator.settings import Settings
+from tests.conftest import free_port
+
+ADMIN = "integration-admin-token"
+TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory) -> Iterator[LocalRayCluster]:
+    cluster = LocalRayCluster(
+        tmp_path_factory.mktemp("ray-var"),
+        gcs_port=free_port(), dashboard_port=free_port(), client_port=free_port(), num_cpus=2, num_gpus=0,
+    )
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+class Api:
+    """A thin HTTP client for the tests: real requests to the running service."""
+
+    def __init__(self, base_url: str, key: str):
+        self.http = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+    def submit(self, headers: dict | None = None, **spec) -> httpx.Response:
+        return self.http.post("/v1/jobs", json={"workload": "digits", **spec}, headers=headers or {})
+
+    def job(self, job_id: str) -> dict:
+        response = self.http.get(f"/v1/jobs/{job_id}")
+        response.raise_for_status()
+        return response.json()
+
+    def wait(self, job_id: str, states: set[str], timeout_s: float = 300) -> dict:
+        """Poll until the job is in one of ``states``; a job that ends elsewhere fails the test at once."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            job = self.job(job_id)
+            if job["state"] in states:
+                return job
+            if job["state"] in TERMINAL:
+                pytest.fail(f"job ended {job['state']} ({job['reason']}): {job['message'][-3000:]}")
+            time.sleep(0.5)
+        pytest.fail(f"job {job_id} not in {states} after {timeout_s} s: {self.job(job_id)}")
+
+
+@pytest.fixture(scope="session")
+def service(ray_cluster, tmp_path_factory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("service")
+    port = free_port()
+    settings = Settings(
+        database_url=f"sqlite:///{root / 'orchestrator.db'}", storage=str(root / "storage"), var_dir=str(root / "var"),
+        host="127.0.0.1", port=port, admin_token=ADMIN,
+        scheduler_interval_s=0.5, reconciler_interval_s=1.0, train_poll_interval_s=0.2,
+    )
+    app = create_app(settings, backend=RayBackend(ray_cluster.dashboard_url, ray_cluster.token()))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the service did not start"
+        time.sleep(0.1)
+    app.state.storage = root / "storage"
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(30)
+
+
+@pytest.fixture(scope="session")
+def admin(service) -> Api:
+    return Api(service, ADMIN)
+
+
+@pytest.fixture(scope="session")
+def member(service, admin) -> Api:
+    project = admin.http.post("/v1/projects", json={"name": "integration"}).json()
+    key = admin.http.post(f"/v1/projects/{project['id']}/keys", json={"role": "member"}).json()["key"]
+    return Api(service, key)

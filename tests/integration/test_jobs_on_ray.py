@@ -1,0 +1,108 @@
+"""Real jobs on a real local Ray cluster (2 CPUs), submitted and watched over HTTP only."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from ray.job_submission import JobSubmissionClient
+
+from workers.checkpoints import load_model_from_checkpoint
+from workers.workloads.digits import build
+
+pytestmark = pytest.mark.integration
+
+
+def _ray_submissions_of(cluster, job_id: str) -> list:
+    client = JobSubmissionClient(cluster.dashboard_url, headers={"Authorization": f"Bearer {cluster.token()}"})
+    return [j for j in client.list_jobs() if (j.metadata or {}).get("job_id") == job_id]
+
+
+def _val_accuracy(model: torch.nn.Module, config: dict) -> float:
+    val = build(config).val_dataset
+    x = torch.stack([val[i][0] for i in range(len(val))])
+    y = torch.stack([torch.as_tensor(val[i][1]) for i in range(len(val))])
+    with torch.no_grad():
+        return (model(x).argmax(dim=1) == y).float().mean().item()
+
+
+def test_digits_job_trains_to_95_percent_and_reports_everything(member, ray_cluster):
+    response = member.submit(name="digits-2w", scaling={"num_workers": 2}, labels={"suite": "integration"})
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+
+    running = member.wait(job_id, {"RUNNING", "SUCCEEDED"}, timeout_s=180)
+    assert running["started_at"] is not None
+    job = member.wait(job_id, {"SUCCEEDED"}, timeout_s=300)
+
+    epochs = job["spec"]["config"]["epochs"]
+    assert job["result"]["metrics"]["val_accuracy"] >= 0.95, job["result"]
+    assert job["latest_metrics"]["val_accuracy"] >= 0.95
+
+    metrics = member.http.get(f"/v1/jobs/{job_id}/metrics").json()
+    assert [m["epoch"] for m in metrics] == list(range(1, epochs + 1))  # every epoch, once, in order
+    assert all(m["attempt"] == 1 and {"train_loss", "val_loss", "val_accuracy"} <= m["values"].keys() for m in metrics)
+    assert metrics[-1]["values"]["train_loss"] < metrics[0]["values"]["train_loss"]
+
+    checkpoints = member.http.get(f"/v1/jobs/{job_id}/checkpoints").json()
+    assert len(checkpoints) == job["spec"]["checkpoint"]["keep"]
+    assert checkpoints[-1]["epoch"] == epochs
+    for checkpoint in checkpoints:
+        assert Path(checkpoint["path"]).is_dir() and checkpoint["size_bytes"] > 0
+    model = load_model_from_checkpoint(checkpoints[-1]["path"], "digits", job["spec"]["config"])
+    assert _val_accuracy(model, job["spec"]["config"]) >= 0.95
+
+    history = [(e["from_state"], e["to_state"]) for e in member.http.get(f"/v1/jobs/{job_id}/events").json()]
+    assert history == [(None, "QUEUED"), ("QUEUED", "STARTING"), ("STARTING", "RUNNING"), ("RUNNING", "SUCCEEDED")]
+
+    logs = member.http.get(f"/v1/jobs/{job_id}/logs").text
+    assert job_id in logs and "RayTrainWorker" in logs  # driver output and forwarded worker output
+    followed = member.http.get(f"/v1/jobs/{job_id}/logs", params={"follow": "true"}).text
+    assert followed == logs  # a finished job's follow returns everything and ends
+
+    assert len(_ray_submissions_of(ray_cluster, job_id)) == 1
+
+
+def test_queueing_cancel_and_idempotent_retry(member, ray_cluster):
+    long_job = member.submit(name="long", config={"epochs": 500}).json()["id"]
+    member.wait(long_job, {"RUNNING"}, timeout_s=180)
+
+    # The cluster is full: the next job waits, and says what for. A retried POST is the same job.
+    retry = {"Idempotency-Key": "queued-job-1"}
+    queued = member.submit(headers=retry, name="queued", config={"epochs": 2})
+    again = member.submit(headers=retry, name="queued", config={"epochs": 2})
+    assert queued.status_code == 201 and again.status_code == 200
+    queued_id = queued.json()["id"]
+    assert again.json()["id"] == queued_id
+    time.sleep(2)  # several scheduler ticks
+    waiting = member.job(queued_id)
+    assert waiting["state"] == "QUEUED" and waiting["message"] == "waiting for resources: needs 2 CPU, 0 free"
+
+    # Cancelling a queued job means it never starts.
+    never = member.submit(name="never", config={"epochs": 2}).json()["id"]
+    assert member.http.post(f"/v1/jobs/{never}/cancel").json()["state"] == "CANCELLED"
+
+    # Cancelling the running job stops it in Ray within seconds and frees the cluster.
+    started = time.monotonic()
+    assert member.http.post(f"/v1/jobs/{long_job}/cancel").json()["state"] == "CANCELLING"
+    member.wait(long_job, {"CANCELLED"}, timeout_s=60)
+    assert time.monotonic() - started < 30
+    [run] = _ray_submissions_of(ray_cluster, long_job)
+    assert run.status.value == "STOPPED"
+
+    finished = member.wait(queued_id, {"SUCCEEDED"}, timeout_s=240)  # it got the freed CPUs
+    assert finished["attempt"] == 1
+    assert len(_ray_submissions_of(ray_cluster, queued_id)) == 1  # the retry made no second run
+    assert _ray_submissions_of(ray_cluster, never) == []
+    assert member.job(never)["state"] == "CANCELLED"
+
+
+def test_impossible_jobs_get_a_clear_reason_at_once(member):
+    too_many = member.submit(scaling={"num_workers": 3})
+    assert too_many.status_code == 422
+    assert "needs 3 CPU for 3 workers but the whole cluster has 2 CPU" in too_many.json()["detail"][0]["msg"]
+    gpu = member.submit(scaling={"num_workers": 1, "use_gpu": True})
+    assert gpu.status_code == 422 and "has 0 GPU" in gpu.json()["detail"][0]["msg"]
+    assert member.http.get("/v1/jobs", params={"state": "QUEUED"}).json()["items"] == []
