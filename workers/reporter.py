@@ -18,6 +18,8 @@ import httpx
 from workers.spec import CheckpointEvent, MetricsEvent, StateEvent
 
 log = logging.getLogger(__name__)
+# httpx logs every request at INFO: one line per event batch would drown the job's own output.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 MAX_QUEUED_EVENTS = 10_000
 MAX_BATCH_EVENTS = 1000  # EventBatch.events allows at most 1000
