@@ -2,17 +2,36 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from orchestrator.backend import ClusterBackend
 from orchestrator.db.models import Job
 from orchestrator.settings import Settings
 
 DRIVER_MODULE = "workers.driver"
 
 
-def driver_entrypoint(job: Job) -> str:
-    # Ray Jobs runs this through a shell, so it is built from server-made values only: the job id
-    # (uuid hex) and the attempt number. The driver fetches its spec from the control plane.
-    assert job.id.isalnum(), job.id
-    return f"python -m {DRIVER_MODULE} --job-id {job.id} --attempt {int(job.attempt)}"
+@dataclass(frozen=True)
+class Launch:
+    """One attempt's submission, read off the job row while it is locked and sent after the commit."""
+
+    submission_id: str
+    entrypoint: str
+    metadata: dict[str, str]
+
+    @classmethod
+    def of(cls, job: Job) -> Launch:
+        # Ray Jobs runs the entrypoint through a shell, so it is built from server-made values only: the
+        # job id (uuid hex) and the attempt number. The driver fetches its spec from the control plane.
+        assert job.id.isalnum(), job.id
+        return cls(
+            submission_id=job.submission_id,
+            entrypoint=f"python -m {DRIVER_MODULE} --job-id {job.id} --attempt {int(job.attempt)}",
+            metadata={"job_id": job.id, "attempt": str(job.attempt), "project_id": job.project_id},
+        )
+
+    def submit(self, backend: ClusterBackend, job_token: str, settings: Settings) -> None:
+        backend.submit(self.submission_id, self.entrypoint, driver_env(job_token, settings), self.metadata)
 
 
 def driver_env(job_token: str, settings: Settings) -> dict[str, str]:

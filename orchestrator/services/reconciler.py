@@ -15,7 +15,7 @@ from orchestrator.auth import generate_secret, hash_secret
 from orchestrator.backend import BackendUnavailable, ClusterBackend, RunInfo, RunStatus
 from orchestrator.db.models import Job, JobState, utcnow
 from orchestrator.repositories import jobs as jobs_repo
-from orchestrator.services.launch import driver_entrypoint, driver_env
+from orchestrator.services.launch import Launch
 from orchestrator.settings import Settings
 from orchestrator.states import lock_job, set_job_state
 
@@ -49,7 +49,7 @@ class Reconciler:
                 log.warning("reconciler: job %s: %s", job_id, exc)
 
     def _reconcile(self, job_id: str, attempt: int, info: RunInfo) -> None:
-        resubmit: str | None = None
+        resubmit: tuple[Launch, str] | None = None
         with self.sessions.begin() as session:
             job = lock_job(session, job_id)
             if job is None or job.attempt != attempt:
@@ -72,14 +72,13 @@ class Reconciler:
                 if job.state != S.STARTING:
                     set_job_state(session, job, S.FAILED, "driver_lost", "Ray has no record of the job's driver any more")
                 elif utcnow() - job.updated_at > RESUBMIT_GRACE:
-                    resubmit = generate_secret("jtk_")
-                    job.token_hash = hash_secret(resubmit)
-            if resubmit:
-                submission_id, entrypoint = job.submission_id, driver_entrypoint(job)
-                metadata = {"job_id": job.id, "attempt": str(job.attempt), "project_id": job.project_id}
+                    token = generate_secret("jtk_")
+                    job.token_hash = hash_secret(token)
+                    resubmit = (Launch.of(job), token)
         if resubmit:
-            log.info("job %s: Ray has no run for %s; submitting it again", job_id, submission_id)
-            self.backend.submit(submission_id, entrypoint, driver_env(resubmit, self.settings), metadata)
+            launch, token = resubmit
+            log.info("job %s: Ray has no run for %s; submitting it again", job_id, launch.submission_id)
+            launch.submit(self.backend, token, self.settings)
 
 
 def _failure_message(info: RunInfo, backend: ClusterBackend, job: Job) -> str:

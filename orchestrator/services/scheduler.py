@@ -11,7 +11,7 @@ from orchestrator.auth import generate_secret, hash_secret
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import JobState
 from orchestrator.repositories import jobs as jobs_repo
-from orchestrator.services.launch import driver_entrypoint, driver_env
+from orchestrator.services.launch import Launch
 from orchestrator.settings import Settings
 from orchestrator.states import TERMINAL, lock_job, note_waiting, set_job_state
 from workers.spec import JobSpec
@@ -56,20 +56,19 @@ class Scheduler:
             job.attempt += 1
             job.token_hash = hash_secret(token)
             set_job_state(session, job, JobState.STARTING, "admitted", f"attempt {job.attempt} submitted to Ray")
-            submission_id, entrypoint = job.submission_id, driver_entrypoint(job)
-            metadata = {"job_id": job.id, "attempt": str(job.attempt), "project_id": job.project_id}
+            launch = Launch.of(job)
         # Submitted after the commit: if this process dies here, the reconciler finds the STARTING job
         # with no Ray run and submits the same submission id, which Ray runs at most once.
         try:
-            self.backend.submit(submission_id, entrypoint, driver_env(token, self.settings), metadata)
-            log.info("job %s: submitted %s", job_id, submission_id)
+            launch.submit(self.backend, token, self.settings)
+            log.info("job %s: submitted %s", job_id, launch.submission_id)
         except BackendUnavailable as exc:
             log.warning("job %s: submit failed, the reconciler will retry: %s", job_id, exc)
             return True
         with self.sessions.begin() as session:
             job = lock_job(session, job_id)
             if job is not None and (job.state in TERMINAL or job.state == JobState.CANCELLING):
-                self.backend.stop(submission_id)  # cancelled while we were submitting
+                self.backend.stop(launch.submission_id)  # cancelled while we were submitting
         return True
 
     def _wait_or_fail(self, job_id: str, spec: JobSpec, capacity: ClusterCapacity, missing: str) -> None:

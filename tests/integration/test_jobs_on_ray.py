@@ -9,6 +9,7 @@ import pytest
 import torch
 from ray.job_submission import JobSubmissionClient
 
+from orchestrator.backend.local_cluster import LocalRayCluster
 from workers.checkpoints import load_model_from_checkpoint
 from workers.workloads.digits import build
 
@@ -106,3 +107,14 @@ def test_impossible_jobs_get_a_clear_reason_at_once(member):
     gpu = member.submit(scaling={"num_workers": 1, "use_gpu": True})
     assert gpu.status_code == 422 and "has 0 GPU" in gpu.json()["detail"][0]["msg"]
     assert member.http.get("/v1/jobs", params={"state": "QUEUED"}).json()["items"] == []
+
+
+def test_a_second_start_adopts_the_running_local_cluster(ray_cluster):
+    again = LocalRayCluster(
+        ray_cluster.dir.parent, gcs_port=ray_cluster.gcs_port, dashboard_port=ray_cluster.dashboard_port,
+        client_port=ray_cluster.client_port,
+    )
+    pid = ray_cluster.pid_path.read_text()
+    again.start(timeout_s=10)
+    assert again._process is None  # nothing new was started
+    assert ray_cluster.pid_path.read_text() == pid

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
@@ -355,3 +357,28 @@ def test_only_the_newest_checkpoints_are_kept_like_ray_does(app, client, backend
     client.post(f"/internal/v1/jobs/{job}/events", json={"attempt": 1, "events": events}, headers=auth(token))
     paths = [c["path"] for c in client.get(f"/v1/jobs/{job}/checkpoints", headers=auth(ADMIN)).json()]
     assert paths == ["/s/ckpt_2", "/s/ckpt_3"]
+
+
+def test_without_an_admin_token_the_first_start_prints_an_admin_key_once(database_url, tmp_path, capsys):
+    settings = Settings(database_url=database_url, storage=str(tmp_path / "s"), var_dir=str(tmp_path / "v"))
+    with TestClient(create_app(settings, backend=FakeBackend(), run_loops=False)) as first:
+        printed = capsys.readouterr().out
+        key = next(line.strip() for line in printed.splitlines() if line.strip().startswith("ork_"))
+        assert first.post("/v1/projects", json={"name": "p"}, headers=auth(key)).status_code == 201
+        assert first.get("/v1/jobs", headers=auth(ADMIN)).status_code == 401  # no token configured
+    with TestClient(create_app(settings, backend=FakeBackend(), run_loops=False)) as second:
+        assert "ork_" not in capsys.readouterr().out  # shown only once
+        assert second.get("/v1/projects", headers=auth(key)).status_code == 200
+
+
+def test_a_lost_submit_is_made_again_with_the_same_submission_id(app, client, backend, monkeypatch):
+    job, first_token = _started_job(app, client, backend)
+    del backend.runs[f"{job}-1"]  # as if the control plane died between commit and submit
+    monkeypatch.setattr("orchestrator.services.reconciler.RESUBMIT_GRACE", timedelta(0))
+    reconcile(app)
+    assert [s[0] for s in backend.submitted] == [f"{job}-1", f"{job}-1"]
+    new_token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+    running = {"attempt": 1, "events": [{"type": "state", "state": "running"}]}
+    assert client.post(f"/internal/v1/jobs/{job}/events", json=running, headers=auth(first_token)).status_code == 401
+    assert client.post(f"/internal/v1/jobs/{job}/events", json=running, headers=auth(new_token)).status_code == 200
+    assert client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()["attempt"] == 1
