@@ -10,6 +10,8 @@ import torch
 from ray.job_submission import JobSubmissionClient
 
 from orchestrator.backend.local_cluster import LocalRayCluster
+from orchestrator.service import Service
+from orchestrator.settings import Settings
 from workers.checkpoints import load_model_from_checkpoint
 from workers.workloads.digits import build
 
@@ -118,3 +120,19 @@ def test_a_second_start_adopts_the_running_local_cluster(ray_cluster):
     again.start(timeout_s=10)
     assert again._process is None  # nothing new was started
     assert ray_cluster.pid_path.read_text() == pid
+
+
+def test_with_ray_address_the_service_uses_that_cluster_and_starts_none(ray_cluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_TOKEN", ray_cluster.token())  # how a user hands over a remote token
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'o.db'}", var_dir=str(tmp_path / "var"), storage=str(tmp_path / "s"),
+        ray_address=ray_cluster.dashboard_url, admin_token="x",
+    )
+    service = Service(settings, run_loops=False)
+    service.start()
+    try:
+        assert service.local_cluster is None
+        assert service.backend.capacity().total["CPU"] == 2
+        assert not (tmp_path / "var" / "ray").exists()
+    finally:
+        service.stop()

@@ -382,3 +382,17 @@ def test_a_lost_submit_is_made_again_with_the_same_submission_id(app, client, ba
     assert client.post(f"/internal/v1/jobs/{job}/events", json=running, headers=auth(first_token)).status_code == 401
     assert client.post(f"/internal/v1/jobs/{job}/events", json=running, headers=auth(new_token)).status_code == 200
     assert client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()["attempt"] == 1
+
+
+def test_gpu_jobs_queue_for_gpus(app, client, backend):
+    backend.total = {"CPU": 8.0, "GPU": 1.0}
+    too_big = submit(client, ADMIN, scaling={"num_workers": 2, "use_gpu": True})
+    assert too_big.status_code == 422 and "whole cluster has 1 GPU" in too_big.json()["detail"][0]["msg"]
+    first = submit(client, ADMIN, scaling={"num_workers": 1, "use_gpu": True}).json()["id"]
+    second = submit(client, ADMIN, scaling={"num_workers": 1, "use_gpu": True}).json()["id"]
+    cpu_only = submit(client, ADMIN, scaling={"num_workers": 2}).json()["id"]
+    tick(app)
+    assert client.get(f"/v1/jobs/{first}", headers=auth(ADMIN)).json()["state"] == "STARTING"
+    waiting = client.get(f"/v1/jobs/{second}", headers=auth(ADMIN)).json()
+    assert waiting["state"] == "QUEUED" and waiting["message"] == "waiting for resources: needs 1 GPU, 0 free"
+    assert client.get(f"/v1/jobs/{cpu_only}", headers=auth(ADMIN)).json()["state"] == "STARTING"  # CPUs were free
