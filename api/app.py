@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request, status
 from fastapi.responses import JSONResponse
 
-from api.routers import health, internal, jobs, projects
+from api.routers import health, internal, jobs, plan, projects
 from orchestrator.backend import ClusterBackend
 from orchestrator.service import Service
 from orchestrator.services.submission import IdempotencyConflict, SpecRejected
@@ -34,7 +34,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
-    for router in (health.router, projects.router, jobs.router, internal.router):
+    for router in (health.router, projects.router, jobs.router, plan.router, internal.router):
         app.include_router(router)
 
     @app.exception_handler(SpecRejected)

@@ -56,6 +56,7 @@ class JobOut(_FromORM):
     priority: int
     labels: dict[str, str]
     spec: dict[str, Any]
+    plan: dict[str, Any] | None = Field(description="Strategy that runs (auto resolved, with the reason), global batch, scaled LR.")
     latest_metrics: dict[str, Any] | None
     result: dict[str, Any] | None
     created_at: datetime

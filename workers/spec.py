@@ -25,22 +25,50 @@ class _Strict(BaseModel):
 
 
 # --- built-in workload configs -------------------------------------------------------------------
+# A workload's config holds only what shapes its model and data; how it is trained (epochs, batch,
+# learning rate, optimizer, precision, strategy) is the job spec's, the same for every workload.
 
 
 class DigitsConfig(_Strict):
-    """Hyperparameters of the built-in ``digits`` workload (scikit-learn's bundled 8x8 digits)."""
+    """The built-in ``digits`` workload: scikit-learn's bundled 8x8 digits, an MLP classifier."""
 
-    epochs: int = Field(12, ge=1, le=1000, description="Passes over the training split.")
-    lr: float = Field(0.05, gt=0, le=10, description="SGD learning rate.")
-    momentum: float = Field(0.9, ge=0, lt=1)
-    batch_size: int = Field(32, ge=1, le=4096, description="Per-worker batch size.")
     hidden: int = Field(128, ge=1, le=8192, description="Width of the hidden layer.")
+    batchnorm: bool = Field(False, description="Put a BatchNorm1d after the hidden layer.")
     val_fraction: float = Field(0.2, gt=0, lt=1, description="Share of the data held out.")
-    seed: int = Field(0, ge=0, description="Seed for the split, the init and the sampler.")
+
+    def param_count(self) -> int:
+        count = 64 * self.hidden + self.hidden + self.hidden * 10 + 10
+        return count + (2 * self.hidden if self.batchnorm else 0)
+
+
+class TinyGptConfig(_Strict):
+    """The built-in ``tiny_gpt`` workload: a character-level decoder-only transformer on a text file."""
+
+    text_path: str = Field(min_length=1, description="A UTF-8 text file readable on every worker node.")
+    context: int = Field(64, ge=2, le=8192, description="Characters of context per sample.")
+    layers: int = Field(2, ge=1, le=96)
+    width: int = Field(128, ge=8, le=16384, description="Embedding width; a multiple of heads.")
+    heads: int = Field(4, ge=1, le=128)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    val_fraction: float = Field(0.1, gt=0, lt=1)
+    vocab_size: int = Field(256, ge=2, le=1_114_112, description="Byte-level vocabulary: 256 covers UTF-8.")
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> TinyGptConfig:
+        if self.width % self.heads:
+            raise ValueError(f"width ({self.width}) must be a multiple of heads ({self.heads})")
+        return self
+
+    def param_count(self) -> int:
+        """Token + position embeddings, blocks (2 LayerNorms, qkv + proj, 4x MLP), final LayerNorm;
+        the output head shares the token embedding's weights."""
+        w, v = self.width, self.vocab_size
+        per_block = 2 * (2 * w) + (3 * w * w + 3 * w) + (w * w + w) + (4 * w * w + 4 * w) + (4 * w * w + w)
+        return v * w + self.context * w + self.layers * per_block + 2 * w
 
 
 # Built-in workloads by name, with the model that validates their ``config``.
-BUILTIN_WORKLOADS: dict[str, type[BaseModel]] = {"digits": DigitsConfig}
+BUILTIN_WORKLOADS: dict[str, type[BaseModel]] = {"digits": DigitsConfig, "tiny_gpt": TinyGptConfig}
 
 
 def is_custom_workload(workload: str) -> bool:
@@ -57,6 +85,10 @@ class ScalingSpec(_Strict):
     gpus_per_worker: float | None = Field(
         None, ge=0, le=16, description="Defaults to 1 when use_gpu is set, else 0."
     )
+    memory_per_worker_gb: float | None = Field(
+        None, gt=0, le=10_000, description="Memory one worker may use (GPU memory with use_gpu); the "
+        "planner behind strategy 'auto' checks the model fits in it. Default: 16 with GPUs, else 4."
+    )
 
     @model_validator(mode="after")
     def _gpu_defaults(self) -> ScalingSpec:
@@ -66,6 +98,8 @@ class ScalingSpec(_Strict):
             raise ValueError("gpus_per_worker > 0 needs use_gpu: true")
         elif self.use_gpu and self.gpus_per_worker == 0:
             raise ValueError("use_gpu: true needs gpus_per_worker > 0")
+        if self.memory_per_worker_gb is None:
+            self.memory_per_worker_gb = 16.0 if self.use_gpu else 4.0
         return self
 
     def total_resources(self) -> dict[str, float]:
@@ -76,9 +110,36 @@ class ScalingSpec(_Strict):
         }
 
 
+class BatchSpec(_Strict):
+    per_worker: int = Field(32, ge=1, le=65_536, description="Micro-batch size on each worker.")
+    accumulation_steps: int = Field(
+        1, ge=1, le=1024, description="Micro-batches per optimizer step (gradients all-reduced once, on the last)."
+    )
+
+
+LrScaling = Literal["linear", "sqrt", "none"]
+
+
+class LrSpec(_Strict):
+    base: float = Field(0.05, gt=0, le=10, description="Learning rate tuned for base_batch.")
+    base_batch: int = Field(64, ge=1, description="The global batch `base` was tuned for.")
+    scaling: LrScaling = Field("linear", description="How the rate follows the global batch.")
+    warmup_steps: int = Field(0, ge=0, le=1_000_000, description="Optimizer steps of linear warmup from 0.")
+
+
+class OptimizerSpec(_Strict):
+    name: Literal["sgd", "adam", "adamw"] = "sgd"
+    momentum: float = Field(0.9, ge=0, lt=1, description="SGD only.")
+    weight_decay: float = Field(0.0, ge=0, le=1)
+
+
 class CheckpointSpec(_Strict):
-    every_epochs: int = Field(1, ge=1, le=10_000, description="Checkpoint every N epochs (and at the end).")
+    every_epochs: int | None = Field(1, ge=1, le=10_000, description="Checkpoint every N epochs.")
+    every_steps: int | None = Field(None, ge=1, description="Checkpoint every N optimizer steps.")
     keep: int = Field(2, ge=1, le=1000, description="Most recent checkpoints kept in storage.")
+    export_full: bool = Field(
+        False, description="FSDP: also write a full (unsharded) model state dict for serving."
+    )
 
 
 class RetrySpec(_Strict):
@@ -97,13 +158,22 @@ class JobSpec(_Strict):
 
     name: str = Field("", max_length=128, description="Free-form display name.")
     workload: str = Field(
-        description='A built-in workload ("digits") or "package.module:function" from an allowed package.'
+        description='A built-in workload ("digits", "tiny_gpt") or "package.module:function" from an allowed package.'
     )
     config: dict[str, Any] = Field(
-        default_factory=dict, validate_default=True, description="The workload's hyperparameters."
+        default_factory=dict, validate_default=True, description="The workload's own parameters (model, data)."
     )
     scaling: ScalingSpec = Field(default_factory=ScalingSpec)
-    strategy: Literal["ddp"] = "ddp"
+    epochs: int = Field(12, ge=1, le=100_000, description="Passes over the training set.")
+    batch: BatchSpec = Field(default_factory=BatchSpec)
+    lr: LrSpec = Field(default_factory=LrSpec)
+    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
+    strategy: Literal["ddp", "fsdp", "auto"] = Field("ddp", description="auto: the planner picks and says why.")
+    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="fp16 needs GPUs (it uses a grad scaler).")
+    sync_batchnorm: bool = Field(False, description="Synchronise BatchNorm statistics across workers.")
+    grad_clip_norm: float | None = Field(None, gt=0, description="Clip the global gradient norm to this.")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="Seeds the split, the init, the sampler and dropout.")
+    metrics_every_steps: int = Field(10, ge=1, description="Stream step metrics every N optimizer steps.")
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     retries: RetrySpec = Field(default_factory=RetrySpec)
     priority: int = Field(0, ge=-1000, le=1000, description="Higher runs first; ties go oldest first.")
@@ -122,15 +192,45 @@ class JobSpec(_Strict):
     @field_validator("config")
     @classmethod
     def _validate_builtin_config(cls, config: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        # Fill in and check a built-in workload's hyperparameters (errors keep their config.* location),
+        # Fill in and check a built-in workload's parameters (errors keep their config.* location),
         # so that the stored spec is the complete one the job really runs with.
         config_model = BUILTIN_WORKLOADS.get(info.data.get("workload", ""))
         if config_model is None:
             return config
         return config_model.model_validate(config).model_dump()
 
+    @model_validator(mode="after")
+    def _precision_needs_hardware(self) -> JobSpec:
+        if self.precision == "fp16" and not self.scaling.use_gpu:
+            raise ValueError("precision fp16 needs GPUs (scaling.use_gpu: true); on CPU use bf16 or fp32")
+        return self
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per optimizer step over the whole group."""
+        return self.batch.per_worker * self.scaling.num_workers * self.batch.accumulation_steps
+
+    @property
+    def scaled_lr(self) -> float:
+        return scale_lr(self.lr.base, self.lr.base_batch, self.global_batch, self.lr.scaling)
+
+
+def scale_lr(base_lr: float, base_batch: int, global_batch: int, rule: LrScaling) -> float:
+    """The learning rate for ``global_batch`` given one tuned for ``base_batch``."""
+    ratio = global_batch / base_batch
+    return base_lr * {"linear": ratio, "sqrt": ratio**0.5, "none": 1.0}[rule]
+
 
 # --- what the driver receives -----------------------------------------------------------------------
+
+
+class TrainingPlan(BaseModel):
+    """What the control plane decided for a job before it ran, recorded on the job."""
+
+    strategy: Literal["ddp", "fsdp"] = Field(description="The strategy that runs (auto resolved).")
+    reason: str = Field("", description="Why, when the planner chose.")
+    global_batch: int
+    lr: float = Field(description="The learning rate after scaling to the global batch.")
 
 
 class DriverAssignment(BaseModel):
@@ -139,6 +239,7 @@ class DriverAssignment(BaseModel):
     job_id: str
     attempt: int
     spec: JobSpec
+    plan: TrainingPlan
     storage_path: str = Field(description="Ray Train storage_path; the run's folder is <storage_path>/<job_id>.")
 
 

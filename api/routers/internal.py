@@ -11,7 +11,7 @@ from orchestrator.auth import hash_secret, secrets_equal
 from orchestrator.db.models import Job
 from orchestrator.services.events import apply_events
 from orchestrator.states import lock_job
-from workers.spec import DriverAssignment, EventBatch, JobSpec
+from workers.spec import DriverAssignment, EventBatch, JobSpec, TrainingPlan
 
 router = APIRouter(prefix="/internal/v1/jobs", tags=["internal"])
 
@@ -38,7 +38,7 @@ def assignment(job_id: str, attempt: int, session: SessionDep, service: ServiceD
     _current_attempt(job, attempt)
     return DriverAssignment(
         job_id=job.id, attempt=job.attempt, spec=JobSpec.model_validate(job.spec),
-        storage_path=service.settings.storage_path,
+        plan=TrainingPlan.model_validate(job.plan), storage_path=service.settings.storage_path,
     )
 
 

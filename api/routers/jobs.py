@@ -48,9 +48,9 @@ def create_job(
     project_id: Annotated[str | None, Query(description="Admins only: the project to run in.")] = None,
 ) -> JobOut:
     """Submit a training job. A repeated `Idempotency-Key` returns the job the first request made."""
-    check_runnable(spec, service.settings, service.backend)  # asks Ray: before the transaction starts
+    plan = check_runnable(spec, service.settings, service.backend)  # asks Ray: before the transaction starts
     target = _target_project(session, principal, project_id)
-    job, created = submit_job(session, target, spec, idempotency_key)
+    job, created = submit_job(session, target, spec, plan, idempotency_key)
     session.commit()
     if not created:
         response.status_code = status.HTTP_200_OK

@@ -98,6 +98,7 @@ class Job(Base):
     attempt: Mapped[int] = mapped_column(Integer, default=0)  # 0 until first admitted
     idempotency_key: Mapped[str | None] = mapped_column(String(128), default=None)
     token_hash: Mapped[str] = mapped_column(String(64))  # the driver's credential for events
+    plan: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)  # workers.spec.TrainingPlan
     latest_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

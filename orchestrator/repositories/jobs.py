@@ -10,19 +10,22 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db.models import Checkpoint, Job, JobEvent, JobLabel, JobMetric, JobState
 from orchestrator.states import ACTIVE
-from workers.spec import JobSpec
+from workers.spec import JobSpec, TrainingPlan
 
 
 class InvalidCursor(ValueError):
     pass
 
 
-def create_job(session: Session, project_id: str, spec: JobSpec, idempotency_key: str | None) -> Job:
+def create_job(
+    session: Session, project_id: str, spec: JobSpec, plan: TrainingPlan, idempotency_key: str | None
+) -> Job:
     job = Job(
         project_id=project_id,
         name=spec.name,
         workload=spec.workload,
         spec=spec.model_dump(mode="json"),
+        plan=plan.model_dump(mode="json"),
         priority=spec.priority,
         idempotency_key=idempotency_key,
         token_hash="",

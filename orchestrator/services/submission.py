@@ -12,7 +12,8 @@ from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import Job
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.settings import Settings
-from workers.spec import JobSpec, is_custom_workload
+from orchestrator.planner import DoesNotFit, plan_job
+from workers.spec import JobSpec, TrainingPlan, is_custom_workload
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,8 @@ class IdempotencyConflict(ValueError):
     pass
 
 
-def check_runnable(spec: JobSpec, settings: Settings, backend: ClusterBackend) -> None:
+def check_runnable(spec: JobSpec, settings: Settings, backend: ClusterBackend) -> TrainingPlan:
+    """Everything about a spec that pydantic alone can't judge; returns the plan the job will run with."""
     if is_custom_workload(spec.workload):
         package = spec.workload.split(":")[0].split(".")[0]
         allowed = settings.allowed_workload_packages
@@ -39,17 +41,24 @@ def check_runnable(spec: JobSpec, settings: Settings, backend: ClusterBackend) -
                 ("workload",), f"package {package!r} is not an allowed workload package: {allowed_text}"
             )
     try:
+        plan = plan_job(spec)
+    except DoesNotFit as exc:
+        raise SpecRejected(("strategy",), f"the model does not fit the workers' memory: {exc}") from None
+    try:
         capacity = backend.capacity()
     except BackendUnavailable as exc:
         # Accept it: the scheduler checks again, and fails the job with a reason if it never fits.
         log.warning("could not check cluster capacity at submit: %s", exc)
-        return
+        return plan
     reason = never_fits(spec, capacity)
     if reason:
         raise SpecRejected(("scaling",), f"this job can never run on this cluster: {reason}")
+    return plan
 
 
-def submit_job(session: Session, project_id: str, spec: JobSpec, idempotency_key: str | None) -> tuple[Job, bool]:
+def submit_job(
+    session: Session, project_id: str, spec: JobSpec, plan: TrainingPlan, idempotency_key: str | None
+) -> tuple[Job, bool]:
     """Store a new QUEUED job (after ``check_runnable``). Returns (job, created); a repeated
     Idempotency-Key returns the first job instead."""
     if idempotency_key:
@@ -58,7 +67,7 @@ def submit_job(session: Session, project_id: str, spec: JobSpec, idempotency_key
             return _replay(existing, spec), False
     try:
         with session.begin_nested():
-            job = jobs_repo.create_job(session, project_id, spec, idempotency_key)
+            job = jobs_repo.create_job(session, project_id, spec, plan, idempotency_key)
     except IntegrityError:
         # A concurrent request with the same key won the race: answer with its job.
         existing = jobs_repo.find_by_idempotency_key(session, project_id, idempotency_key or "")

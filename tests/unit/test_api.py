@@ -130,19 +130,28 @@ def test_duplicate_project_is_a_conflict(client):
 
 def test_submit_stores_the_full_spec_as_queued(client):
     _, keys = make_project(client, "vision")
-    response = submit(client, keys["member"], name="first", config={"epochs": 3}, labels={"team": "cv"})
+    response = submit(client, keys["member"], name="first", epochs=3, labels={"team": "cv"}, scaling={"num_workers": 4})
     assert response.status_code == 201, response.text
     job = response.json()
     assert job["state"] == "QUEUED" and job["attempt"] == 0 and job["labels"] == {"team": "cv"}
-    assert job["spec"]["config"]["epochs"] == 3 and job["spec"]["config"]["lr"] == 0.05  # defaults filled
-    assert job["spec"]["scaling"]["num_workers"] == 2
+    assert job["spec"]["epochs"] == 3 and job["spec"]["config"]["hidden"] == 128  # defaults filled
+    assert job["spec"]["lr"] == {"base": 0.05, "base_batch": 64, "scaling": "linear", "warmup_steps": 0}
+    # Recorded on the job: the strategy that runs, the global batch, and the LR scaled to it.
+    assert job["plan"] == {"strategy": "ddp", "reason": "", "global_batch": 128, "lr": pytest.approx(0.1)}
 
 
 @pytest.mark.parametrize(
     ("spec", "loc"),
     [
         ({"workload": "nope"}, ["body", "workload"]),
-        ({"workload": "digits", "config": {"epochs": -2}}, ["body", "config", "epochs"]),
+        ({"workload": "digits", "epochs": -2}, ["body", "epochs"]),
+        ({"workload": "digits", "config": {"epochs": 2}}, ["body", "config", "epochs"]),
+        ({"workload": "digits", "precision": "fp16"}, ["body"]),
+        (
+            {"workload": "tiny_gpt", "strategy": "auto", "config": {"text_path": "t", "width": 2048, "heads": 8},
+             "scaling": {"num_workers": 2, "memory_per_worker_gb": 0.1}},
+            ["body", "strategy"],
+        ),
         ({"workload": "digits", "scaling": {"num_workers": 0}}, ["body", "scaling", "num_workers"]),
         ({"workload": "digits", "surprise": 1}, ["body", "surprise"]),
         ({"workload": "digits", "scaling": {"num_workers": 5}}, ["body", "scaling"]),  # 5 CPU > 4 in the cluster
@@ -396,3 +405,22 @@ def test_gpu_jobs_queue_for_gpus(app, client, backend):
     waiting = client.get(f"/v1/jobs/{second}", headers=auth(ADMIN)).json()
     assert waiting["state"] == "QUEUED" and waiting["message"] == "waiting for resources: needs 1 GPU, 0 free"
     assert client.get(f"/v1/jobs/{cpu_only}", headers=auth(ADMIN)).json()["state"] == "STARTING"  # CPUs were free
+
+
+
+def test_plan_endpoint(client):
+    body = {"params": 2e9, "precision": "bf16", "optimizer": "adam", "gpus": 8, "gpu_memory_gb": 16, "activation_gb": 3}
+    assert client.post("/v1/plan", json=body).status_code == 401
+    answer = client.post("/v1/plan", json=body, headers=auth(ADMIN)).json()
+    assert answer["recommended"] == "fsdp" and answer["strategies"]["ddp"]["fits"] is False
+    bad = client.post("/v1/plan", json={"gpu_memory_gb": 16}, headers=auth(ADMIN))
+    assert bad.status_code == 422 and "either params or workload" in bad.text
+
+
+def test_auto_strategy_is_resolved_and_explained_on_the_job(app, client, backend):
+    job = submit(client, ADMIN, strategy="auto").json()
+    assert job["plan"]["strategy"] == "ddp" and job["plan"]["reason"].startswith("planner: ddp fits")
+    tick(app)
+    token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+    assignment = client.get(f"/internal/v1/jobs/{job['id']}/assignment", params={"attempt": 1}, headers=auth(token)).json()
+    assert assignment["plan"]["strategy"] == "ddp" and assignment["spec"]["strategy"] == "auto"

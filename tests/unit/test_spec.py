@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from workers.spec import DigitsConfig, EventBatch, JobSpec
+from workers.spec import DigitsConfig, EventBatch, JobSpec, TinyGptConfig, scale_lr
 
 
 def test_only_workload_is_required_and_defaults_are_filled_in():
@@ -11,6 +11,28 @@ def test_only_workload_is_required_and_defaults_are_filled_in():
     assert spec.scaling.num_workers == 2 and spec.scaling.gpus_per_worker == 0
     assert spec.config == DigitsConfig().model_dump()  # the stored spec is the complete one
     assert spec.strategy == "ddp" and spec.checkpoint.every_epochs == 1
+    assert spec.precision == "fp32" and spec.epochs == 12
+
+
+def test_global_batch_and_scaled_learning_rate():
+    spec = JobSpec(
+        workload="digits", scaling={"num_workers": 4}, batch={"per_worker": 32, "accumulation_steps": 2},
+        lr={"base": 0.1, "base_batch": 64},
+    )
+    assert spec.global_batch == 256
+    assert spec.scaled_lr == pytest.approx(0.4)  # linear: 256 / 64 = 4x
+    assert scale_lr(0.1, 64, 256, "sqrt") == pytest.approx(0.2)
+    assert scale_lr(0.1, 64, 256, "none") == pytest.approx(0.1)
+
+
+def test_fp16_is_fine_on_gpus():
+    assert JobSpec(workload="digits", precision="fp16", scaling={"use_gpu": True}).precision == "fp16"
+
+
+def test_tiny_gpt_parameter_formula_by_hand():
+    # width 8, 1 layer, vocab 256, context 4: embeddings 2048 + 32; block 32 + 216 + 72 + 288 + 264 = 872;
+    # final LayerNorm 16.
+    assert TinyGptConfig(text_path="t", width=8, heads=2, layers=1, context=4).param_count() == 2048 + 32 + 872 + 16
 
 
 def test_use_gpu_defaults_to_one_gpu_per_worker():
@@ -24,7 +46,9 @@ def test_use_gpu_defaults_to_one_gpu_per_worker():
         ({}, ("workload",), "Field required"),
         ({"workload": "mnist"}, ("workload",), "unknown workload"),
         ({"workload": "os.system; rm -rf /"}, ("workload",), "unknown workload"),
-        ({"workload": "digits", "config": {"epochs": -1}}, ("epochs",), "greater than or equal to 1"),
+        ({"workload": "digits", "epochs": -1}, ("epochs",), "greater than or equal to 1"),
+        ({"workload": "digits", "config": {"epochs": 3}}, ("config", "epochs"), "Extra inputs"),
+        ({"workload": "digits", "config": {"hiden": 3}}, ("config", "hiden"), "Extra inputs"),
         ({"workload": "digits", "config": {"epoch": 3}}, ("config", "epoch"), "Extra inputs"),
         ({"workload": "digits", "scaling": {"num_workers": 0}}, ("scaling", "num_workers"), "greater than or equal to 1"),
         ({"workload": "digits", "scaling": {"gpus_per_worker": 1}}, ("scaling",), "needs use_gpu"),
@@ -32,13 +56,22 @@ def test_use_gpu_defaults_to_one_gpu_per_worker():
         ({"workload": "digits", "retries": {"max_attempts": 0}}, ("retries", "max_attempts"), "greater than"),
         ({"workload": "digits", "labels": {"team": "a b"}}, ("labels", "team"), "pattern"),
         ({"workload": "digits", "colour": "red"}, ("colour",), "Extra inputs"),
+        ({"workload": "tiny_gpt"}, ("config", "text_path"), "Field required"),
+        ({"workload": "tiny_gpt", "config": {"text_path": "t", "width": 100, "heads": 3}}, ("config",), "multiple of heads"),
+        ({"workload": "digits", "precision": "fp16"}, (), "fp16 needs GPUs"),
+        ({"workload": "digits", "precision": "fp8"}, ("precision",), "'bf16'"),
+        ({"workload": "digits", "strategy": "zero3"}, ("strategy",), "'fsdp'"),
+        ({"workload": "digits", "batch": {"accumulation_steps": 0}}, ("batch", "accumulation_steps"), "greater than"),
+        ({"workload": "digits", "lr": {"scaling": "cubic"}}, ("lr", "scaling"), "'linear'"),
+        ({"workload": "digits", "grad_clip_norm": 0}, ("grad_clip_norm",), "greater than 0"),
+        ({"workload": "digits", "optimizer": {"name": "lion"}}, ("optimizer", "name"), "'sgd'"),
     ],
 )
 def test_invalid_specs_name_the_field(body, loc, words):
     with pytest.raises(ValidationError) as info:
         JobSpec.model_validate(body)
     errors = info.value.errors()
-    assert any(tuple(e["loc"])[-len(loc):] == loc and words in e["msg"] for e in errors), errors
+    assert any(tuple(e["loc"])[len(e["loc"]) - len(loc):] == loc and words in e["msg"] for e in errors), errors
 
 
 def test_custom_workload_syntax_is_accepted_by_the_contract():

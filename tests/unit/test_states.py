@@ -7,6 +7,7 @@ from orchestrator.db.engine import make_engine, make_session_factory
 from orchestrator.db.migrate import upgrade_head
 from orchestrator.db.models import JobEvent, JobState
 from orchestrator.repositories import jobs as jobs_repo
+from orchestrator.planner import plan_job
 from orchestrator.repositories import projects as projects_repo
 from orchestrator.states import TERMINAL, IllegalTransition, is_allowed, lock_job, set_job_state
 from workers.spec import JobSpec
@@ -52,7 +53,8 @@ def sessions(database_url):
 def _new_job(sessions) -> str:
     with sessions.begin() as session:
         project = projects_repo.ensure_default_project(session)
-        return jobs_repo.create_job(session, project.id, JobSpec(workload="digits"), None).id
+        spec = JobSpec(workload="digits")
+        return jobs_repo.create_job(session, project.id, spec, plan_job(spec), None).id
 
 
 def test_set_job_state_writes_history_and_timestamps(sessions):

@@ -1,19 +1,27 @@
-"""What a workload hands to the shared training loop.
+"""What a workload hands to the shared training loop: its model, its data and its metric.
 
-A workload is a function ``build(config: dict) -> Workload``. It supplies the model, the data and the
-optimizer; the loop (``workers.train_loop``) does everything distributed: sharding, DDP, validation,
-metrics, checkpoints and resuming. Workloads are classification for now: the loop reports
-``val_accuracy`` as the share of ``argmax(model(x)) == y``.
+A workload is a function ``build(config: dict, seed: int) -> Workload``: ``config`` is the job's
+``config`` (validated first for built-ins), ``seed`` the job's seed (use it for any split or shuffle of
+your own). Everything about training is the loop's (``workers.train_loop``): sharding, DDP or FSDP,
+precision, accumulation, the optimizer and learning-rate schedule, validation, metrics, checkpoints,
+resuming. The loop reports ``train_loss``, ``val_loss`` and ``val_accuracy`` (the share of targets
+where ``argmax(output, -1) == target``), so a workload is a classifier over the last dimension of its
+output: digit classes, or the next character for a language model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.utils.data import Dataset
+
+
+def flat_cross_entropy(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over every target, whatever the leading dimensions (batch, sequence...)."""
+    return nn.functional.cross_entropy(output.reshape(-1, output.shape[-1]).float(), target.reshape(-1))
 
 
 @dataclass
@@ -22,10 +30,10 @@ class Workload:
     # Map-style datasets whose items are ``(x, y)`` tensors; ``y`` holds class indices.
     train_dataset: Dataset
     val_dataset: Dataset
-    epochs: int
-    batch_size: int  # per worker: the effective batch is batch_size x workers
-    make_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
-    # Must return the MEAN over the batch: the loop multiplies by the batch size to sum exactly.
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = field(
-        default_factory=nn.CrossEntropyLoss
-    )
+    # Must return the MEAN over all targets of the batch: the loop weighs it by the target count.
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = flat_cross_entropy
+    # FSDP2 shards each of these modules on its own (then the root): a transformer's blocks. None: the
+    # whole model is one unit.
+    fsdp_blocks: Callable[[nn.Module], Iterable[nn.Module]] | None = None
+    # Targets per sample (a sequence model's context length): throughput is reported in these too.
+    targets_per_sample: int = 1

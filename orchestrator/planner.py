@@ -1,0 +1,168 @@
+"""How a model fits and scales: memory per GPU under DDP and ZeRO 1/2/3 (FSDP), batch, LR, all-reduce.
+
+Pure arithmetic, byte by byte. Units are decimal: 1 GB = 1e9 bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from workers.spec import BUILTIN_WORKLOADS, JobSpec, LrScaling, TrainingPlan, scale_lr
+
+GB = 1e9
+Strategy = Literal["ddp", "zero1", "zero2", "fsdp"]
+STRATEGIES: tuple[Strategy, ...] = ("ddp", "zero1", "zero2", "fsdp")
+RUNNABLE: tuple[Strategy, ...] = ("ddp", "fsdp")  # what the training runtime runs
+
+
+class BytesPerParam(BaseModel):
+    weights: float
+    gradients: float
+    optimizer: float = Field(description="Master weights (mixed precision) plus the optimizer's moments.")
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer
+
+
+def bytes_per_param(precision: str, optimizer: str) -> BytesPerParam:
+    """fp32 Adam: 4 + 4 + 8. Mixed-precision Adam: 2 + 2 + (4 master + 4 + 4). SGD with momentum: one
+    moment instead of two."""
+    moments = 8.0 if optimizer in ("adam", "adamw") else 4.0
+    if precision == "fp32":
+        return BytesPerParam(weights=4, gradients=4, optimizer=moments)
+    return BytesPerParam(weights=2, gradients=2, optimizer=4 + moments)
+
+
+class PlanRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    params: float | None = Field(None, gt=0, description="Parameter count; or give workload + config.")
+    workload: str | None = Field(None, description="A built-in workload whose parameters are counted.")
+    config: dict = Field(default_factory=dict)
+    precision: Literal["fp32", "bf16", "fp16"] = "bf16"
+    optimizer: Literal["sgd", "adam", "adamw"] = "adam"
+    gpus: int = Field(1, ge=1, le=100_000)
+    gpu_memory_gb: float = Field(gt=0)
+    activation_gb: float = Field(0.0, ge=0)
+    per_gpu_batch: int = Field(1, ge=1)
+    accumulation_steps: int = Field(1, ge=1)
+    base_lr: float = Field(1e-3, gt=0)
+    base_batch: int = Field(1, ge=1)
+    lr_scaling: LrScaling = "linear"
+    bandwidth_gb_s: float = Field(25.0, gt=0, description="Per-GPU all-reduce bandwidth.")
+    latency_us: float = Field(5.0, ge=0, description="Per-hop latency.")
+
+    @model_validator(mode="after")
+    def _params_or_workload(self) -> PlanRequest:
+        if (self.params is None) == (self.workload is None):
+            raise ValueError("give either params or workload (+ config), not both")
+        if self.workload is not None:
+            config_model = BUILTIN_WORKLOADS.get(self.workload)
+            if config_model is None:
+                raise ValueError(f"workload {self.workload!r}: the planner counts parameters of {sorted(BUILTIN_WORKLOADS)} only")
+            self.params = float(config_model.model_validate(self.config).param_count())
+        return self
+
+
+class StrategyFit(BaseModel):
+    per_gpu_gb: float
+    fits: bool
+    breakdown_gb: dict[str, float] = Field(description="weights, gradients, optimizer, activations per GPU.")
+
+
+class PlanResponse(BaseModel):
+    params: float
+    bytes_per_param: BytesPerParam
+    strategies: dict[Strategy, StrategyFit]
+    recommended: Strategy | None
+    reason: str
+    shortfall_gb: float = Field(description="How much more memory per GPU the best runnable strategy needs.")
+    global_batch: int
+    lr: float
+    allreduce_ms: float
+
+
+def _sharding(strategy: Strategy) -> tuple[bool, bool, bool]:
+    """Which of (weights, gradients, optimizer state) are divided over the GPUs."""
+    return {
+        "ddp": (False, False, False),
+        "zero1": (False, False, True),
+        "zero2": (False, True, True),
+        "fsdp": (True, True, True),
+    }[strategy]
+
+
+def plan(request: PlanRequest) -> PlanResponse:
+    params, n = float(request.params or 0), request.gpus
+    per_param = bytes_per_param(request.precision, request.optimizer)
+    strategies = {}
+    for strategy in STRATEGIES:
+        shard_w, shard_g, shard_o = _sharding(strategy)
+        breakdown = {
+            "weights": params * per_param.weights / (n if shard_w else 1) / GB,
+            "gradients": params * per_param.gradients / (n if shard_g else 1) / GB,
+            "optimizer": params * per_param.optimizer / (n if shard_o else 1) / GB,
+            "activations": request.activation_gb,
+        }
+        total = sum(breakdown.values())
+        strategies[strategy] = StrategyFit(per_gpu_gb=total, fits=total <= request.gpu_memory_gb, breakdown_gb=breakdown)
+
+    fitting = [s for s in RUNNABLE if strategies[s].fits]
+    recommended = fitting[0] if fitting else None
+    best = strategies["fsdp"]
+    shortfall = 0.0 if recommended else best.per_gpu_gb - request.gpu_memory_gb
+    if recommended == "ddp":
+        reason = f"ddp fits: {strategies['ddp'].per_gpu_gb:.3g} GB of {request.gpu_memory_gb:g} GB per GPU"
+    elif recommended == "fsdp":
+        reason = (
+            f"ddp needs {strategies['ddp'].per_gpu_gb:.3g} GB per GPU, more than {request.gpu_memory_gb:g} GB; "
+            f"fsdp over {n} GPUs needs {best.per_gpu_gb:.3g} GB"
+        )
+    else:
+        reason = (
+            f"does not fit: even fsdp over {n} GPUs needs {best.per_gpu_gb:.3g} GB per GPU, "
+            f"{shortfall:.3g} GB more than {request.gpu_memory_gb:g} GB"
+        )
+
+    global_batch = request.per_gpu_batch * n * request.accumulation_steps
+    gradient_bytes = params * per_param.gradients
+    allreduce_s = 2 * (n - 1) / n * gradient_bytes / (request.bandwidth_gb_s * GB) + (n - 1) * request.latency_us * 1e-6
+    return PlanResponse(
+        params=params,
+        bytes_per_param=per_param,
+        strategies=strategies,
+        recommended=recommended,
+        reason=reason,
+        shortfall_gb=shortfall,
+        global_batch=global_batch,
+        lr=scale_lr(request.base_lr, request.base_batch, global_batch, request.lr_scaling),
+        allreduce_ms=allreduce_s * 1e3,
+    )
+
+
+class DoesNotFit(ValueError):
+    pass
+
+
+def plan_job(spec: JobSpec) -> TrainingPlan:
+    """The plan recorded on a job at submit: the strategy that runs (``auto`` resolved), batch and LR."""
+    common = {"global_batch": spec.global_batch, "lr": spec.scaled_lr}
+    if spec.strategy != "auto":
+        return TrainingPlan(strategy=spec.strategy, reason="", **common)
+    config_model = BUILTIN_WORKLOADS.get(spec.workload)
+    if config_model is None:
+        return TrainingPlan(
+            strategy="ddp", reason="custom workload: its size is unknown before it runs, so ddp", **common
+        )
+    answer = plan(
+        PlanRequest(
+            workload=spec.workload, config=spec.config, precision=spec.precision, optimizer=spec.optimizer.name,
+            gpus=spec.scaling.num_workers, gpu_memory_gb=spec.scaling.memory_per_worker_gb or 0.0,
+        )
+    )
+    if answer.recommended is None:
+        raise DoesNotFit(answer.reason)
+    return TrainingPlan(strategy=answer.recommended, reason=f"planner: {answer.reason}", **common)
