@@ -1,7 +1,8 @@
 """Workload registry: built-in names, or ``"package.module:function"`` from an installed package.
 
-The control plane has already checked that a custom workload's package is allowed; here we only
-resolve the name, and say clearly what is wrong when it cannot be resolved.
+A workload is ``build(config: dict, seed: int) -> Workload`` (see ``workers.workloads.base``). The
+control plane has already checked that a custom workload's package is allowed; here we only resolve
+the name, and say clearly what is wrong when it cannot be resolved.
 """
 
 from __future__ import annotations
@@ -12,15 +13,18 @@ from collections.abc import Callable
 from torch import nn
 
 from workers.spec import is_custom_workload
-from workers.workloads import digits
-from workers.workloads.base import Workload
+from workers.workloads import digits, tiny_gpt
+from workers.workloads.base import Workload, flat_cross_entropy
 
-BUILTIN: dict[str, Callable[[dict], Workload]] = {"digits": digits.build}
+BuildFn = Callable[[dict, int], Workload]
+ModelBuilder = Callable[[dict], nn.Module]
+
+BUILTIN: dict[str, BuildFn] = {"digits": digits.build, "tiny_gpt": tiny_gpt.build}
 # Built-ins that can make their bare model without loading any data (serving, checkpoint loading).
-BUILTIN_MODELS: dict[str, Callable[[dict], nn.Module]] = {"digits": digits.build_model}
+BUILTIN_MODELS: dict[str, ModelBuilder] = {"digits": digits.build_model, "tiny_gpt": tiny_gpt.build_model}
 
 
-def load_workload(name: str) -> Callable[[dict], Workload]:
+def load_workload(name: str) -> BuildFn:
     if name in BUILTIN:
         return BUILTIN[name]
     if not is_custom_workload(name):
@@ -41,12 +45,19 @@ def load_workload(name: str) -> Callable[[dict], Workload]:
     return build
 
 
-def load_model_builder(name: str) -> Callable[[dict], nn.Module]:
-    """How to make the workload's untrained model; custom workloads build their whole Workload."""
+def load_model_builder(name: str) -> ModelBuilder:
+    """How to make the workload's untrained model; custom workloads build their whole Workload (seed 0)."""
     if name in BUILTIN_MODELS:
         return BUILTIN_MODELS[name]
     build = load_workload(name)
-    return lambda config: build(config).model
+    return lambda config: build(config, 0).model
 
 
-__all__ = ["Workload", "load_model_builder", "load_workload"]
+__all__ = [
+    "BUILTIN",
+    "BUILTIN_MODELS",
+    "Workload",
+    "flat_cross_entropy",
+    "load_model_builder",
+    "load_workload",
+]

@@ -30,20 +30,23 @@ class Standardize(nn.Module):
 def build_model(config: dict) -> nn.Module:
     """The untrained network (standardization left at identity until ``build`` fits it)."""
     cfg = DigitsConfig.model_validate(config)
+    hidden: list[nn.Module] = [nn.Linear(NUM_FEATURES, cfg.hidden)]
+    if cfg.batchnorm:
+        hidden.append(nn.BatchNorm1d(cfg.hidden))
     return nn.Sequential(
         Standardize(NUM_FEATURES),
-        nn.Linear(NUM_FEATURES, cfg.hidden),
+        *hidden,
         nn.ReLU(),
         nn.Linear(cfg.hidden, NUM_CLASSES),
     )
 
 
-def build(config: dict) -> Workload:
+def build(config: dict, seed: int) -> Workload:
     cfg = DigitsConfig.model_validate(config)
     features, labels = load_digits(return_X_y=True)
     # Stratified and seeded: every rank and every attempt sees the same split.
     x_train, x_val, y_train, y_val = train_test_split(
-        features, labels, test_size=cfg.val_fraction, random_state=cfg.seed, stratify=labels
+        features, labels, test_size=cfg.val_fraction, random_state=seed, stratify=labels
     )
     x_train = torch.tensor(x_train, dtype=torch.float32)
     x_val = torch.tensor(x_val, dtype=torch.float32)
@@ -58,7 +61,4 @@ def build(config: dict) -> Workload:
         model=model,
         train_dataset=TensorDataset(x_train, torch.tensor(y_train, dtype=torch.long)),
         val_dataset=TensorDataset(x_val, torch.tensor(y_val, dtype=torch.long)),
-        epochs=cfg.epochs,
-        batch_size=cfg.batch_size,
-        make_optimizer=lambda params: torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum),
     )

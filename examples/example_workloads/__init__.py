@@ -1,0 +1,1 @@
+"""Example custom workloads for the training orchestration service (see ../README.md)."""
