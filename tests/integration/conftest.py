@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 
-from api.app import create_app
+from api.embedded import serve_in_thread
 from orchestrator.backend.local_cluster import LocalRayCluster
 from orchestrator.backend.ray_backend import RayBackend
 from orchestrator.settings import Settings
@@ -63,24 +61,14 @@ class Api:
 @pytest.fixture(scope="session")
 def service(ray_cluster, tmp_path_factory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("service")
-    port = free_port()
     settings = Settings(
         database_url=f"sqlite:///{root / 'orchestrator.db'}", storage=str(root / "storage"), var_dir=str(root / "var"),
-        host="127.0.0.1", port=port, admin_token=ADMIN,
+        host="127.0.0.1", port=free_port(), admin_token=ADMIN,
         scheduler_interval_s=0.5, reconciler_interval_s=1.0, train_poll_interval_s=0.2,
+        workload_packages="example_workloads",  # examples/, installed by `make install`
     )
-    app = create_app(settings, backend=RayBackend(ray_cluster.dashboard_url, ray_cluster.token()))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the service did not start"
-        time.sleep(0.1)
-    app.state.storage = root / "storage"
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(30)
+    with serve_in_thread(settings, RayBackend(ray_cluster.dashboard_url, ray_cluster.token())) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -23,8 +23,8 @@ def _ray_submissions_of(cluster, job_id: str) -> list:
     return [j for j in client.list_jobs() if (j.metadata or {}).get("job_id") == job_id]
 
 
-def _val_accuracy(model: torch.nn.Module, config: dict) -> float:
-    val = build(config).val_dataset
+def _val_accuracy(model: torch.nn.Module, config: dict, seed: int) -> float:
+    val = build(config, seed).val_dataset
     x = torch.stack([val[i][0] for i in range(len(val))])
     y = torch.stack([torch.as_tensor(val[i][1]) for i in range(len(val))])
     with torch.no_grad():
@@ -40,14 +40,19 @@ def test_digits_job_trains_to_95_percent_and_reports_everything(member, ray_clus
     assert running["started_at"] is not None
     job = member.wait(job_id, {"SUCCEEDED"}, timeout_s=300)
 
-    epochs = job["spec"]["config"]["epochs"]
+    epochs = job["spec"]["epochs"]
     assert job["result"]["metrics"]["val_accuracy"] >= 0.95, job["result"]
     assert job["latest_metrics"]["val_accuracy"] >= 0.95
 
     metrics = member.http.get(f"/v1/jobs/{job_id}/metrics").json()
-    assert [m["epoch"] for m in metrics] == list(range(1, epochs + 1))  # every epoch, once, in order
-    assert all(m["attempt"] == 1 and {"train_loss", "val_loss", "val_accuracy"} <= m["values"].keys() for m in metrics)
-    assert metrics[-1]["values"]["train_loss"] < metrics[0]["values"]["train_loss"]
+    per_epoch = [m for m in metrics if "val_accuracy" in m["values"]]
+    assert [m["epoch"] for m in per_epoch] == list(range(1, epochs + 1))  # every epoch, once, in order
+    assert all(m["attempt"] == 1 and {"train_loss", "val_loss"} <= m["values"].keys() for m in per_epoch)
+    assert per_epoch[-1]["values"]["train_loss"] < per_epoch[0]["values"]["train_loss"]
+    # Step metrics stream in between, every metrics_every_steps optimizer steps.
+    steps = [m for m in metrics if "samples_per_s" in m["values"]]
+    assert len(steps) >= per_epoch[-1]["step"] // job["spec"]["metrics_every_steps"] - epochs
+    assert all(m["values"]["samples_per_s"] > 0 and m["values"]["lr"] > 0 for m in steps)
 
     checkpoints = member.http.get(f"/v1/jobs/{job_id}/checkpoints").json()
     assert len(checkpoints) == job["spec"]["checkpoint"]["keep"]
@@ -55,7 +60,7 @@ def test_digits_job_trains_to_95_percent_and_reports_everything(member, ray_clus
     for checkpoint in checkpoints:
         assert Path(checkpoint["path"]).is_dir() and checkpoint["size_bytes"] > 0
     model = load_model_from_checkpoint(checkpoints[-1]["path"], "digits", job["spec"]["config"])
-    assert _val_accuracy(model, job["spec"]["config"]) >= 0.95
+    assert _val_accuracy(model, job["spec"]["config"], job["spec"]["seed"]) >= 0.95
 
     history = [(e["from_state"], e["to_state"]) for e in member.http.get(f"/v1/jobs/{job_id}/events").json()]
     assert history == [(None, "QUEUED"), ("QUEUED", "STARTING"), ("STARTING", "RUNNING"), ("RUNNING", "SUCCEEDED")]
@@ -69,13 +74,13 @@ def test_digits_job_trains_to_95_percent_and_reports_everything(member, ray_clus
 
 
 def test_queueing_cancel_and_idempotent_retry(member, ray_cluster):
-    long_job = member.submit(name="long", config={"epochs": 500}).json()["id"]
+    long_job = member.submit(name="long", epochs=500).json()["id"]
     member.wait(long_job, {"RUNNING"}, timeout_s=180)
 
     # The cluster is full: the next job waits, and says what for. A retried POST is the same job.
     retry = {"Idempotency-Key": "queued-job-1"}
-    queued = member.submit(headers=retry, name="queued", config={"epochs": 2})
-    again = member.submit(headers=retry, name="queued", config={"epochs": 2})
+    queued = member.submit(headers=retry, name="queued", epochs=2)
+    again = member.submit(headers=retry, name="queued", epochs=2)
     assert queued.status_code == 201 and again.status_code == 200
     queued_id = queued.json()["id"]
     assert again.json()["id"] == queued_id
@@ -84,7 +89,7 @@ def test_queueing_cancel_and_idempotent_retry(member, ray_cluster):
     assert waiting["state"] == "QUEUED" and waiting["message"] == "waiting for resources: needs 2 CPU, 0 free"
 
     # Cancelling a queued job means it never starts.
-    never = member.submit(name="never", config={"epochs": 2}).json()["id"]
+    never = member.submit(name="never", epochs=2).json()["id"]
     assert member.http.post(f"/v1/jobs/{never}/cancel").json()["state"] == "CANCELLED"
 
     # Cancelling the running job stops it in Ray within seconds and frees the cluster.
