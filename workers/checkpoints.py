@@ -1,47 +1,39 @@
-"""The one checkpoint format: ``<dir>/checkpoint.pt``, a torch.save of plain tensors and numbers.
+"""Committed checkpoints outside training: the model for serving, and where a checkpoint lives.
 
-Only plain data goes in, so loading can use ``weights_only=True``: opening a checkpoint never runs code.
+The layout and how the loop writes and resumes checkpoints is ``workers.checkpoint_io``.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any
 
-import torch
 from ray.train import Checkpoint
 from torch import nn
 
+from workers.checkpoint_io import MODEL_FILE, SHARDED_DIR, load
 from workers.workloads import load_model_builder
-
-CHECKPOINT_FILE = "checkpoint.pt"
-
-
-def save_checkpoint(directory: str | os.PathLike, state: dict[str, Any]) -> Path:
-    path = Path(directory) / CHECKPOINT_FILE
-    torch.save(state, path)
-    return path
-
-
-def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """``path`` is a checkpoint folder or the ``checkpoint.pt`` inside one, on local disk."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / CHECKPOINT_FILE
-    return torch.load(path, weights_only=True, map_location="cpu")
 
 
 def load_model_from_checkpoint(checkpoint_dir: str, workload_name: str, config: dict) -> nn.Module:
     """A fresh model of the workload with the checkpoint's weights, in eval mode.
 
-    ``checkpoint_dir`` may be a local folder or a storage URI (``s3://...``): Ray's Checkpoint
-    downloads a URI to a temporary folder and uses a local folder as it is.
+    Works for DDP checkpoints and FSDP ones written with ``checkpoint.export_full``. ``checkpoint_dir``
+    may be a local folder or a storage URI (``s3://...``): Ray's Checkpoint downloads a URI to a
+    temporary folder and uses a local folder as it is.
     """
     model = load_model_builder(workload_name)(config)
     with Checkpoint(checkpoint_dir).as_directory() as local_dir:
-        state = load_checkpoint(local_dir)
-    model.load_state_dict(state["model"])
+        path = Path(local_dir) / MODEL_FILE
+        if not path.exists():
+            if (Path(local_dir) / SHARDED_DIR).is_dir():
+                raise ValueError(
+                    f"checkpoint {checkpoint_dir} holds only FSDP shards, no full model: run FSDP jobs that are "
+                    "to be served with checkpoint.export_full: true (or convert the shards with "
+                    "torch.distributed.checkpoint.format_utils.dcp_to_torch_save)"
+                )
+            raise FileNotFoundError(f"checkpoint {checkpoint_dir} has no {MODEL_FILE}")
+        state = load(path)
+    model.load_state_dict(state)
     return model.eval()
 
 

@@ -1,23 +1,26 @@
-"""Everything the training loop needs from its distributed environment, behind one small object.
+"""Everything the training loop needs from where it runs, behind one small object.
 
 The loop talks only to a ``LoopContext`` (in the spirit of Determined's training contexts), so the
-same loop runs on a Ray Train worker (``RayContext``) and in-process in a test (``LocalContext``).
+same loop runs on a Ray Train worker (``workers.ray_context.RayContext``), under plain ``torchrun``
+or ``torch.multiprocessing``, and in one test process (``LocalContext``). The process group, where
+there is one, is already initialised: Ray Train, ``workers.torchrun`` or the test sets it up.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-import ray.train
-import ray.train.torch
 import torch
 import torch.distributed as dist
-from torch import nn
 
-from workers.checkpoints import load_checkpoint
+from workers.distributed import is_distributed
+
+CHECKPOINT_PREFIX = "checkpoint_"
 
 
 class LoopContext(Protocol):
@@ -25,71 +28,47 @@ class LoopContext(Protocol):
     world_size: int
     device: torch.device
 
-    def prepare_model(self, model: nn.Module) -> nn.Module:
-        """Move the model to the device and wrap it for data parallelism where there is any."""
+    def resume_dir(self) -> contextlib.AbstractContextManager[str | None]:
+        """A local folder holding the checkpoint to resume from (None on a fresh start)."""
 
-    def all_reduce_sum(self, tensor: torch.Tensor) -> None:
-        """Sum ``tensor`` in place over all ranks."""
-
-    def latest_checkpoint(self) -> dict[str, Any] | None:
-        """The state to resume from, or None on a fresh start."""
-
-    def report(self, metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
-        """Commit a checkpoint (rank 0 passes its folder, other ranks None). Every rank calls it."""
-
-
-class RayContext:
-    """Inside ``train_loop_per_worker`` of a Ray Train ``TorchTrainer``."""
-
-    def __init__(self) -> None:
-        train_context = ray.train.get_context()
-        self.rank = train_context.get_world_rank()
-        self.world_size = train_context.get_world_size()
-        self.device = ray.train.torch.get_device()
-
-    def prepare_model(self, model: nn.Module) -> nn.Module:
-        return ray.train.torch.prepare_model(model)
-
-    def all_reduce_sum(self, tensor: torch.Tensor) -> None:
-        if self.world_size > 1:
-            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-
-    def latest_checkpoint(self) -> dict[str, Any] | None:
-        checkpoint = ray.train.get_checkpoint()
-        if checkpoint is None:
-            return None
-        with checkpoint.as_directory() as local_dir:
-            return load_checkpoint(local_dir)
-
-    def report(self, metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
-        checkpoint = ray.train.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
-        ray.train.report(metrics, checkpoint=checkpoint)
+    def report(self, metrics: dict[str, Any], checkpoint_dir: str) -> None:
+        """Commit a checkpoint: every rank calls it with its own folder; together they are one checkpoint."""
 
 
 class LocalContext:
-    """One process, world size 1: checkpoints are copied to ``checkpoint_root/checkpoint_NNNNNN``."""
+    """No Ray: a single process, or one rank of the torch.distributed group this process is in.
 
-    def __init__(self, checkpoint_root: str | os.PathLike, resume_from: str | os.PathLike | None = None):
-        self.rank = 0
-        self.world_size = 1
-        self.device = torch.device("cpu")
+    Every rank's part of a checkpoint is copied into ``checkpoint_root/checkpoint_<step>``
+    (``metrics["step"]`` names it), a folder all ranks can reach (one machine, or shared storage).
+    """
+
+    def __init__(
+        self,
+        checkpoint_root: str | os.PathLike,
+        resume_from: str | os.PathLike | None = None,
+        device: torch.device | None = None,
+    ) -> None:
+        self.rank = dist.get_rank() if is_distributed() else 0
+        self.world_size = dist.get_world_size() if is_distributed() else 1
+        self.device = device or torch.device("cpu")
         self.checkpoint_root = Path(checkpoint_root)
         self.resume_from = resume_from
         self.checkpoints: list[Path] = []
         self.reported: list[dict[str, Any]] = []
 
-    def prepare_model(self, model: nn.Module) -> nn.Module:
-        return model.to(self.device)
+    @contextlib.contextmanager
+    def resume_dir(self) -> Iterator[str | None]:
+        yield str(self.resume_from) if self.resume_from else None
 
-    def all_reduce_sum(self, tensor: torch.Tensor) -> None:
-        pass  # one rank: the local sum is the total
-
-    def latest_checkpoint(self) -> dict[str, Any] | None:
-        return load_checkpoint(self.resume_from) if self.resume_from else None
-
-    def report(self, metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
+    def report(self, metrics: dict[str, Any], checkpoint_dir: str) -> None:
+        target = self.checkpoint_root / f"{CHECKPOINT_PREFIX}{int(metrics['step']):09d}"
+        shutil.copytree(checkpoint_dir, target, dirs_exist_ok=True)
+        if is_distributed():
+            dist.barrier()  # the checkpoint is whole only once every rank has copied its part
         self.reported.append(dict(metrics))
-        if checkpoint_dir:
-            target = self.checkpoint_root / f"checkpoint_{len(self.checkpoints):06d}"
-            shutil.copytree(checkpoint_dir, target)
-            self.checkpoints.append(target)
+        self.checkpoints.append(target)
+
+
+def latest_checkpoint(checkpoint_root: str | os.PathLike) -> Path | None:
+    """The newest checkpoint a ``LocalContext`` wrote under ``checkpoint_root``, if any."""
+    return max(Path(checkpoint_root).glob(f"{CHECKPOINT_PREFIX}*"), default=None)

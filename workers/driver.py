@@ -68,12 +68,15 @@ def fetch_assignment(url: str, job_id: str, attempt: int, token: str) -> DriverA
 def run_attempt(assignment: DriverAssignment, control_plane_url: str | None, token: str) -> int:
     """Train on the Ray cluster this process is connected to; report the outcome; return the exit code."""
     job_id, attempt, spec = assignment.job_id, assignment.attempt, assignment.spec
+    plan = assignment.plan
     log.info(
-        "job %s attempt %d: workload %s, %d worker(s), storage %s/%s",
+        "job %s attempt %d: workload %s, %d worker(s), %s%s, storage %s/%s",
         job_id,
         attempt,
         spec.workload,
         spec.scaling.num_workers,
+        plan.strategy,
+        f" ({plan.reason})" if plan.reason else "",
         assignment.storage_path.rstrip("/"),
         job_id,
     )
@@ -83,6 +86,7 @@ def run_attempt(assignment: DriverAssignment, control_plane_url: str | None, tok
             job_id=job_id,
             attempt=attempt,
             spec=spec,
+            plan=plan,
             storage_path=assignment.storage_path,
             control_plane_url=control_plane_url,
             token=token,

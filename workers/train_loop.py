@@ -1,25 +1,30 @@
-"""The one training loop, run on every Ray Train worker for every workload.
+"""The one training loop, run on every worker for every workload.
 
-``config`` carries ``job_id``, ``attempt``, ``control_plane_url``, ``token`` and ``spec`` (a JobSpec as
-a dict). Rank 0 reports a ``running`` state, metrics after every epoch and, through Ray Train,
-checkpoints every ``spec.checkpoint.every_epochs`` epochs and after the last one.
+``config`` carries ``job_id``, ``attempt``, ``control_plane_url``, ``token``, ``spec`` (a JobSpec as a
+dict) and ``plan`` (its TrainingPlan: the resolved strategy and the scaled learning rate). Rank 0
+reports a ``running`` state, step metrics every ``spec.metrics_every_steps`` optimizer steps and
+epoch metrics to the control plane (non-blocking). Checkpoints are the only reports to the context
+(``ray.train.report`` blocks): every ``checkpoint.every_epochs`` epochs, every
+``checkpoint.every_steps`` optimizer steps and after the last epoch.
 """
 
 from __future__ import annotations
 
 import logging
 import tempfile
+import time
 from typing import Any, Protocol
 
 import torch
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler, Subset
 
-from workers.checkpoints import save_checkpoint
-from workers.context import LoopContext, RayContext
+from workers.checkpoint_io import Position, restore_checkpoint, save_checkpoint
+from workers.context import LoopContext
+from workers.data import TrainBatches, val_batches
+from workers.distributed import all_reduce_sum, unwrap
 from workers.reporter import EventReporter
-from workers.spec import JobSpec, MetricsEvent, StateEvent
+from workers.rng import rank_seed, seed_everything
+from workers.spec import JobSpec, MetricsEvent, StateEvent, TrainingPlan
+from workers.step import TrainState, autocast, build_train_state, optimizer_step
 from workers.workloads import Workload, load_workload
 
 log = logging.getLogger(__name__)
@@ -33,32 +38,27 @@ class Reporter(Protocol):
     def close(self) -> None: ...
 
 
-def train_loop_per_worker(config: dict) -> None:
-    """Entry point handed to ``TorchTrainer``."""
-    run_training(config, RayContext())
-
-
 def run_training(config: dict, ctx: LoopContext, reporter: Reporter | None = None) -> dict[str, float]:
-    """Train the job's workload; returns the last epoch's metrics.
+    """Train the job's workload; returns the last epoch's metrics and ``samples_per_s``.
 
     ``reporter`` receives rank 0's events; by default rank 0 builds an ``EventReporter`` from ``config``.
     """
     spec = JobSpec.model_validate(config["spec"])
-    seed = int(spec.config.get("seed", 0))
+    plan = TrainingPlan.model_validate(config["plan"])
     torch.set_num_threads(max(1, int(spec.scaling.cpus_per_worker)))
-    # Same seed on every rank: every rank builds the same initial model (DDP also broadcasts rank 0's).
-    torch.manual_seed(seed)
-    workload = load_workload(spec.workload)(spec.config)
-    model = ctx.prepare_model(workload.model)
-    optimizer = workload.make_optimizer(model.parameters())
-
-    start_epoch, step = 0, 0
-    state = ctx.latest_checkpoint()
-    if state is not None:
-        _unwrap(model).load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        start_epoch, step = int(state["epoch"]), int(state["step"])
-        log.info("resuming after epoch %d (step %d)", start_epoch, step)
+    # The same seed on every rank for the model's initial weights: FSDP2 shards each rank's own copy.
+    seed_everything(spec.seed)
+    workload = load_workload(spec.workload)(spec.config, spec.seed)
+    state = build_train_state(workload, spec, plan, ctx.device, ctx.world_size)
+    batches = TrainBatches(
+        workload.train_dataset,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        per_worker=spec.batch.per_worker,
+        accumulation_steps=spec.batch.accumulation_steps,
+        seed=spec.seed,
+    )
+    seed_everything(rank_seed(spec.seed, ctx.rank))  # dropout: different masks on each rank
 
     owns_reporter = False
     if ctx.rank != 0:
@@ -68,116 +68,203 @@ def run_training(config: dict, ctx: LoopContext, reporter: Reporter | None = Non
             config.get("control_plane_url"), config["job_id"], config["attempt"], config.get("token", "")
         )
         owns_reporter = True
-
-    metrics: dict[str, float] = {}
     try:
-        if reporter is not None:
-            reporter.emit(StateEvent(state="running"))
-        sampler = DistributedSampler(
-            workload.train_dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=seed
-        )
-        train_loader = DataLoader(
-            workload.train_dataset, batch_size=workload.batch_size, sampler=sampler, num_workers=0
-        )
-        # Disjoint shards with no padding, so the all-reduced sums cover each sample exactly once.
-        val_shard = Subset(workload.val_dataset, range(ctx.rank, len(workload.val_dataset), ctx.world_size))
-        val_loader = DataLoader(val_shard, batch_size=workload.batch_size, shuffle=False, num_workers=0)
-
-        for epoch in range(start_epoch + 1, workload.epochs + 1):
-            sampler.set_epoch(epoch)  # a new shuffle each epoch, the same one on a resumed run
-            train_sums, step = _train_epoch(model, optimizer, train_loader, workload, ctx.device, step)
-            val_sums = _evaluate(_unwrap(model), val_loader, workload, ctx.device)
-            sums = torch.cat([train_sums, val_sums])
-            ctx.all_reduce_sum(sums)
-            train_loss, train_n, val_loss, val_correct, val_n = sums.tolist()
-            metrics = {
-                "train_loss": train_loss / max(train_n, 1),
-                "val_loss": val_loss / max(val_n, 1),
-                "val_accuracy": val_correct / max(val_n, 1),
-            }
-            if reporter is not None:
-                reporter.emit(MetricsEvent(epoch=epoch, step=step, values=metrics))
-            if epoch % spec.checkpoint.every_epochs == 0 or epoch == workload.epochs:
-                _commit_checkpoint(ctx, model, optimizer, epoch, step, metrics)
+        loop = _Loop(spec, plan, ctx, workload, state, batches, reporter)
+        with ctx.resume_dir() as resume_dir:
+            if resume_dir:  # last: the RNG states it restores are the next ones drawn
+                loop.resume(resume_dir)
+        return loop.run()
     finally:
         if reporter is not None:
             if not reporter.flush(FINAL_FLUSH_TIMEOUT_S):
                 log.warning("not every event reached the control plane within %.0fs", FINAL_FLUSH_TIMEOUT_S)
             if owns_reporter:
                 reporter.close()
-    return metrics
 
 
-def _train_epoch(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    loader: DataLoader,
-    workload: Workload,
-    device: torch.device,
-    step: int,
-) -> tuple[torch.Tensor, int]:
-    """One pass over this rank's shard; returns ``[loss sum, samples]`` and the new global step."""
-    model.train()
-    # Accumulated on the device: no host sync per step.
-    sums = torch.zeros(2, dtype=torch.float64, device=device)
-    for x, y in loader:
-        x, y = x.to(device), y.to(device)
-        optimizer.zero_grad(set_to_none=True)
-        loss = workload.loss_fn(model(x), y)
-        loss.backward()
-        optimizer.step()
-        step += 1
-        sums += torch.stack(
-            [loss.detach().double() * len(y), torch.tensor(len(y), dtype=torch.float64, device=device)]
+class _Loop:
+    def __init__(
+        self,
+        spec: JobSpec,
+        plan: TrainingPlan,
+        ctx: LoopContext,
+        workload: Workload,
+        state: TrainState,
+        batches: TrainBatches,
+        reporter: Reporter | None,
+    ) -> None:
+        self.spec, self.plan, self.ctx, self.workload = spec, plan, ctx, workload
+        self.state, self.batches, self.reporter = state, batches, reporter
+        self.samples_per_step = batches.samples_per_step * ctx.world_size
+        self.position = Position(epoch=1, epoch_steps=0, step=0)
+        self.epoch_loss = self._zeros(2)  # this rank's [sum of step losses, steps] in the epoch
+        self.epoch_throughput: list[tuple[int, float]] = []  # (samples, seconds) per epoch run here
+
+    def resume(self, directory: str) -> None:
+        position, epoch_loss = restore_checkpoint(
+            directory, rank=self.ctx.rank, strategy=self.plan.strategy, state=self.state
         )
-    return sums, step
+        log.info("resuming from %s at epoch %d, step %d", directory, position.epoch, position.step)
+        if position.epoch_steps >= self.batches.steps_per_epoch:  # taken at an epoch's end
+            position = Position(position.epoch + 1, 0, position.step)
+        elif epoch_loss is not None:
+            self.epoch_loss = epoch_loss.to(self.ctx.device)
+        self.position = position
 
+    def run(self) -> dict[str, float]:
+        spec = self.spec
+        if self.reporter is not None:
+            self.reporter.emit(StateEvent(state="running"))
+        if self.ctx.rank == 0:
+            log.info(
+                "%s, %s: global batch %d (%d per worker x %d workers x %d micro-batches), learning rate %.6g "
+                "(%g for batch %d, %s scaling), %d warmup steps, %d steps per epoch",
+                self.plan.strategy,
+                spec.precision,
+                self.samples_per_step,
+                spec.batch.per_worker,
+                self.ctx.world_size,
+                spec.batch.accumulation_steps,
+                self.plan.lr,
+                spec.lr.base,
+                spec.lr.base_batch,
+                spec.lr.scaling,
+                spec.lr.warmup_steps,
+                self.batches.steps_per_epoch,
+            )
+            if self.plan.global_batch != self.samples_per_step:
+                log.warning(
+                    "the plan assumed a global batch of %d (and scaled the learning rate for it); this group makes %d",
+                    self.plan.global_batch,
+                    self.samples_per_step,
+                )
+        metrics: dict[str, float] = {}
+        for epoch in range(self.position.epoch, spec.epochs + 1):
+            self._train_epoch(epoch)
+            metrics = self._epoch_metrics()
+            if self.reporter is not None:
+                self.reporter.emit(MetricsEvent(epoch=epoch, step=self.position.step, values=metrics))
+            every_epochs, every_steps = spec.checkpoint.every_epochs, spec.checkpoint.every_steps
+            if (
+                epoch == spec.epochs
+                or (every_epochs and epoch % every_epochs == 0)
+                or (every_steps and self.position.step % every_steps == 0)  # deferred to here, with metrics
+            ):
+                self._checkpoint({**metrics, "samples_per_s": self.samples_per_s()})
+            self.position = Position(epoch + 1, 0, self.position.step)
+            self.epoch_loss = self._zeros(2)
+        return {**metrics, "samples_per_s": self.samples_per_s()}
 
-@torch.no_grad()
-def _evaluate(model: nn.Module, loader: DataLoader, workload: Workload, device: torch.device) -> torch.Tensor:
-    """``[loss sum, correct, samples]`` over this rank's validation shard.
+    def samples_per_s(self) -> float:
+        """Steady-state training throughput: every epoch run in this process but the first (warm-up)."""
+        measured = self.epoch_throughput[1:] or self.epoch_throughput
+        return sum(samples for samples, _ in measured) / max(sum(seconds for _, seconds in measured), 1e-9)
 
-    Runs the unwrapped module: shards may differ in size by one batch, and a DDP forward could
-    enter a collective that the other rank never joins.
-    """
-    model.eval()
-    sums = torch.zeros(3, dtype=torch.float64, device=device)
-    for x, y in loader:
-        x, y = x.to(device), y.to(device)
-        out = model(x)
-        sums += torch.stack(
-            [
-                workload.loss_fn(out, y).double() * len(y),
-                (out.argmax(dim=1) == y).sum().double(),
-                torch.tensor(len(y), dtype=torch.float64, device=device),
-            ]
+    # --- one epoch ----------------------------------------------------------------------------------
+
+    def _train_epoch(self, epoch: int) -> None:
+        spec, ctx = self.spec, self.ctx
+        every_steps = spec.checkpoint.every_steps
+        window = self._zeros(2)  # [sum of step losses, steps] since the last metrics point
+        window_start = epoch_start = time.perf_counter()
+        paused = 0.0  # seconds spent in mid-epoch checkpoints, not training
+        steps_run = 0
+        self.state.model.train()
+        for micro_batches in self.batches.epoch(epoch, skip_steps=self.position.epoch_steps):
+            loss = optimizer_step(
+                self.state,
+                micro_batches,
+                self.workload.loss_fn,
+                device=ctx.device,
+                precision=spec.precision,
+                grad_clip_norm=spec.grad_clip_norm,
+            )
+            steps_run += 1
+            self.position = Position(epoch, self.position.epoch_steps + 1, self.position.step + 1)
+            counted = torch.stack([loss, torch.ones((), device=ctx.device)])
+            window += counted
+            self.epoch_loss += counted
+            if self.position.step % spec.metrics_every_steps == 0:
+                self._step_metrics(window, time.perf_counter() - window_start)
+                window.zero_()
+                window_start = time.perf_counter()
+            if every_steps and self.position.step % every_steps == 0:
+                if self.position.epoch_steps < self.batches.steps_per_epoch:  # else at the epoch's end
+                    started = time.perf_counter()
+                    self._checkpoint({})
+                    paused += time.perf_counter() - started
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize(ctx.device)  # the clock stops when the work is done, not queued
+        seconds = time.perf_counter() - epoch_start - paused
+        self.epoch_throughput.append((steps_run * self.samples_per_step, seconds))
+
+    def _step_metrics(self, window: torch.Tensor, seconds: float) -> None:
+        # A collective every N steps on every rank: the loss is the mean over all ranks.
+        loss_sum, steps = all_reduce_sum(window.clone()).tolist()
+        samples_per_s = steps / self.ctx.world_size * self.samples_per_step / max(seconds, 1e-9)
+        values = {
+            "train_loss": loss_sum / steps,
+            "lr": self.state.scheduler.get_last_lr()[0],
+            "samples_per_s": samples_per_s,
+        }
+        if self.workload.targets_per_sample > 1:
+            values["tokens_per_s"] = samples_per_s * self.workload.targets_per_sample
+        if self.reporter is not None:
+            self.reporter.emit(MetricsEvent(epoch=self.position.epoch, step=self.position.step, values=values))
+
+    def _epoch_metrics(self) -> dict[str, float]:
+        sums = all_reduce_sum(torch.cat([self.epoch_loss, self._evaluate()]))
+        train_loss, train_steps, val_loss, val_correct, val_targets = sums.tolist()
+        return {
+            "train_loss": train_loss / max(train_steps, 1),
+            "val_loss": val_loss / max(val_targets, 1),
+            "val_accuracy": val_correct / max(val_targets, 1),
+        }
+
+    @torch.no_grad()
+    def _evaluate(self) -> torch.Tensor:
+        """``[loss sum, correct, targets]`` over this rank's validation shard."""
+        ctx = self.ctx
+        # DDP's wrapper adds nothing to a forward without gradients; an FSDP2 module is its own wrapper.
+        model = unwrap(self.state.model)
+        model.eval()
+        sums = self._zeros(3)
+        shards = val_batches(
+            self.workload.val_dataset, rank=ctx.rank, world_size=ctx.world_size, batch_size=self.spec.batch.per_worker
         )
-    return sums
+        for (x, y), counted in shards:
+            x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
+            with autocast(self.spec.precision, ctx.device):
+                out = model(x)  # always run: on FSDP every rank joins the same forwards
+            if counted == 0:
+                continue
+            out, y = out[:counted], y[:counted]
+            targets = y.numel()
+            sums += torch.stack(
+                [
+                    self.workload.loss_fn(out, y).double() * targets,
+                    (out.argmax(dim=-1) == y).sum().double(),
+                    torch.tensor(targets, dtype=torch.float64, device=ctx.device),
+                ]
+            )
+        return sums
 
+    # --- checkpoints --------------------------------------------------------------------------------
 
-def _commit_checkpoint(
-    ctx: LoopContext,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    epoch: int,
-    step: int,
-    metrics: dict[str, float],
-) -> None:
-    # Every rank reports (Ray Train's report is a barrier); only rank 0 writes the one full copy.
-    with tempfile.TemporaryDirectory(prefix="checkpoint-", ignore_cleanup_errors=True) as tmp:
-        if ctx.rank == 0:
+    def _checkpoint(self, metrics: dict[str, float]) -> None:
+        # Every rank writes its part into its own folder and reports it (Ray Train's report is a barrier).
+        with tempfile.TemporaryDirectory(prefix="checkpoint-", ignore_cleanup_errors=True) as tmp:
             save_checkpoint(
                 tmp,
-                {
-                    "model": _unwrap(model).state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "epoch": epoch,
-                    "step": step,
-                },
+                rank=self.ctx.rank,
+                strategy=self.plan.strategy,
+                state=self.state,
+                position=self.position,
+                epoch_loss=self.epoch_loss,
+                export_full=self.spec.checkpoint.export_full,
             )
-        ctx.report({**metrics, "epoch": epoch, "step": step}, tmp if ctx.rank == 0 else None)
+            self.ctx.report({**metrics, "epoch": self.position.epoch, "step": self.position.step}, tmp)
 
-
-def _unwrap(model: nn.Module) -> nn.Module:
-    """The user's module inside a DDP wrapper (Ray does not wrap a single worker's model)."""
-    return model.module if isinstance(model, DistributedDataParallel) else model
+    def _zeros(self, size: int) -> torch.Tensor:
+        # Sums stay on the device: no host sync per step.
+        return torch.zeros(size, dtype=torch.float64, device=self.ctx.device)

@@ -6,8 +6,8 @@ from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from workers.callbacks import CheckpointForwarder
-from workers.spec import JobSpec
-from workers.train_loop import train_loop_per_worker
+from workers.ray_context import train_loop_per_worker
+from workers.spec import JobSpec, TrainingPlan
 
 
 def build_trainer(
@@ -15,6 +15,7 @@ def build_trainer(
     job_id: str,
     attempt: int,
     spec: JobSpec,
+    plan: TrainingPlan,
     storage_path: str,
     control_plane_url: str | None,
     token: str,
@@ -32,6 +33,7 @@ def build_trainer(
             "control_plane_url": control_plane_url,
             "token": token,
             "spec": spec.model_dump(mode="json"),
+            "plan": plan.model_dump(mode="json"),
         },
         scaling_config=ScalingConfig(
             num_workers=scaling.num_workers, use_gpu=scaling.use_gpu, resources_per_worker=resources

@@ -1,4 +1,5 @@
-"""The training loop in-process (no Ray cluster), checkpoints, workload loading and the event reporter."""
+"""The training loop in-process (no Ray cluster, one worker), checkpoints, the torchrun entry and the
+event reporter. Multi-worker behaviour: the test_distributed_* files."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
@@ -14,18 +16,18 @@ import pytest
 import torch
 from ray.train import Checkpoint
 
-from workers import driver
+from workers import driver, torchrun
 from workers.callbacks import checkpoint_event
-from workers.checkpoints import checkpoint_uri, load_checkpoint, load_model_from_checkpoint
+from workers.checkpoints import checkpoint_uri, load_model_from_checkpoint
 from workers.context import LocalContext
 from workers.reporter import EventReporter
-from workers.spec import DriverAssignment, JobSpec, MetricsEvent, StateEvent
+from workers.spec import DriverAssignment, JobSpec, MetricsEvent, StateEvent, TrainingPlan
 from workers.train_loop import run_training
-from workers.workloads import load_workload
 from workers.workloads.digits import build
 
 EPOCHS = 3
-STEPS_PER_EPOCH = 45  # ceil(1437 training samples / batch 32)
+STEPS_PER_EPOCH = 44  # 1437 training samples // batch 32: whole steps only
+METRICS_EVERY = 10
 
 
 class RecordingReporter:
@@ -42,21 +44,34 @@ class RecordingReporter:
         pass
 
 
-def loop_config(**digits_config) -> dict:
-    spec = JobSpec(workload="digits", config={"epochs": EPOCHS, **digits_config}, scaling={"num_workers": 1})
+def plan_for(spec: JobSpec) -> TrainingPlan:
+    return TrainingPlan(strategy="ddp", global_batch=spec.global_batch, lr=spec.scaled_lr)
+
+
+def loop_config(**spec_fields) -> dict:
+    spec = JobSpec(workload="digits", scaling={"num_workers": 1}, **{"epochs": EPOCHS, **spec_fields})
     return {
         "job_id": "job-1",
         "attempt": 1,
         "control_plane_url": None,
         "token": "secret",
         "spec": spec.model_dump(mode="json"),
+        "plan": plan_for(spec).model_dump(mode="json"),
     }
+
+
+def epoch_events(reporter: RecordingReporter) -> list[MetricsEvent]:
+    return [e for e in reporter.events if isinstance(e, MetricsEvent) and "val_loss" in e.values]
+
+
+def step_events(reporter: RecordingReporter) -> list[MetricsEvent]:
+    return [e for e in reporter.events if isinstance(e, MetricsEvent) and "lr" in e.values]
 
 
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory):
     """One 3-epoch run shared by the tests that only look at what it produced."""
-    config = loop_config()
+    config = loop_config(lr={"base": 0.05, "warmup_steps": 20})
     ctx = LocalContext(tmp_path_factory.mktemp("run"))
     reporter = RecordingReporter()
     metrics = run_training(config, ctx, reporter)
@@ -67,39 +82,64 @@ def first_run(tmp_path_factory):
 
 
 def test_loop_learns_digits(first_run):
-    assert first_run.metrics["val_accuracy"] > 0.85
-    assert first_run.metrics["val_loss"] < first_run.reporter.events[1].values["val_loss"]
+    assert first_run.metrics["val_accuracy"] > 0.9
+    assert first_run.metrics["val_loss"] < epoch_events(first_run.reporter)[0].values["val_loss"]
+    assert first_run.metrics["samples_per_s"] > 0
 
 
-def test_loop_emits_running_then_one_metrics_event_per_epoch(first_run):
+def test_loop_emits_running_then_step_and_epoch_metrics(first_run):
     events = first_run.reporter.events
     assert events[0] == StateEvent(state="running")
     assert all(isinstance(event, MetricsEvent) for event in events[1:])
-    assert [(e.epoch, e.step) for e in events[1:]] == [
-        (epoch, epoch * STEPS_PER_EPOCH) for epoch in range(1, EPOCHS + 1)
-    ]
-    assert set(events[-1].values) == {"train_loss", "val_loss", "val_accuracy"}
-    assert events[-1].values == first_run.metrics
+    epochs = epoch_events(first_run.reporter)
+    assert [(e.epoch, e.step) for e in epochs] == [(epoch, epoch * STEPS_PER_EPOCH) for epoch in range(1, EPOCHS + 1)]
+    assert set(epochs[-1].values) == {"train_loss", "val_loss", "val_accuracy"}
+    assert epochs[-1].values == {k: v for k, v in first_run.metrics.items() if k != "samples_per_s"}
+
+    steps = step_events(first_run.reporter)
+    assert [e.step for e in steps] == list(range(METRICS_EVERY, EPOCHS * STEPS_PER_EPOCH + 1, METRICS_EVERY))
+    assert [e.epoch for e in steps[:5]] == [1, 1, 1, 1, 2]  # step 50 is in epoch 2
+    assert all(set(e.values) == {"train_loss", "lr", "samples_per_s"} for e in steps)  # no tokens: 1 per sample
+    assert all(e.values["samples_per_s"] > 0 for e in steps)
+
+
+def test_learning_rate_warms_up_to_the_scaled_rate(first_run, caplog):
+    # scaled: 0.05 for batch 64 -> 0.025 for batch 32; linear warmup over 20 steps
+    rates = [e.values["lr"] for e in step_events(first_run.reporter)[:3]]
+    assert rates == pytest.approx([0.025 * 11 / 20, 0.025, 0.025])
+
+
+def test_the_scaled_rate_is_logged_once(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="workers.train_loop"):
+        run_training(loop_config(epochs=1), LocalContext(tmp_path), RecordingReporter())
+    lines = [r.getMessage() for r in caplog.records if "learning rate" in r.getMessage()]
+    assert len(lines) == 1 and "learning rate 0.025 (0.05 for batch 64, linear scaling)" in lines[0]
 
 
 def test_loop_checkpoints_every_epoch(first_run):
     ctx = first_run.ctx
-    assert [report["epoch"] for report in ctx.reported] == [1, 2, 3]
-    assert len(ctx.checkpoints) == EPOCHS
-    state = load_checkpoint(ctx.checkpoints[-1])
-    assert (state["epoch"], state["step"]) == (EPOCHS, EPOCHS * STEPS_PER_EPOCH)
-    assert set(state) == {"model", "optimizer", "epoch", "step"}
+    assert [(r["epoch"], r["step"]) for r in ctx.reported] == [(e, e * STEPS_PER_EPOCH) for e in range(1, EPOCHS + 1)]
+    names = [f"checkpoint_{e * STEPS_PER_EPOCH:09d}" for e in range(1, EPOCHS + 1)]
+    assert [path.name for path in ctx.checkpoints] == names
+    assert {"val_accuracy", "samples_per_s"} <= ctx.reported[-1].keys()
+    state = torch.load(ctx.checkpoints[-1] / "train_state.pt", weights_only=True)
+    assert (state["strategy"], state["epoch"], state["epoch_steps"], state["step"]) == (
+        "ddp", EPOCHS, STEPS_PER_EPOCH, EPOCHS * STEPS_PER_EPOCH
+    )
+    assert {"optimizer", "scheduler", "scaler"} <= state.keys()
+    rank = torch.load(ctx.checkpoints[-1] / "ranks" / "rank-00000.pt", weights_only=True)
+    assert set(rank["rng"]) == {"torch", "cuda", "numpy", "python"}
 
 
 def test_checkpoint_loads_into_an_equal_model(first_run):
     checkpoint_dir = str(first_run.ctx.checkpoints[-1])
-    model = load_model_from_checkpoint(checkpoint_dir, "digits", first_run.config["spec"]["config"])
-    saved = load_checkpoint(checkpoint_dir)["model"]
+    spec = first_run.config["spec"]
+    model = load_model_from_checkpoint(checkpoint_dir, "digits", spec["config"])
+    saved = torch.load(Path(checkpoint_dir) / "model.pt", weights_only=True)
     assert saved.keys() == model.state_dict().keys()
     assert all(torch.equal(saved[key], value) for key, value in model.state_dict().items())
     # The loaded model scores exactly what the run reported (it carries its own standardization).
-    val = build(first_run.config["spec"]["config"]).val_dataset
-    x, y = val.tensors
+    x, y = build(spec["config"], spec["seed"]).val_dataset.tensors
     with torch.no_grad():
         accuracy = (model(x).argmax(dim=1) == y).double().mean().item()
     assert accuracy == pytest.approx(first_run.metrics["val_accuracy"])
@@ -110,52 +150,62 @@ def test_resumed_run_continues_at_the_next_epoch(first_run, tmp_path):
     reporter = RecordingReporter()
     run_training(first_run.config, ctx, reporter)
 
-    assert [(e.epoch, e.step) for e in reporter.events if isinstance(e, MetricsEvent)] == [
-        (3, 3 * STEPS_PER_EPOCH)
-    ]
+    assert [(e.epoch, e.step) for e in epoch_events(reporter)] == [(3, 3 * STEPS_PER_EPOCH)]
     assert [report["epoch"] for report in ctx.reported] == [3]
-    # Model, optimizer and sampler state all came back: the third epoch is replayed exactly.
-    resumed = load_checkpoint(ctx.checkpoints[-1])["model"]
-    original = load_checkpoint(first_run.ctx.checkpoints[-1])["model"]
+    # Model, optimizer, scheduler, RNG and sampler state all came back: the third epoch is replayed exactly.
+    resumed = torch.load(ctx.checkpoints[-1] / "model.pt", weights_only=True)
+    original = torch.load(first_run.ctx.checkpoints[-1] / "model.pt", weights_only=True)
     assert all(torch.equal(resumed[key], original[key]) for key in original)
 
 
-def test_checkpoint_every_n_epochs_and_after_the_last(tmp_path):
-    config = loop_config(epochs=3)
-    config["spec"]["checkpoint"]["every_epochs"] = 2
+def test_checkpoint_every_n_epochs_every_n_steps_and_after_the_last(tmp_path):
+    config = loop_config(checkpoint={"every_epochs": 2, "every_steps": 30})
     ctx = LocalContext(tmp_path)
     run_training(config, ctx, RecordingReporter())
-    assert [report["epoch"] for report in ctx.reported] == [2, 3]
+    assert [(r["epoch"], r["step"]) for r in ctx.reported] == [(1, 30), (2, 60), (2, 88), (3, 90), (3, 120), (3, 132)]
+    # mid-epoch checkpoints carry only the position; epoch ones the epoch's metrics
+    assert set(ctx.reported[0]) == {"epoch", "step"}
 
 
-# --- workloads and checkpoint events ---------------------------------------------------------------
+def test_a_bf16_run_learns_digits(tmp_path):
+    metrics = run_training(loop_config(precision="bf16", epochs=2), LocalContext(tmp_path), RecordingReporter())
+    assert metrics["val_accuracy"] > 0.9
 
 
-def test_load_workload_resolves_builtin_and_custom_names():
-    assert load_workload("digits") is build
-    assert load_workload("workers.workloads.digits:build") is build
+def test_resuming_with_another_strategy_is_refused(first_run, tmp_path):
+    config = {**first_run.config, "plan": {**first_run.config["plan"], "strategy": "fsdp"}}
+    with pytest.raises(ValueError, match="written by a ddp run; this run uses fsdp"):
+        run_training(config, LocalContext(tmp_path, resume_from=first_run.ctx.checkpoints[0]), RecordingReporter())
 
 
-@pytest.mark.parametrize(
-    ("name", "problem"),
-    [
-        ("digits:", "malformed"),
-        ("no/such", "malformed"),
-        ("workers.workloads.digits:nope", "has no function"),
-        ("no_such_package.module:build", "not installed"),
-    ],
-)
-def test_load_workload_explains_bad_names(name, problem):
-    with pytest.raises(ValueError, match=problem):
-        load_workload(name)
+# --- the torchrun entry --------------------------------------------------------------------------
+
+
+def test_torchrun_entry_prints_steady_throughput_last(tmp_path, capsys):
+    spec = JobSpec(workload="digits", epochs=2, scaling={"num_workers": 1}, strategy="auto")
+    (tmp_path / "spec.json").write_text(spec.model_dump_json())
+    args = ["--spec", str(tmp_path / "spec.json"), "--checkpoint-dir", str(tmp_path / "ckpt"), "--strategy", "ddp"]
+    assert torchrun.main(args) == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last["samples_per_s"] > 0 and last["val_accuracy"] > 0.8 and last["strategy"] == "ddp"
+    assert (tmp_path / "ckpt" / f"checkpoint_{2 * STEPS_PER_EPOCH:09d}").is_dir()
+
+
+def test_torchrun_entry_needs_a_strategy_for_auto(tmp_path):
+    with pytest.raises(ValueError, match="--strategy"):
+        torchrun.resolve_plan(JobSpec(workload="digits", strategy="auto"), None)
+
+
+# --- checkpoint events ---------------------------------------------------------------------------
 
 
 def test_checkpoint_event_sums_file_sizes_and_keeps_float_metrics(first_run):
     checkpoint = Checkpoint.from_directory(str(first_run.ctx.checkpoints[0]))
-    metrics = {"epoch": 1, "step": 45, "val_accuracy": 0.9, "note": "text"}
+    metrics = {"epoch": 1, "step": 44, "val_accuracy": 0.9, "note": "text"}
     event = checkpoint_event(checkpoint, metrics, storage_path="/data/runs")
-    assert (event.epoch, event.step, event.path) == (1, 45, checkpoint.path)
-    assert event.size_bytes == (first_run.ctx.checkpoints[0] / "checkpoint.pt").stat().st_size
+    assert (event.epoch, event.step, event.path) == (1, 44, checkpoint.path)
+    files = [p for p in first_run.ctx.checkpoints[0].rglob("*") if p.is_file()]
+    assert event.size_bytes == sum(p.stat().st_size for p in files)
     assert event.metrics == {"val_accuracy": 0.9}
 
 
@@ -317,9 +367,8 @@ def test_reporter_without_url_only_logs(caplog):
 
 def test_driver_fetches_its_assignment_through_5xx(plane_factory, monkeypatch):
     monkeypatch.setattr(driver, "FETCH_BACKOFF_S", (0.01, 0.05))
-    assignment = DriverAssignment(
-        job_id="job-1", attempt=2, spec=JobSpec(workload="digits"), storage_path="/data/runs"
-    )
+    spec = JobSpec(workload="digits")
+    assignment = DriverAssignment(job_id="job-1", attempt=2, spec=spec, plan=plan_for(spec), storage_path="/data/runs")
     plane = plane_factory(statuses=[502, 503], get_body=assignment.model_dump(mode="json"))
     assert driver.fetch_assignment(plane.url, "job-1", 2, "secret") == assignment
     assert len(plane.requests) == 3

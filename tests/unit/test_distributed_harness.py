@@ -1,0 +1,186 @@
+"""Shared by the ``test_distributed_*`` files (no tests here): tiny workloads, job configs, and a runner
+that executes tasks on every rank of a fresh 2-process gloo group (``torch.multiprocessing``, no Ray).
+
+The workloads are custom workloads by name (``tests.unit.test_distributed_harness:mlp``), so the
+loop loads them exactly as it loads a user's package, in the test process and in the spawned ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from workers.context import LocalContext
+from workers.spec import JobSpec, TrainingPlan
+from workers.train_loop import run_training
+from workers.workloads.base import Workload
+
+HERE = "tests.unit.test_distributed_harness"
+MLP, BN_MLP, TRANSFORMER = f"{HERE}:mlp", f"{HERE}:bn_mlp", f"{HERE}:transformer"
+FEATURES, CLASSES, VOCAB, LENGTH = 8, 3, 16, 8
+
+
+# --- tiny workloads: build(config, seed) -------------------------------------------------------------
+
+
+def _teacher_data(samples: int, offset: int) -> TensorDataset:
+    """A fixed, learnable classification set: labels from a random linear teacher."""
+    generator = torch.Generator().manual_seed(1234)
+    teacher = torch.randn(FEATURES, CLASSES, generator=generator)
+    x = torch.randn(offset + samples, FEATURES, generator=generator)[offset:]
+    return TensorDataset(x, (x @ teacher).argmax(dim=1))
+
+
+def _classifier(config: dict, model: nn.Module) -> Workload:
+    train, val = config.get("samples", 64), config.get("val_samples", 30)
+    return Workload(model=model, train_dataset=_teacher_data(train, 0), val_dataset=_teacher_data(val, train))
+
+
+def mlp(config: dict, seed: int) -> Workload:
+    dropout = config.get("dropout", 0.0)
+    model = nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Dropout(dropout), nn.Linear(16, CLASSES))
+    return _classifier(config, model)
+
+
+def bn_mlp(config: dict, seed: int) -> Workload:
+    model = nn.Sequential(nn.Linear(FEATURES, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, CLASSES))
+    return _classifier(config, model)
+
+
+class Block(nn.Module):
+    def __init__(self, width: int, dropout: float) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 2 * width), nn.GELU(), nn.Dropout(dropout), nn.Linear(2 * width, width)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(self.norm(x))
+
+
+class TinyTransformer(nn.Module):
+    """Embedding, two residual blocks, a head: the shape FSDP shards block by block."""
+
+    def __init__(self, dropout: float) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, 16)
+        self.blocks = nn.ModuleList(Block(16, dropout) for _ in range(2))
+        self.head = nn.Linear(16, VOCAB)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def _sequences(samples: int, offset: int) -> TensorDataset:
+    x = torch.randint(0, VOCAB, (offset + samples, LENGTH), generator=torch.Generator().manual_seed(99))[offset:]
+    return TensorDataset(x, (x * 3 + 1) % VOCAB)
+
+
+def transformer(config: dict, seed: int) -> Workload:
+    train = config.get("samples", 64)
+    return Workload(
+        model=TinyTransformer(config.get("dropout", 0.0)),
+        train_dataset=_sequences(train, 0),
+        val_dataset=_sequences(30, train),
+        fsdp_blocks=lambda model: model.blocks,
+        targets_per_sample=LENGTH,
+    )
+
+
+# --- jobs ---------------------------------------------------------------------------------------
+
+
+def job_config(workload: str = MLP, *, workers: int = 2, strategy: str = "ddp", **spec_fields: Any) -> dict:
+    """A loop config as the driver builds it; the plan is resolved as the control plane does."""
+    spec = JobSpec(workload=workload, scaling={"num_workers": workers}, **spec_fields)
+    plan = TrainingPlan(strategy=strategy, global_batch=spec.global_batch, lr=spec.scaled_lr)
+    return {
+        "job_id": "job-1",
+        "attempt": 1,
+        "control_plane_url": None,
+        "token": "",
+        "spec": spec.model_dump(mode="json"),
+        "plan": plan.model_dump(mode="json"),
+    }
+
+
+class RecordingReporter:
+    def __init__(self) -> None:
+        self.events: list = []
+
+    def emit(self, event) -> None:
+        self.events.append(event)
+
+    def flush(self, timeout_s: float) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def train(config: dict, root: str | Path, resume_from: str | Path | None = None) -> dict[str, Any]:
+    """One ``run_training`` in this process (a rank of the group, or alone); what it produced."""
+    ctx = LocalContext(root, resume_from)
+    reporter = RecordingReporter()
+    metrics = run_training(config, ctx, reporter)
+    return {
+        "metrics": metrics,
+        "events": [event.model_dump() for event in reporter.events],
+        "checkpoints": [str(path) for path in ctx.checkpoints],
+        "reported": ctx.reported,
+    }
+
+
+def model_state(checkpoint: str | Path) -> dict[str, torch.Tensor]:
+    return torch.load(Path(checkpoint) / "model.pt", weights_only=True)
+
+
+def assert_same_state(
+    a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float = 1e-6, rtol: float = 0.0
+) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=atol, rtol=rtol, msg=lambda m, key=key: f"{key}: {m}")
+
+
+# --- the 2-process runner ---------------------------------------------------------------------------
+
+Task = tuple[Callable[..., Any], dict[str, Any]]
+
+
+def run_on_ranks(tasks: list[Task], workdir: Path, world_size: int = 2) -> list[list[Any]]:
+    """Run every task, in order, on each rank of a new gloo group; ``results[rank][task]``.
+
+    Tasks are module-level functions (the spawned ranks import them by name) with keyword arguments.
+    """
+    os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the ranks: 2 cores, 2 ranks
+    mp.start_processes(_rank_main, args=(world_size, tasks, str(workdir)), nprocs=world_size, start_method="spawn")
+    results = []
+    for rank in range(world_size):
+        with open(workdir / f"results-{rank}.pkl", "rb") as file:
+            results.append(pickle.load(file))
+    return results
+
+
+def _rank_main(rank: int, world_size: int, tasks: list[Task], workdir: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{workdir}/store", rank=rank, world_size=world_size)
+    try:
+        results = [task(**kwargs) for task, kwargs in tasks]
+    finally:
+        dist.destroy_process_group()
+    with open(f"{workdir}/results-{rank}.pkl", "wb") as file:
+        pickle.dump(results, file)

@@ -1,0 +1,94 @@
+"""What one optimizer step needs (model, optimizer, LR schedule, grad scaler) and the step itself:
+micro-batches with gradient accumulation, autocast, loss scaling, clipping."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from workers.data import Batch
+from workers.distributed import grad_sync, wrap_model
+from workers.spec import JobSpec, OptimizerSpec, TrainingPlan
+from workers.sync_batchnorm import convert_sync_batchnorm
+from workers.workloads.base import Workload
+
+LOW_PRECISION = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class TrainState:
+    model: nn.Module  # wrapped (DDP) or sharded (FSDP2) when there is a process group
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler  # enabled for fp16 only; a pass-through otherwise
+
+
+def build_train_state(
+    workload: Workload, spec: JobSpec, plan: TrainingPlan, device: torch.device, world_size: int
+) -> TrainState:
+    model = workload.model
+    if spec.sync_batchnorm and world_size > 1:
+        model = convert_sync_batchnorm(model, device)
+    model = wrap_model(model, plan.strategy, device, workload.fsdp_blocks)
+    # After wrapping: FSDP2's optimizer must see the sharded parameters.
+    optimizer = make_optimizer(model.parameters(), spec.optimizer, plan.lr)
+    return TrainState(
+        model=model,
+        optimizer=optimizer,
+        scheduler=warmup_schedule(optimizer, spec.lr.warmup_steps),
+        scaler=torch.amp.GradScaler(device.type, enabled=spec.precision == "fp16"),
+    )
+
+
+def make_optimizer(params: Iterable[nn.Parameter], spec: OptimizerSpec, lr: float) -> torch.optim.Optimizer:
+    if spec.name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
+    optimizer_class = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[spec.name]
+    return optimizer_class(params, lr=lr, weight_decay=spec.weight_decay)
+
+
+def warmup_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear ramp up to the full rate: step ``i`` (from 0) runs at ``(i + 1) / warmup_steps`` of it."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: min(1.0, (i + 1) / max(warmup_steps, 1)))
+
+
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=LOW_PRECISION[precision])
+
+
+def optimizer_step(
+    state: TrainState,
+    micro_batches: Sequence[Batch],
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    *,
+    device: torch.device,
+    precision: str,
+    grad_clip_norm: float | None,
+) -> torch.Tensor:
+    """One optimizer step over ``micro_batches`` (model in train mode); returns their mean loss (on the
+    device: no host sync)."""
+    model, scaler = state.model, state.scaler
+    count = len(micro_batches)
+    total = torch.zeros((), device=device)
+    for index, (x, y) in enumerate(micro_batches):
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        # Gradients are all-reduced once per step, on the last micro-batch.
+        with grad_sync(model, enabled=index == count - 1):
+            with autocast(precision, device):
+                loss = loss_fn(model(x), y) / count  # the step's gradient is the mean over micro-batches
+            scaler.scale(loss).backward()
+        total += loss.detach().float()
+    if grad_clip_norm is not None:
+        scaler.unscale_(state.optimizer)  # clip the true gradients, not the scaled ones
+        nn.utils.clip_grad_norm_(model.parameters(), grad_clip_norm)
+    scaler.step(state.optimizer)
+    scaler.update()
+    state.scheduler.step()
+    state.optimizer.zero_grad(set_to_none=True)
+    return total
