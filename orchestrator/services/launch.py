@@ -40,6 +40,6 @@ def driver_env(job_token: str, settings: Settings) -> dict[str, str]:
         "ORCHESTRATOR_JOB_TOKEN": job_token,
         # Two CPU workers on two cores oversubscribe fast with torch's default thread pool.
         "OMP_NUM_THREADS": "1",
-        # ray.train.report blocks until the controller polls (RAY-NOTES.md); poll faster than 2 s.
+        # How often the Train controller polls workers; ray.train.report blocks until it does.
         "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(settings.train_poll_interval_s),
     }

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-from tests.unit.test_distributed_harness import (
+from tests.unit.harness import (
     BN_MLP,
     MLP,
     assert_same_state,

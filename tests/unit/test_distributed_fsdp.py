@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from tests.unit.test_distributed_harness import (
+from tests.unit.harness import (
     TRANSFORMER,
     assert_same_state,
     job_config,

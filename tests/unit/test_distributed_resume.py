@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.unit.test_distributed_harness import (
+from tests.unit.harness import (
     MLP,
     TRANSFORMER,
     assert_same_state,

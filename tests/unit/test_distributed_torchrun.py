@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.unit.test_distributed_harness import TRANSFORMER, job_config
+from tests.unit.harness import TRANSFORMER, job_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,6 +16,8 @@ import pytest
 import torch
 from ray.train import Checkpoint
 
+from tests.unit.harness import RecordingReporter
+
 from workers import driver, torchrun
 from workers.callbacks import checkpoint_event
 from workers.checkpoints import checkpoint_uri, load_model_from_checkpoint
@@ -28,20 +30,6 @@ from workers.workloads.digits import build
 EPOCHS = 3
 STEPS_PER_EPOCH = 44  # 1437 training samples // batch 32: whole steps only
 METRICS_EVERY = 10
-
-
-class RecordingReporter:
-    def __init__(self) -> None:
-        self.events: list = []
-
-    def emit(self, event) -> None:
-        self.events.append(event)
-
-    def flush(self, timeout_s: float) -> bool:
-        return True
-
-    def close(self) -> None:
-        pass
 
 
 def plan_for(spec: JobSpec) -> TrainingPlan:

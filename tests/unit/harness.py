@@ -1,7 +1,7 @@
 """Shared by the ``test_distributed_*`` files (no tests here): tiny workloads, job configs, and a runner
 that executes tasks on every rank of a fresh 2-process gloo group (``torch.multiprocessing``, no Ray).
 
-The workloads are custom workloads by name (``tests.unit.test_distributed_harness:mlp``), so the
+The workloads are custom workloads by name (``tests.unit.harness:mlp``), so the
 loop loads them exactly as it loads a user's package, in the test process and in the spawned ranks.
 """
 
@@ -24,7 +24,7 @@ from workers.spec import JobSpec, TrainingPlan
 from workers.train_loop import run_training
 from workers.workloads.base import Workload
 
-HERE = "tests.unit.test_distributed_harness"
+HERE = "tests.unit.harness"
 MLP, BN_MLP, TRANSFORMER = f"{HERE}:mlp", f"{HERE}:bn_mlp", f"{HERE}:transformer"
 FEATURES, CLASSES, VOCAB, LENGTH = 8, 3, 16, 8
 
