@@ -29,9 +29,10 @@ class Rule:
 # it is being stopped is the stop itself, so CANCELLING -> FAILED is not a rule: it ends CANCELLED.
 RULES: tuple[Rule, ...] = (
     Rule(frozenset({S.QUEUED}), frozenset({S.STARTING, S.CANCELLED, S.FAILED})),
-    Rule(frozenset({S.STARTING}), frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLING, S.CANCELLED})),
+    Rule(frozenset({S.STARTING}), frozenset({S.RUNNING, S.RESTARTING, S.SUCCEEDED, S.FAILED, S.CANCELLING, S.CANCELLED})),
     Rule(frozenset({S.RUNNING}), frozenset({S.RESTARTING, S.SUCCEEDED, S.FAILED, S.CANCELLING})),
-    Rule(frozenset({S.RESTARTING}), frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLING})),
+    # RESTARTING -> RESTARTING: a second failure before the job ran again (recorded with again=True).
+    Rule(frozenset({S.RESTARTING}), frozenset({S.RESTARTING, S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLING})),
     Rule(frozenset({S.CANCELLING}), frozenset({S.CANCELLED, S.SUCCEEDED})),
 )
 
@@ -60,14 +61,16 @@ def set_job_state(
     to_state: JobState,
     reason: str,
     message: str = "",
+    again: bool = False,
 ) -> bool:
     """Move ``job`` (already locked with ``lock_job``) to ``to_state`` and record why.
 
     Returns False, changing nothing, when the job is already there (events are retried, so a repeat
-    is normal). Raises IllegalTransition for a move the rules forbid. Never commits: the caller's
-    transaction covers the job, its history row and whatever else the caller changed with it.
+    is normal) unless ``again`` says the repeat is itself news (a second restart). Raises
+    IllegalTransition for a move the rules forbid. Never commits: the caller's transaction covers the
+    job, its history row and whatever else the caller changed with it.
     """
-    if job.state == to_state:
+    if job.state == to_state and not again:
         return False
     if not is_allowed(job.state, to_state):
         raise IllegalTransition(job.id, job.state, to_state)

@@ -248,7 +248,7 @@ class DriverAssignment(BaseModel):
 
 class StateEvent(_Strict):
     type: Literal["state"] = "state"
-    state: Literal["running", "succeeded", "failed"]
+    state: Literal["running", "restarting", "succeeded", "failed"]
     reason: str = Field("", max_length=64)
     message: str = Field("", max_length=20_000)
     result: dict[str, Any] | None = None

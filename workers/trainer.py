@@ -5,7 +5,7 @@ from __future__ import annotations
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
-from workers.callbacks import CheckpointForwarder
+from workers.callbacks import RunEventForwarder
 from workers.ray_context import train_loop_per_worker
 from workers.spec import JobSpec, TrainingPlan
 
@@ -44,6 +44,6 @@ def build_trainer(
             storage_path=storage_path,
             checkpoint_config=CheckpointConfig(num_to_keep=spec.checkpoint.keep),
             failure_config=FailureConfig(max_failures=spec.retries.max_worker_restarts),
-            callbacks=[CheckpointForwarder(control_plane_url, job_id, attempt, token)],
+            callbacks=[RunEventForwarder(control_plane_url, job_id, attempt, token)],
         ),
     )

@@ -13,8 +13,18 @@ from workers.spec import CheckpointEvent, EventBatch, JobSpec, MetricsEvent, Sta
 
 log = logging.getLogger(__name__)
 
-_TARGET = {"running": JobState.RUNNING, "succeeded": JobState.SUCCEEDED, "failed": JobState.FAILED}
-_DEFAULT_REASON = {"running": "training_started", "succeeded": "completed", "failed": "app_error"}
+_TARGET = {
+    "running": JobState.RUNNING,
+    "restarting": JobState.RESTARTING,
+    "succeeded": JobState.SUCCEEDED,
+    "failed": JobState.FAILED,
+}
+_DEFAULT_REASON = {
+    "running": "training_started",
+    "restarting": "worker_died",
+    "succeeded": "completed",
+    "failed": "app_error",
+}
 
 
 def apply_events(session: Session, job: Job, batch: EventBatch) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orchestrator.auth import generate_secret, hash_secret
 from orchestrator.backend import ClusterBackend
 from orchestrator.db.models import Job
 from orchestrator.settings import Settings
@@ -32,6 +33,13 @@ class Launch:
 
     def submit(self, backend: ClusterBackend, job_token: str, settings: Settings) -> None:
         backend.submit(self.submission_id, self.entrypoint, driver_env(job_token, settings), self.metadata)
+
+
+def new_job_token(job: Job) -> str:
+    """A fresh credential for the job's next driver; only its hash is kept, so an old driver's stops working."""
+    token = generate_secret("jtk_")
+    job.token_hash = hash_secret(token)
+    return token
 
 
 def driver_env(job_token: str, settings: Settings) -> dict[str, str]:

@@ -11,13 +11,13 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.auth import generate_secret, hash_secret
 from orchestrator.backend import BackendUnavailable, ClusterBackend, RunInfo, RunStatus
 from orchestrator.db.models import Job, JobState, utcnow
 from orchestrator.repositories import jobs as jobs_repo
-from orchestrator.services.launch import Launch
+from orchestrator.services.launch import Launch, new_job_token
 from orchestrator.settings import Settings
 from orchestrator.states import lock_job, set_job_state
+from workers.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class Reconciler:
                 log.warning("reconciler: job %s: %s", job_id, exc)
 
     def _reconcile(self, job_id: str, attempt: int, info: RunInfo) -> None:
-        resubmit: tuple[Launch, str] | None = None
+        resubmit: tuple[Launch, str] | None = None  # sent to Ray after the commit
         with self.sessions.begin() as session:
             job = lock_job(session, job_id)
             if job is None or job.attempt != attempt:
@@ -65,20 +65,31 @@ class Reconciler:
             elif status == RunStatus.SUCCEEDED:
                 set_job_state(session, job, S.SUCCEEDED, "completed", "the driver exited successfully")
             elif status == RunStatus.FAILED:
-                set_job_state(session, job, S.FAILED, "driver_failed", _failure_message(info, self.backend, job))
+                resubmit = _next_attempt(session, job, "driver_failed", _failure_message(info, self.backend, job))
             elif status == RunStatus.STOPPED:
                 set_job_state(session, job, S.FAILED, "stopped_externally", "the Ray job was stopped outside the control plane")
             elif status == RunStatus.MISSING:
                 if job.state != S.STARTING:
-                    set_job_state(session, job, S.FAILED, "driver_lost", "Ray has no record of the job's driver any more")
+                    resubmit = _next_attempt(session, job, "driver_lost", "Ray has no record of the job's driver any more")
                 elif utcnow() - job.updated_at > RESUBMIT_GRACE:
-                    token = generate_secret("jtk_")
-                    job.token_hash = hash_secret(token)
-                    resubmit = (Launch.of(job), token)
+                    resubmit = (Launch.of(job), new_job_token(job))  # the same attempt, the same submission id
         if resubmit:
             launch, token = resubmit
-            log.info("job %s: Ray has no run for %s; submitting it again", job_id, launch.submission_id)
+            log.info("job %s: submitting %s", job_id, launch.submission_id)
             launch.submit(self.backend, token, self.settings)
+
+
+def _next_attempt(session: Session, job: Job, reason: str, message: str) -> tuple[Launch, str] | None:
+    """The driver died without reporting an outcome (a failure of the user's code it reports itself, as
+    app_error): start attempt + 1, which resumes from the run's latest checkpoint, while attempts last."""
+    max_attempts = JobSpec.model_validate(job.spec).retries.max_attempts
+    if job.attempt >= max_attempts:
+        set_job_state(session, job, S.FAILED, reason, f"{message}\n(attempt {job.attempt} of {max_attempts}: none left)")
+        return None
+    next_attempt = f"starting attempt {job.attempt + 1} of {max_attempts} from the latest checkpoint"
+    set_job_state(session, job, S.RESTARTING, reason, f"{message}\n({next_attempt})", again=True)
+    job.attempt += 1
+    return Launch.of(job), new_job_token(job)
 
 
 def _failure_message(info: RunInfo, backend: ClusterBackend, job: Job) -> str:

@@ -7,11 +7,10 @@ import logging
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.admission import ClusterCapacity, free_of, never_fits, request_of, reserved_by, shortfall
-from orchestrator.auth import generate_secret, hash_secret
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import JobState
 from orchestrator.repositories import jobs as jobs_repo
-from orchestrator.services.launch import Launch
+from orchestrator.services.launch import Launch, new_job_token
 from orchestrator.settings import Settings
 from orchestrator.states import TERMINAL, lock_job, note_waiting, set_job_state
 from workers.spec import JobSpec
@@ -48,13 +47,12 @@ class Scheduler:
                 self._wait_or_fail(job_id, spec, capacity, missing)
 
     def _admit(self, job_id: str) -> bool:
-        token = generate_secret("jtk_")
         with self.sessions.begin() as session:
             job = lock_job(session, job_id)
             if job is None or job.state != JobState.QUEUED:
                 return False  # cancelled (or admitted) since we looked
             job.attempt += 1
-            job.token_hash = hash_secret(token)
+            token = new_job_token(job)
             set_job_state(session, job, JobState.STARTING, "admitted", f"attempt {job.attempt} submitted to Ray")
             launch = Launch.of(job)
         # Submitted after the commit: if this process dies here, the reconciler finds the STARTING job

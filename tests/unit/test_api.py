@@ -261,7 +261,9 @@ def test_cluster_down_keeps_jobs_queued_with_a_reason(app, client, backend):
 
 
 def test_reconciler_follows_ray(app, client, backend):
-    ok, bad, lost = (submit(client, ADMIN, scaling={"num_workers": 1}).json()["id"] for _ in range(3))
+    ok, bad, lost = (
+        submit(client, ADMIN, scaling={"num_workers": 1}, retries={"max_attempts": 1}).json()["id"] for _ in range(3)
+    )
     tick(app)
     backend.runs[f"{ok}-1"] = RunStatus.SUCCEEDED
     backend.runs[f"{bad}-1"] = RunStatus.FAILED
@@ -270,6 +272,7 @@ def test_reconciler_follows_ray(app, client, backend):
     assert client.get(f"/v1/jobs/{ok}", headers=auth(ADMIN)).json()["state"] == "SUCCEEDED"
     failed = client.get(f"/v1/jobs/{bad}", headers=auth(ADMIN)).json()
     assert failed["state"] == "FAILED" and failed["reason"] == "driver_failed" and "log of" in failed["message"]
+    assert "attempt 1 of 1: none left" in failed["message"]
     # Just admitted: a missing submission is re-submitted (same id), not declared lost.
     assert client.get(f"/v1/jobs/{lost}", headers=auth(ADMIN)).json()["state"] == "STARTING"
 
@@ -424,3 +427,41 @@ def test_auto_strategy_is_resolved_and_explained_on_the_job(app, client, backend
     token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
     assignment = client.get(f"/internal/v1/jobs/{job['id']}/assignment", params={"attempt": 1}, headers=auth(token)).json()
     assert assignment["plan"]["strategy"] == "ddp" and assignment["spec"]["strategy"] == "auto"
+
+
+
+def test_a_lost_driver_gets_a_new_attempt_until_attempts_run_out(app, client, backend):
+    job, first_token = _started_job(app, client, backend)  # max_attempts defaults to 3
+    running = {"attempt": 1, "events": [{"type": "state", "state": "running"}]}
+    client.post(f"/internal/v1/jobs/{job}/events", json=running, headers=auth(first_token))
+    for attempt in (1, 2):
+        del backend.runs[f"{job}-{attempt}"]  # the driver (or the whole head) went away
+        reconcile(app)
+        body = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
+        assert body["state"] == "RESTARTING" and body["reason"] == "driver_lost" and body["attempt"] == attempt + 1
+        assert f"starting attempt {attempt + 1} of 3" in body["message"]
+    assert [s[0] for s in backend.submitted] == [f"{job}-1", f"{job}-2", f"{job}-3"]
+    # The old driver's token no longer writes; the new one does, and its first event resumes RUNNING.
+    stale = client.post(f"/internal/v1/jobs/{job}/events", json=running, headers=auth(first_token))
+    assert stale.status_code == 401
+    token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+    resumed = {"attempt": 3, "events": [{"type": "state", "state": "running"}]}
+    assert client.post(f"/internal/v1/jobs/{job}/events", json=resumed, headers=auth(token)).status_code == 200
+    backend.runs[f"{job}-3"] = RunStatus.FAILED
+    reconcile(app)
+    body = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
+    assert body["state"] == "FAILED" and "attempt 3 of 3: none left" in body["message"]
+    history = [(e["to_state"], e["reason"], e["attempt"]) for e in client.get(f"/v1/jobs/{job}/events", headers=auth(ADMIN)).json()]
+    assert history[2:] == [
+        ("RUNNING", "training_started", 1), ("RESTARTING", "driver_lost", 1), ("RESTARTING", "driver_lost", 2),
+        ("RUNNING", "training_started", 3), ("FAILED", "driver_failed", 3),
+    ]
+
+
+def test_a_worker_restart_is_reported_as_restarting(app, client, backend):
+    job, token = _started_job(app, client, backend)
+    for state in ("running", "restarting", "running"):
+        event = {"type": "state", "state": state}
+        client.post(f"/internal/v1/jobs/{job}/events", json={"attempt": 1, "events": [event]}, headers=auth(token))
+    history = [(e["to_state"], e["reason"]) for e in client.get(f"/v1/jobs/{job}/events", headers=auth(ADMIN)).json()]
+    assert history[2:] == [("RUNNING", "training_started"), ("RESTARTING", "worker_died"), ("RUNNING", "training_started")]
