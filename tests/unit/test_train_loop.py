@@ -16,7 +16,7 @@ import pytest
 import torch
 from ray.train import Checkpoint
 
-from tests.unit.harness import RecordingReporter
+from tests.unit.harness import RecordingReporter, job_config
 
 from workers import driver, torchrun
 from workers.callbacks import checkpoint_event
@@ -37,15 +37,7 @@ def plan_for(spec: JobSpec) -> TrainingPlan:
 
 
 def loop_config(**spec_fields) -> dict:
-    spec = JobSpec(workload="digits", scaling={"num_workers": 1}, **{"epochs": EPOCHS, **spec_fields})
-    return {
-        "job_id": "job-1",
-        "attempt": 1,
-        "control_plane_url": None,
-        "token": "secret",
-        "spec": spec.model_dump(mode="json"),
-        "plan": plan_for(spec).model_dump(mode="json"),
-    }
+    return job_config("digits", workers=1, **{"epochs": EPOCHS, **spec_fields})
 
 
 def epoch_events(reporter: RecordingReporter) -> list[MetricsEvent]:
