@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, status
+from fastapi import APIRouter, HTTPException, status
 
 from api.deps import BearerDep, ServiceDep, SessionDep
 from orchestrator.auth import hash_secret, secrets_equal

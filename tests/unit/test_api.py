@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 
 from api.app import create_app
 from orchestrator.backend import RunStatus
-from orchestrator.db.models import ApiKey, Job, JobState
+from orchestrator.db.models import ApiKey, Job
 from orchestrator.services.reconciler import Reconciler
 from orchestrator.services.scheduler import Scheduler
 from orchestrator.settings import Settings
