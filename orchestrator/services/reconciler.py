@@ -44,12 +44,16 @@ class Reconciler:
                 log.warning("reconciler: Ray unreachable, will retry: %s", exc)
                 return
             try:
+                if info.status == RunStatus.FAILED:  # read the driver's output now, not under the lock
+                    info = RunInfo(info.status, _failure_message(info, self.backend, submission_id))
                 self._reconcile(job_id, attempt, info)
             except BackendUnavailable as exc:
                 log.warning("reconciler: job %s: %s", job_id, exc)
 
     def _reconcile(self, job_id: str, attempt: int, info: RunInfo) -> None:
-        resubmit: tuple[Launch, str] | None = None  # sent to Ray after the commit
+        # Sent to Ray after the commit: a Ray call must not hold the row (on SQLite, the database) locked.
+        resubmit: tuple[Launch, str] | None = None
+        stop_again: str | None = None
         with self.sessions.begin() as session:
             job = lock_job(session, job_id)
             if job is None or job.attempt != attempt:
@@ -61,11 +65,11 @@ class Reconciler:
                 elif status == RunStatus.SUCCEEDED:
                     set_job_state(session, job, S.SUCCEEDED, "completed", "finished before the cancel took effect")
                 else:
-                    self.backend.stop(job.submission_id)  # again: the first stop may have raced the submit
+                    stop_again = job.submission_id  # the first stop may have raced the submit
             elif status == RunStatus.SUCCEEDED:
                 set_job_state(session, job, S.SUCCEEDED, "completed", "the driver exited successfully")
             elif status == RunStatus.FAILED:
-                resubmit = _next_attempt(session, job, "driver_failed", _failure_message(info, self.backend, job))
+                resubmit = _next_attempt(session, job, "driver_failed", info.message)
             elif status == RunStatus.STOPPED:
                 set_job_state(session, job, S.FAILED, "stopped_externally", "the Ray job was stopped outside the control plane")
             elif status == RunStatus.MISSING:
@@ -73,6 +77,8 @@ class Reconciler:
                     resubmit = _next_attempt(session, job, "driver_lost", "Ray has no record of the job's driver any more")
                 elif utcnow() - job.updated_at > RESUBMIT_GRACE:
                     resubmit = (Launch.of(job), new_job_token(job))  # the same attempt, the same submission id
+        if stop_again:
+            self.backend.stop(stop_again)
         if resubmit:
             launch, token = resubmit
             log.info("job %s: submitting %s", job_id, launch.submission_id)
@@ -92,10 +98,10 @@ def _next_attempt(session: Session, job: Job, reason: str, message: str) -> tupl
     return Launch.of(job), new_job_token(job)
 
 
-def _failure_message(info: RunInfo, backend: ClusterBackend, job: Job) -> str:
+def _failure_message(info: RunInfo, backend: ClusterBackend, submission_id: str) -> str:
     """Ray's message plus the end of the driver's output: the traceback is usually there."""
     try:
-        logs = backend.logs(job.submission_id) or ""
+        logs = backend.logs(submission_id) or ""
     except BackendUnavailable:
         logs = ""
     tail = logs[-4000:]

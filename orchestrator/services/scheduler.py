@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.admission import ClusterCapacity, free_of, never_fits, request_of, reserved_by, shortfall
 from orchestrator.backend import BackendUnavailable, ClusterBackend
-from orchestrator.db.models import JobState
+from orchestrator.db.models import Job, JobState
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.services.launch import Launch, new_job_token
 from orchestrator.settings import Settings
@@ -63,10 +63,11 @@ class Scheduler:
         except BackendUnavailable as exc:
             log.warning("job %s: submit failed, the reconciler will retry: %s", job_id, exc)
             return True
-        with self.sessions.begin() as session:
-            job = lock_job(session, job_id)
-            if job is not None and (job.state in TERMINAL or job.state == JobState.CANCELLING):
-                self.backend.stop(launch.submission_id)  # cancelled while we were submitting
+        with self.sessions() as session:
+            job = session.get(Job, job_id)
+            cancelled = job is not None and (job.state in TERMINAL or job.state == JobState.CANCELLING)
+        if cancelled:
+            self.backend.stop(launch.submission_id)  # cancelled while we were submitting
         return True
 
     def _wait_or_fail(self, job_id: str, spec: JobSpec, capacity: ClusterCapacity, missing: str) -> None:
