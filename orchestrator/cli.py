@@ -1,4 +1,4 @@
-"""`orchestrator` command line: run the service."""
+"""`orchestrator` command line: run the service, or apply the database migrations."""
 
 from __future__ import annotations
 
@@ -24,3 +24,23 @@ def serve() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # By import string: `orchestrator` never imports `api` (DESIGN.md); create_app reads Settings itself.
     uvicorn.run("api.app:create_app", factory=True, host=settings.host, port=settings.port, log_level="info")
+
+
+@app.command()
+def migrate() -> None:
+    """Upgrade the database (ORCHESTRATOR_DATABASE_URL) to the newest schema, then exit.
+
+    `serve` does this on start too; this command is for a deploy step that runs once before the
+    control plane's replicas start (the Helm chart's pre-install/pre-upgrade Job).
+    """
+    from orchestrator.db.engine import make_engine
+    from orchestrator.db.migrate import upgrade_head
+
+    settings = Settings()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    engine = make_engine(settings.database_url)
+    try:
+        upgrade_head(engine)
+    finally:
+        engine.dispose()
+    typer.echo("database schema is up to date")

@@ -1,0 +1,152 @@
+{{/* Base name of every resource: <release>-<chart>, or fullnameOverride. */}}
+{{- define "orchestrator.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "orchestrator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "orchestrator.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "orchestrator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "orchestrator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "orchestrator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "orchestrator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "orchestrator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "orchestrator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding database-url, admin-token, auth_token (and postgres-password). */}}
+{{- define "orchestrator.secretName" -}}
+{{- default (include "orchestrator.fullname" .) .Values.existingSecret -}}
+{{- end -}}
+
+{{- define "orchestrator.configMapName" -}}
+{{- printf "%s-config" (include "orchestrator.fullname" .) -}}
+{{- end -}}
+
+{{- define "orchestrator.postgresql.fullname" -}}
+{{- printf "%s-postgresql" (include "orchestrator.fullname" .) -}}
+{{- end -}}
+
+{{- define "orchestrator.ray.clusterName" -}}
+{{- default (printf "%s-ray" (include "orchestrator.fullname" .)) .Values.ray.clusterName | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* KubeRay names the head Service <cluster>-head-svc; the RayCluster also sets it explicitly. */}}
+{{- define "orchestrator.ray.headServiceName" -}}
+{{- printf "%s-head-svc" (include "orchestrator.ray.clusterName" .) -}}
+{{- end -}}
+
+{{/* The Ray dashboard (Jobs and State APIs) of the cluster: the control plane's RAY_ADDRESS. */}}
+{{- define "orchestrator.ray.dashboardUrl" -}}
+{{- printf "http://%s.%s.svc:%d" (include "orchestrator.ray.headServiceName" .) .Release.Namespace (int .Values.ray.ports.dashboard) -}}
+{{- end -}}
+
+{{/* How drivers on the Ray nodes reach the control plane. */}}
+{{- define "orchestrator.publicUrl" -}}
+{{- if .Values.controlPlane.settings.publicUrl -}}
+{{- .Values.controlPlane.settings.publicUrl -}}
+{{- else -}}
+{{- printf "http://%s.%s.svc:%d" (include "orchestrator.fullname" .) .Release.Namespace (int .Values.service.port) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "orchestrator.storage" -}}
+{{- default .Values.storage.mountPath .Values.storage.uri -}}
+{{- end -}}
+
+{{- define "orchestrator.storage.claimName" -}}
+{{- default (printf "%s-storage" (include "orchestrator.fullname" .)) .Values.storage.persistentVolumeClaim.existingClaim -}}
+{{- end -}}
+
+{{/*
+Secret values: the value given in values.yaml, else the one already in the cluster's Secret (so an
+upgrade keeps generated tokens), else a new random one. Call with (list $ "key" "value-from-values" length).
+*/}}
+{{- define "orchestrator.secretValue" -}}
+{{- $root := index . 0 -}}
+{{- $key := index . 1 -}}
+{{- $given := index . 2 -}}
+{{- $length := index . 3 -}}
+{{- if $given -}}
+{{- $given -}}
+{{- else -}}
+{{- $existing := lookup "v1" "Secret" $root.Release.Namespace (include "orchestrator.fullname" $root) -}}
+{{- if and $existing (hasKey ($existing.data | default dict) $key) -}}
+{{- index $existing.data $key | b64dec -}}
+{{- else -}}
+{{- randAlphaNum $length -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Environment of every Ray container (head and workers). */}}
+{{- define "orchestrator.ray.env" -}}
+- name: RAY_USAGE_STATS_ENABLED
+  value: "0"
+- name: RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S
+  value: "5"
+{{- if eq .Values.ray.auth.mode "disabled" }}
+- name: RAY_AUTH_MODE
+  value: disabled
+{{- else if not .Values.ray.auth.operatorManaged }}
+- name: RAY_AUTH_MODE
+  value: token
+- name: RAY_AUTH_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "orchestrator.secretName" . }}
+      key: auth_token
+{{- end }}
+{{- with .Values.ray.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Volumes and mounts of every Ray pod: memory-backed /dev/shm and the shared checkpoint volume. */}}
+{{- define "orchestrator.ray.volumes" -}}
+- name: dshm
+  emptyDir:
+    medium: Memory
+    sizeLimit: {{ .Values.ray.shmSize }}
+{{- if not .Values.storage.uri }}
+- name: storage
+  persistentVolumeClaim:
+    claimName: {{ include "orchestrator.storage.claimName" . }}
+{{- end }}
+{{- end -}}
+
+{{- define "orchestrator.ray.volumeMounts" -}}
+- name: dshm
+  mountPath: /dev/shm
+{{- if not .Values.storage.uri }}
+- name: storage
+  mountPath: {{ .Values.storage.mountPath }}
+{{- end }}
+{{- end -}}

