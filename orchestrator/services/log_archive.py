@@ -1,0 +1,101 @@
+"""Durable job logs: each attempt's driver output (Ray forwards every worker's output into it) is copied
+into the run's storage while it runs, so it outlives the Ray cluster, whose job store dies with it.
+
+    <storage>/<job id>/logs/attempt-<N>.log
+
+A background loop copies the output of every attempt of each active job, and of jobs that ended
+lately, when it has grown; an attempt that Ray reports finished and that is fully copied is not read
+again. The API serves Ray's live output when Ray has it and the copy otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import pyarrow.fs
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from orchestrator.backend import BackendUnavailable, ClusterBackend
+from orchestrator.db.models import Job, utcnow
+from orchestrator.states import ACTIVE
+from orchestrator.storage import CheckpointStorage
+
+log = logging.getLogger(__name__)
+
+# Jobs that ended this recently still get a last copy (the reconciler may end a job between two ticks).
+ENDED_RECENTLY = timedelta(minutes=5)
+
+
+class LogArchive:
+    def __init__(self, storage: CheckpointStorage):
+        self.storage = storage
+
+    def path(self, job_id: str, attempt: int) -> str:
+        return f"{self.storage.run_dir(job_id)}/logs/attempt-{attempt:04d}.log"
+
+    def write(self, job_id: str, attempt: int, text: str) -> None:
+        path = self.path(job_id, attempt)
+        self.storage.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        temporary = f"{path}.partial"
+        with self.storage.fs.open_output_stream(temporary) as out:
+            out.write(text.encode())
+        self.storage.fs.move(temporary, path)  # readers see the old copy or the new one, never half
+
+    def read(self, job_id: str, attempt: int) -> str | None:
+        try:
+            with self.storage.fs.open_input_stream(self.path(job_id, attempt)) as stream:
+                return stream.read().decode(errors="replace")
+        except FileNotFoundError:
+            return None
+
+    def attempts(self, job_id: str) -> list[int]:
+        selector = pyarrow.fs.FileSelector(f"{self.storage.run_dir(job_id)}/logs", allow_not_found=True)
+        names = [info.base_name for info in self.storage.fs.get_file_info(selector)]
+        return sorted(int(name[8:12]) for name in names if name.startswith("attempt-") and name.endswith(".log"))
+
+
+class LogArchiver:
+    """The loop's tick: copy what Ray has of each recent attempt into the archive."""
+
+    def __init__(self, sessions: sessionmaker[Session], backend: ClusterBackend, archive: LogArchive):
+        self.sessions = sessions
+        self.backend = backend
+        self.archive = archive
+        self._copied: dict[str, int] = {}  # submission id -> characters copied
+        self._final: set[str] = set()  # submissions that ended and are fully copied
+
+    def tick(self) -> None:
+        with self.sessions() as session:
+            recent = utcnow() - ENDED_RECENTLY
+            jobs = session.execute(
+                select(Job.id, Job.attempt).where(
+                    Job.attempt > 0, or_(Job.state.in_(ACTIVE), Job.finished_at >= recent)
+                )
+            ).all()
+        for job_id, current in jobs:
+            for attempt in range(1, current + 1):
+                try:
+                    self.copy(job_id, attempt)
+                except BackendUnavailable as exc:
+                    log.warning("log archive: Ray unreachable, will retry: %s", exc)
+                    return
+                except OSError as exc:
+                    log.warning("log archive: cannot write the logs of job %s attempt %d: %s", job_id, attempt, exc)
+
+    def copy(self, job_id: str, attempt: int) -> None:
+        submission_id = f"{job_id}-{attempt}"
+        if submission_id in self._final:
+            return
+        finished = self.backend.info(submission_id).status.finished  # asked first: no output after it
+        text = self.backend.logs(submission_id)
+        if text is None:  # Ray has none (never started, or the cluster was replaced): keep our copy
+            if finished:
+                self._final.add(submission_id)
+            return
+        if len(text) != self._copied.get(submission_id):
+            self.archive.write(job_id, attempt, text)
+            self._copied[submission_id] = len(text)
+        if finished:
+            self._final.add(submission_id)

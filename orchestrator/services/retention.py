@@ -1,0 +1,211 @@
+"""Checkpoint retention and the orphan sweeper: storage and the database list the same checkpoints.
+
+Ray Train keeps every checkpoint it writes (``num_to_keep=None``); the control plane decides what goes:
+
+- **Retention.** A job keeps its newest ``checkpoint.keep`` checkpoints (newest = most recently
+  recorded, which is the order Ray Train registered them in) plus, with ``checkpoint.keep_best``, the
+  best ``count`` by the metric (checkpoints without it don't count). The latest is never deleted.
+  Whatever else is recorded is deleted from storage first, then from the database, so the database
+  never forgets a folder that is still there; if a delete fails the row stays and it is tried again.
+- **Sweeper.** ``checkpoint_*`` folders in a job's run folder that the database does not list (Ray
+  Train wrote them but they were never recorded: a crash before registration, an incomplete save) are
+  deleted once older than ``checkpoint_orphan_grace_s`` while the job runs (a late report may still
+  record one), and at once when the job has ended. A recorded checkpoint whose folder is gone is
+  forgotten (with a warning). Other files of the run folder are Ray's and are left alone.
+
+Nothing here touches storage while a job row is locked (on SQLite a transaction locks the whole
+database): rows are read in one short session, storage is changed with none open, and rows are deleted
+in another short transaction. Retention runs right after the events endpoint records a checkpoint (after
+its commit) and, with the sweeper, every ``checkpoint_sweep_interval_s`` in the background.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from orchestrator.db.models import Job, utcnow
+from orchestrator.repositories import jobs as jobs_repo
+from orchestrator.settings import Settings
+from orchestrator.states import TERMINAL
+from orchestrator.storage import CheckpointStorage, StorageError
+from workers.spec import CheckpointSpec, KeepBestSpec
+
+log = logging.getLogger(__name__)
+
+# A finished job's run folder is swept for this long after it ends: a stopped run's workers may still
+# be finishing a save when the job is already CANCELLED.
+RECHECK_FINISHED = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class RecordedCheckpoint:
+    id: int
+    path: str
+    step: int
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def select_kept(checkpoints: Sequence[RecordedCheckpoint], keep: int, keep_best: KeepBestSpec | None) -> set[int]:
+    """Ids of the checkpoints retention keeps: the newest ``keep`` (by id, the order they were recorded
+    in) and the best ``keep_best.count`` by its metric (ties: the newer). The latest is always kept."""
+    ordered = sorted(checkpoints, key=lambda c: c.id)
+    kept = {c.id for c in ordered[-max(keep, 1):]}
+    if keep_best is not None:
+        sign = 1.0 if keep_best.mode == "max" else -1.0
+        scored = [(sign * value, c.id) for c in ordered if (value := _score(c.metrics, keep_best.metric)) is not None]
+        kept |= {checkpoint_id for _, checkpoint_id in sorted(scored, reverse=True)[: keep_best.count]}
+    return kept
+
+
+def _score(metrics: dict[str, Any], metric: str) -> float | None:
+    value = metrics.get(metric)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+class CheckpointJanitor:
+    def __init__(self, sessions: sessionmaker[Session], storage: CheckpointStorage, settings: Settings):
+        self.sessions = sessions
+        self.storage = storage
+        self.settings = settings
+        self._swept_everything = False
+        self._warned: set[str] = set()
+        # The events endpoint and the loop may look at the same job at once; one at a time keeps the
+        # sweeper from taking a folder retention is deleting for one that vanished on its own.
+        self._busy = threading.RLock()
+
+    # --- the background loop ------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Retention and sweeping for every active or recently finished job (every started job on the
+        first tick, for jobs that ended while the service was down)."""
+        if not self.storage.available():
+            return
+        since = None if not self._swept_everything else utcnow() - RECHECK_FINISHED
+        with self.sessions() as session:
+            jobs = jobs_repo.jobs_for_checkpoint_upkeep(session, since)
+        for job_id, state in jobs:
+            try:
+                self.enforce_retention(job_id)
+                self.sweep(job_id, finished=state in TERMINAL)
+            except StorageError as exc:
+                log.warning("checkpoint upkeep of job %s: %s; trying again later", job_id, exc)
+        self._swept_everything = True
+
+    def after_recording(self, job_id: str) -> None:
+        """Right after the events endpoint committed a checkpoint: apply retention now. A failure is
+        only logged (the events were taken); the loop applies it again."""
+        try:
+            self.enforce_retention(job_id)
+        except Exception:
+            log.exception("job %s: retention after a new checkpoint failed; the sweep loop will retry", job_id)
+
+    # --- retention -------------------------------------------------------------------------------------
+
+    def enforce_retention(self, job_id: str) -> list[str]:
+        """Delete the job's checkpoints that retention does not keep: storage first, then the rows.
+        Returns the recorded paths of those deleted."""
+        with self._busy:
+            return self._enforce_retention(job_id)
+
+    def _enforce_retention(self, job_id: str) -> list[str]:
+        with self.sessions() as session:
+            job = session.get(Job, job_id)
+            if job is None:
+                return []
+            policy = CheckpointSpec.model_validate(job.spec.get("checkpoint", {}))
+            recorded = _recorded(session, job_id)
+        kept = select_kept(recorded, policy.keep, policy.keep_best)
+        deleted = [c for c in recorded if c.id not in kept and self._delete_folder(job_id, c.path)]
+        if deleted:
+            with self.sessions.begin() as session:
+                jobs_repo.delete_checkpoints(session, job_id, [c.id for c in deleted])
+            log.info("job %s: retention deleted checkpoint(s) %s", job_id, ", ".join(c.path for c in deleted))
+        return [c.path for c in deleted]
+
+    def _delete_folder(self, job_id: str, path: str) -> bool:
+        """Delete a recorded checkpoint's folder; True when it is gone (or was never there)."""
+        if self.storage.checkpoint_name(job_id, path) is not None:
+            try:
+                self.storage.delete_checkpoint(job_id, path)
+                return True
+            except StorageError as exc:
+                log.warning("job %s: could not delete checkpoint %s (its record stays): %s", job_id, path, exc)
+                return False
+        # Not in the job's run folder on this storage (the storage setting changed, say): forget it if it
+        # is gone, but never delete what lies outside the run folders this service owns.
+        try:
+            exists = self.storage.exists(path)
+        except StorageError:
+            exists = None
+        if exists is False:
+            return True
+        if path not in self._warned:
+            self._warned.add(path)
+            log.warning("job %s: checkpoint %s lies outside %s; retention leaves it (and its record) alone",
+                        job_id, path, self.storage.run_dir(job_id))
+        return False
+
+    # --- the sweeper -------------------------------------------------------------------------------------
+
+    def sweep(self, job_id: str, finished: bool) -> tuple[list[str], list[str]]:
+        """Delete the job's orphaned checkpoint folders and forget records whose folder is gone.
+        Returns (folders deleted, records forgotten), as recorded paths."""
+        with self._busy:
+            return self._sweep(job_id, finished)
+
+    def _sweep(self, job_id: str, finished: bool) -> tuple[list[str], list[str]]:
+        with self.sessions() as session:
+            recorded = _recorded(session, job_id)
+        # Listed after the rows were read: a row read here was recorded after its folder was written, so
+        # a folder missing from this listing really is gone.
+        stored = self.storage.list_checkpoints(job_id)
+        by_name = {name: c for c in recorded if (name := self.storage.checkpoint_name(job_id, c.path))}
+
+        gone = [c for name, c in by_name.items() if name not in stored]
+        if gone:
+            with self.sessions.begin() as session:
+                jobs_repo.delete_checkpoints(session, job_id, [c.id for c in gone])
+            for c in gone:
+                log.warning("job %s: checkpoint %s is gone from storage; forgot it", job_id, c.path)
+
+        grace_ns = int(self.settings.checkpoint_orphan_grace_s * 1e9)
+        now_ns = time.time_ns()
+        orphans = []
+        for name, folder in stored.items():
+            if name in by_name:
+                continue
+            if not finished:
+                changed = self.storage.last_modified_ns(folder.path)
+                if changed is None or now_ns - changed < grace_ns:
+                    continue  # young (or of unknown age): a late report may still record it
+            orphans.append(folder)
+        deleted = []
+        if orphans:
+            with self.sessions() as session:  # again, just before deleting: one may have been recorded since
+                names_now = {self.storage.checkpoint_name(job_id, c.path) for c in _recorded(session, job_id)}
+            for folder in orphans:
+                if folder.name in names_now:
+                    continue
+                self.storage.delete_checkpoint(job_id, folder.path)
+                deleted.append(folder.path)
+                log.info("job %s: deleted checkpoint folder %s, which was never recorded", job_id, folder.path)
+        return deleted, [c.path for c in gone]
+
+
+def _recorded(session: Session, job_id: str) -> list[RecordedCheckpoint]:
+    return [
+        RecordedCheckpoint(c.id, c.path, c.step, dict(c.metrics or {}))
+        for c in jobs_repo.list_checkpoints(session, job_id)
+    ]
+

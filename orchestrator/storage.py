@@ -1,0 +1,145 @@
+"""The control plane's view of checkpoint storage (``ORCHESTRATOR_STORAGE``, Ray Train's storage_path).
+
+A job's run folder is ``<storage>/<job id>/``; Ray Train writes its checkpoints there as
+``checkpoint_*`` folders, next to files of its own (its run snapshot and the like, never touched here).
+This module lists those folders, tells how old one is, and deletes one, through ``pyarrow.fs``, so a
+local folder and a URI (``s3://bucket/runs``) behave alike. No Ray here: only orchestrator/backend
+talks to Ray.
+
+Paths come in two forms: as the database records them (``workers.checkpoints.checkpoint_uri``: a
+local path, or a URI with the storage's scheme) and as paths on the filesystem (the URI without its
+scheme, as pyarrow and Ray use them).
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import threading
+from dataclasses import dataclass
+
+import pyarrow.fs
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_PREFIX = "checkpoint_"
+
+
+class StorageError(Exception):
+    """The storage could not be read or changed; the caller tries again later."""
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    name: str
+    path: str  # as the database records it
+
+
+class CheckpointStorage:
+    def __init__(self, storage_path: str):
+        self.storage_path = storage_path.rstrip("/")
+        scheme, separator, _ = self.storage_path.partition("://")
+        self.scheme = scheme if separator else None
+        self._lock = threading.Lock()
+        self._fs: pyarrow.fs.FileSystem | None = None
+        self._root = ""
+
+    @property
+    def fs(self) -> pyarrow.fs.FileSystem:
+        # Made on first use: resolving a cloud URI may need the network.
+        with self._lock:
+            if self._fs is None:
+                try:
+                    self._fs, root = pyarrow.fs.FileSystem.from_uri(self.storage_path)
+                except (OSError, ValueError) as exc:
+                    raise StorageError(f"cannot open storage {self.storage_path}: {exc}") from exc
+                self._root = root.rstrip("/")
+            return self._fs
+
+    def run_dir(self, job_id: str) -> str:
+        """The job's run folder, as a path on the filesystem."""
+        self.fs  # noqa: B018 (sets the root)
+        return f"{self._root}/{job_id}"
+
+    def to_fs_path(self, path: str) -> str | None:
+        """A recorded path as a path on this storage's filesystem; None if it has another scheme."""
+        scheme, separator, rest = path.partition("://")
+        if not separator:
+            return path if self.scheme is None else None
+        return rest if scheme == self.scheme else None
+
+    def to_recorded(self, fs_path: str) -> str:
+        return f"{self.scheme}://{fs_path}" if self.scheme else fs_path
+
+    def checkpoint_name(self, job_id: str, path: str) -> str | None:
+        """The folder name when ``path`` (as recorded) is a checkpoint folder directly in the job's run
+        folder; None for anything else (which is never deleted or swept)."""
+        fs_path = self.to_fs_path(path)
+        if fs_path is None:
+            return None
+        fs_path = posixpath.normpath(fs_path)
+        parent, name = posixpath.split(fs_path)
+        if parent != posixpath.normpath(self.run_dir(job_id)) or not name.startswith(CHECKPOINT_PREFIX):
+            return None
+        return name
+
+    def available(self) -> bool:
+        """The storage root exists. If it doesn't (an unmounted volume, a wrong setting), nothing is
+        concluded from a missing run folder."""
+        try:
+            return self.fs.get_file_info(self._root or "/").type == pyarrow.fs.FileType.Directory
+        except OSError as exc:
+            log.warning("checkpoint storage %s is unreachable: %s", self.storage_path, exc)
+            return False
+
+    def list_checkpoints(self, job_id: str) -> dict[str, StoredCheckpoint]:
+        """The ``checkpoint_*`` folders in the job's run folder by name (none if it has no folder).
+        Folders only: Ray's ``checkpoint_manager_snapshot.json`` sits there too."""
+        selector = pyarrow.fs.FileSelector(self.run_dir(job_id), allow_not_found=True)
+        try:
+            entries = self.fs.get_file_info(selector)
+        except OSError as exc:
+            raise StorageError(f"cannot list {self.run_dir(job_id)}: {exc}") from exc
+        return {
+            e.base_name: StoredCheckpoint(e.base_name, self.to_recorded(e.path))
+            for e in entries
+            if e.type == pyarrow.fs.FileType.Directory and e.base_name.startswith(CHECKPOINT_PREFIX)
+        }
+
+    def last_modified_ns(self, path: str) -> int | None:
+        """When anything in the folder last changed (ns since the epoch); None if the storage can't say."""
+        fs_path = self.to_fs_path(path)
+        if fs_path is None:
+            return None
+        try:
+            infos = [self.fs.get_file_info(fs_path)]
+            infos += self.fs.get_file_info(pyarrow.fs.FileSelector(fs_path, recursive=True, allow_not_found=True))
+        except OSError as exc:
+            raise StorageError(f"cannot list {path}: {exc}") from exc
+        times = [info.mtime_ns for info in infos if info.mtime_ns is not None]
+        return max(times, default=None)
+
+    def exists(self, path: str) -> bool | None:
+        """Whether a recorded path exists; None when it is not on this storage (another scheme)."""
+        fs_path = self.to_fs_path(path)
+        if fs_path is None:
+            return None
+        try:
+            return self.fs.get_file_info(fs_path).type != pyarrow.fs.FileType.NotFound
+        except OSError as exc:
+            raise StorageError(f"cannot check {path}: {exc}") from exc
+
+    def delete_checkpoint(self, job_id: str, path: str) -> None:
+        """Delete one checkpoint folder of the job (already gone is fine). Refuses anything that is not a
+        ``checkpoint_*`` folder directly in the job's run folder."""
+        name = self.checkpoint_name(job_id, path)
+        if name is None:
+            raise ValueError(f"{path} is not a checkpoint folder of job {job_id} in {self.storage_path}")
+        fs_path = f"{self.run_dir(job_id)}/{name}"
+        try:
+            self.fs.delete_dir(fs_path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if self.exists(path):
+                raise StorageError(f"cannot delete {path}: {exc}") from exc
