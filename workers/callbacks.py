@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pyarrow.fs
 from ray.train import Checkpoint, UserCallback
-from ray.train.v2._internal.exceptions import UserExceptionWithTraceback
 
 from workers.checkpoints import checkpoint_uri
+from workers.manifest import verify_checkpoint
 from workers.reporter import EventReporter
-from workers.spec import CheckpointEvent, StateEvent
+from workers.spec import CheckpointEvent
+
+log = logging.getLogger(__name__)
 
 # Keys the loop adds to every checkpointed report next to its float metrics.
 POSITION_KEYS = ("epoch", "step")
 
 
 class RunEventForwarder(UserCallback):
-    """Tells the control plane what the Train controller sees: every checkpoint Ray Train has persisted
-    and registered, and every worker failure it is about to recover from by restarting the group."""
+    """Tells the control plane about every checkpoint Ray Train has persisted and registered.
+    (Restarts of the worker group are reported by ``workers.failures.CauseAwareFailurePolicy``.)"""
 
     def __init__(self, url: str | None, job_id: str, attempt: int, token: str) -> None:
         self.url, self.job_id, self.attempt, self.token = url, job_id, attempt, token
@@ -37,27 +40,23 @@ class RunEventForwarder(UserCallback):
         if checkpoint is None:
             return
         storage_path = str(run_context.run_config.storage_path)
-        self.reporter.emit(checkpoint_event(checkpoint, metrics[0] if metrics else {}, storage_path))
-
-    def after_exception(self, run_context: Any, worker_exceptions: dict[int, Exception]) -> None:
-        # If the failure budget is spent, fit() raises next and the driver reports the job failed.
-        self.reporter.emit(restart_event(worker_exceptions))
+        event = checkpoint_event(checkpoint, metrics[0] if metrics else {}, storage_path)
+        if event is not None:  # an incomplete checkpoint is never recorded, so never becomes the latest
+            self.reporter.emit(event)
 
 
-def restart_event(worker_exceptions: dict[int, Exception]) -> StateEvent:
-    # Ray Train wraps an exception of the training code in UserExceptionWithTraceback; anything else is
-    # the worker itself failing (killed, its node gone: a failed or timed-out health check).
-    user_code = any(isinstance(exc, UserExceptionWithTraceback) for exc in worker_exceptions.values())
-    detail = "; ".join(f"rank {rank}: {type(exc).__name__}: {exc}"[:500] for rank, exc in sorted(worker_exceptions.items()))
-    return StateEvent(
-        state="restarting",
-        reason="worker_error" if user_code else "worker_died",
-        message=f"restarting the worker group from the latest checkpoint after {detail}",
-    )
+def checkpoint_event(checkpoint: Checkpoint, metrics: dict[str, Any], storage_path: str) -> CheckpointEvent | None:
+    """What the control plane records for one committed checkpoint (rank 0's metrics); None, with a
+    warning, when the checkpoint is not complete (``workers.manifest``).
 
-
-def checkpoint_event(checkpoint: Checkpoint, metrics: dict[str, Any], storage_path: str) -> CheckpointEvent:
-    """What the control plane records for one committed checkpoint (rank 0's metrics)."""
+    The check reads the manifests and every file's size, not the bytes: it runs in Ray Train's
+    controller, which every worker's ``ray.train.report`` waits on, and sizes are what a save cut short
+    gets wrong. Checksums are checked where the bytes are read anyway: when a run resumes.
+    """
+    verification = verify_checkpoint(checkpoint.path, checkpoint.filesystem, checksums=False)
+    if not verification:
+        log.warning("not recording checkpoint %s: it is incomplete: %s", checkpoint.path, verification.problem)
+        return None
     return CheckpointEvent(
         epoch=int(metrics.get("epoch", 0)),
         step=int(metrics.get("step", 0)),

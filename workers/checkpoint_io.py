@@ -7,6 +7,7 @@ into one checkpoint folder (elsewhere, ``LocalContext`` copies them together):
     model.pt             the full model state dict: DDP always (rank 0), FSDP with ``export_full``
     sharded/             FSDP: model and optimizer with torch.distributed.checkpoint, one file per rank
     ranks/rank-NNNNN.pt  each rank: its RNG states and its running loss sums of the epoch
+    manifests/rank-NNNNN.json  each rank, written last: its files' sizes and SHA-256 (``workers.manifest``)
 
 Only tensors and plain values go in: everything loads with ``weights_only=True`` or with DCP.
 """
@@ -29,6 +30,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from workers.distributed import unwrap
+from workers.manifest import write_manifest
 from workers.rng import capture_rng, restore_rng
 from workers.step import TrainState
 
@@ -57,13 +59,14 @@ def save_checkpoint(
     directory: str | os.PathLike,
     *,
     rank: int,
+    world_size: int,
     strategy: str,
     state: TrainState,
     position: Position,
     epoch_loss: torch.Tensor,
     export_full: bool,
 ) -> None:
-    """Write this rank's part. Every rank must call it (FSDP gathers are collectives)."""
+    """Write this rank's part, then its manifest. Every rank must call it (FSDP gathers are collectives)."""
     directory = Path(directory)
     (directory / RANKS_DIR).mkdir()
     torch.save({"rng": capture_rng(), "epoch_loss": epoch_loss.cpu()}, directory / RANKS_DIR / _rank_file(rank))
@@ -88,6 +91,8 @@ def save_checkpoint(
         train_state["optimizer"] = state.optimizer.state_dict()
     if rank == 0:
         torch.save(train_state, directory / TRAIN_STATE_FILE)
+    # Last: a checkpoint whose manifests are not all there, or whose files don't match them, is incomplete.
+    write_manifest(directory, rank=rank, world_size=world_size)
 
 
 def restore_checkpoint(

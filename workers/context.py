@@ -19,8 +19,7 @@ import torch
 import torch.distributed as dist
 
 from workers.distributed import is_distributed
-
-CHECKPOINT_PREFIX = "checkpoint_"
+from workers.manifest import CHECKPOINT_PREFIX, choose_resume_checkpoint, newest_verified_checkpoint
 
 
 class LoopContext(Protocol):
@@ -29,10 +28,14 @@ class LoopContext(Protocol):
     device: torch.device
 
     def resume_dir(self) -> contextlib.AbstractContextManager[str | None]:
-        """A local folder holding the checkpoint to resume from (None on a fresh start)."""
+        """A local folder holding the checkpoint to resume from (None on a fresh start); only a checkpoint
+        that verifies (``workers.manifest``), the same one on every rank."""
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: str) -> None:
         """Commit a checkpoint: every rank calls it with its own folder; together they are one checkpoint."""
+
+    def wait_committed(self, metrics: dict[str, Any]) -> None:
+        """Return once the checkpoint just reported is committed (``checkpoint.wait_for_commit``)."""
 
 
 class LocalContext:
@@ -58,7 +61,15 @@ class LocalContext:
 
     @contextlib.contextmanager
     def resume_dir(self) -> Iterator[str | None]:
-        yield str(self.resume_from) if self.resume_from else None
+        if not self.resume_from:
+            yield None
+            return
+        # An incomplete checkpoint gives way to the newest complete one beside it (or a fresh start).
+        chosen = choose_resume_checkpoint(self.resume_from) if self.rank == 0 else None
+        yield rank0_choice(chosen)
+
+    def wait_committed(self, metrics: dict[str, Any]) -> None:
+        pass  # report() copies and waits for every rank: committed when it returns
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: str) -> None:
         target = self.checkpoint_root / f"{CHECKPOINT_PREFIX}{int(metrics['step']):09d}"
@@ -70,5 +81,16 @@ class LocalContext:
 
 
 def latest_checkpoint(checkpoint_root: str | os.PathLike) -> Path | None:
-    """The newest checkpoint a ``LocalContext`` wrote under ``checkpoint_root``, if any."""
-    return max(Path(checkpoint_root).glob(f"{CHECKPOINT_PREFIX}*"), default=None)
+    """The newest complete checkpoint a ``LocalContext`` wrote under ``checkpoint_root``, if any."""
+    newest = newest_verified_checkpoint(checkpoint_root)
+    return Path(newest) if newest else None
+
+
+def rank0_choice(choice: str | None) -> str | None:
+    """Rank 0's ``choice`` on every rank: ranks must resume from the same checkpoint, so only rank 0
+    verifies and chooses (a collective: every rank calls it)."""
+    if not is_distributed() or dist.get_world_size() == 1:
+        return choice
+    box = [choice]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

@@ -4,7 +4,8 @@
 
 Reads ``ORCHESTRATOR_URL`` and ``ORCHESTRATOR_JOB_TOKEN`` from the environment, fetches the attempt's
 assignment from the control plane, runs it as a Ray Train ``TorchTrainer`` and reports how it ended.
-Exit status: 0 succeeded, 1 training (or the assignment fetch) failed, 2 misconfigured environment.
+Exit status (``DriverExit``): 0 succeeded, 3 training failed for good (reported with its cause), 2 misconfigured
+environment; 1, an uncaught error (the assignment could not be fetched), lets the control plane try again.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ import httpx
 import ray
 
 from workers.callbacks import checkpoint_event
-from workers.checkpoints import checkpoint_uri
+from workers.failures import APP_ERROR, OOM, WORKER_DIED, classify_training_error
 from workers.reporter import EventReporter
-from workers.spec import DriverAssignment, StateEvent
+from workers.spec import DriverAssignment, DriverExit, StateEvent
 from workers.trainer import build_trainer
 
 log = logging.getLogger("workers.driver")
@@ -92,22 +93,38 @@ def run_attempt(assignment: DriverAssignment, control_plane_url: str | None, tok
             token=token,
         )
         result = trainer.fit()
-    except Exception:
-        message = traceback.format_exc()[-MAX_MESSAGE_CHARS:]
-        log.error("job %s attempt %d failed:\n%s", job_id, attempt, message)
-        reporter.emit(StateEvent(state="failed", reason="app_error", message=message))
-        exit_code = 1
+    except Exception as exc:
+        cause = classify_training_error(exc)
+        if not cause.conclusive:
+            log.error("job %s attempt %d: the Ray cluster failed under the driver; the control plane decides "
+                      "what comes next:\n%s", job_id, attempt, traceback.format_exc())
+            reporter.close()
+            return DriverExit.CLUSTER_FAILED
+        summary = {
+            WORKER_DIED: f"the worker group failed after {spec.retries.max_worker_restarts} restart(s), its budget",
+            OOM: "out of memory (never retried: the same step would run out again)",
+            APP_ERROR: "the training code raised an exception"
+            + ("" if spec.retries.retry_app_errors else " (retries.retry_app_errors is off)"),
+        }[cause.reason]
+        message = f"{summary}\n{cause.detail[-MAX_MESSAGE_CHARS:]}"
+        log.error("job %s attempt %d failed (%s):\n%s\n%s", job_id, attempt, cause.reason, message, traceback.format_exc())
+        reporter.emit(StateEvent(state="failed", reason=cause.reason, message=message))
+        exit_code = DriverExit.TRAINING_FAILED
     else:
-        checkpoint = result.checkpoint
-        checkpoint_path = checkpoint_uri(checkpoint, assignment.storage_path) if checkpoint else None
         # The controller's callback reports checkpoints live, but dies right after the run: repeat the
-        # kept ones here (events are idempotent) so the last one cannot be lost.
-        for kept, metrics in result.best_checkpoints or []:
-            reporter.emit(checkpoint_event(kept, metrics, assignment.storage_path))
-        outcome = {"metrics": result.metrics, "checkpoint_path": checkpoint_path}
+        # final one here (events are idempotent) so it cannot be lost, if it is complete. Only that one:
+        # Ray Train keeps every checkpoint in its books (retention is the control plane's), so
+        # best_checkpoints may name ones already deleted, and those must never be recorded again.
+        checkpoint = result.checkpoint
+        final = checkpoint_event(checkpoint, result.metrics or {}, assignment.storage_path) if checkpoint else None
+        if final is not None:
+            reporter.emit(final)
+            # Delivered (and retention applied to it) before the job is reported finished.
+            reporter.flush(FINAL_FLUSH_TIMEOUT_S)
+        outcome = {"metrics": result.metrics, "checkpoint_path": final.path if final else None}
         reporter.emit(StateEvent(state="succeeded", result=outcome))
         log.info("job %s attempt %d succeeded: %s", job_id, attempt, outcome)
-        exit_code = 0
+        exit_code = DriverExit.SUCCEEDED
     if not reporter.flush(FINAL_FLUSH_TIMEOUT_S):
         log.error("the control plane did not take the final events within %.0fs", FINAL_FLUSH_TIMEOUT_S)
     reporter.close()
@@ -126,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     token = os.environ.get("ORCHESTRATOR_JOB_TOKEN")
     if not url or not token:
         log.error("ORCHESTRATOR_URL and ORCHESTRATOR_JOB_TOKEN must both be set")
-        return 2
+        return DriverExit.MISCONFIGURED
     log.info("job %s attempt %d: fetching the assignment from %s", args.job_id, args.attempt, url)
     assignment = fetch_assignment(url, args.job_id, args.attempt, token)
     ray.init()  # inside a Ray Job this joins the job's cluster

@@ -54,6 +54,9 @@ MAX_DETAIL_CHARS = 12_000
 class FailureCause:
     reason: str  # WORKER_DIED, APP_ERROR or OOM
     detail: str  # the traceback of the training code, or what Ray said about the worker
+    # False when the cluster itself failed under the driver (the head or the controller unreachable):
+    # the driver cannot judge the run, so it leaves the next step to the control plane.
+    conclusive: bool = True
 
     def retryable(self, retry_app_errors: bool) -> bool:
         return self.reason == WORKER_DIED or (self.reason == APP_ERROR and retry_app_errors)
@@ -78,7 +81,8 @@ def classify_training_error(error: BaseException) -> FailureCause:
         return FailureCause(classify_worker_failures(error.worker_failures).reason, str(error)[-MAX_DETAIL_CHARS:])
     if isinstance(error, ControllerError):
         return FailureCause(WORKER_DIED, f"Ray Train controller: {error.controller_failure!r}"[-MAX_DETAIL_CHARS:])
-    return FailureCause(APP_ERROR, _describe(error)[-MAX_DETAIL_CHARS:])
+    reason = _classify_one(error)
+    return FailureCause(reason, _describe(error)[-MAX_DETAIL_CHARS:], conclusive=reason != WORKER_DIED)
 
 
 def _classify_one(exc: BaseException) -> str:
@@ -86,7 +90,7 @@ def _classify_one(exc: BaseException) -> str:
     # UserExceptionWithTraceback); a dead worker shows up as one of Ray's own errors.
     if isinstance(exc, UserExceptionWithTraceback):
         exc = exc._base_exc
-    elif isinstance(exc, (RayError, RayTrainError)):
+    if isinstance(exc, (RayError, RayTrainError)):  # e.g. the controller unreachable from the training code
         if isinstance(exc, WorkerHealthCheckFailedError):
             exc = exc.health_check_failure
         return OOM if isinstance(exc, RayOutOfMemoryError) or _OOM_TEXT.search(str(exc)) else WORKER_DIED

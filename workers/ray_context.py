@@ -9,6 +9,8 @@ from typing import Any
 import ray.train
 import ray.train.torch
 
+from workers.context import rank0_choice
+from workers.manifest import choose_resume_checkpoint
 from workers.train_loop import run_training
 
 
@@ -28,12 +30,26 @@ class RayContext:
 
     @contextlib.contextmanager
     def resume_dir(self) -> Iterator[str | None]:
+        # Ray Train's latest registered checkpoint, if it verifies; else the newest one of the run that
+        # does (a crash may have cut the latest short); else a fresh start. Rank 0 decides for all.
         checkpoint = ray.train.get_checkpoint()
         if checkpoint is None:
             yield None
             return
-        with checkpoint.as_directory() as local_dir:
+        chosen = choose_resume_checkpoint(checkpoint.path, checkpoint.filesystem) if self.rank == 0 else None
+        chosen = rank0_choice(chosen)
+        if chosen is None:
+            yield None
+            return
+        # A local folder is used as it is; a checkpoint in remote storage is downloaded.
+        with ray.train.Checkpoint(chosen, filesystem=checkpoint.filesystem).as_directory() as local_dir:
             yield local_dir
+
+    def wait_committed(self, metrics: dict[str, Any]) -> None:
+        # ray.train.report returns once its report is queued (one per worker) and the controller takes it
+        # at its next poll. A second report, of the same metrics and no checkpoint, can only be queued
+        # after the first was taken, so when it returns the checkpoint has been handed to the controller.
+        ray.train.report(metrics)
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: str) -> None:
         # Ray Train merges the folders every rank reports into one checkpoint.

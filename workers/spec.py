@@ -7,6 +7,7 @@ receives the same JSON back and parses it with the same models.
 
 from __future__ import annotations
 
+import enum
 import re
 from typing import Annotated, Any, Literal
 
@@ -133,20 +134,69 @@ class OptimizerSpec(_Strict):
     weight_decay: float = Field(0.0, ge=0, le=1)
 
 
+# The metrics every checkpoint taken at an epoch's end carries (the training loop reports them for every
+# workload; a mid-epoch checkpoint carries none), and which way is better for each.
+CHECKPOINT_METRICS: dict[str, Literal["max", "min"]] = {
+    "val_accuracy": "max",
+    "val_loss": "min",
+    "train_loss": "min",
+    "samples_per_s": "max",
+}
+CheckpointMetric = Literal["val_accuracy", "val_loss", "train_loss", "samples_per_s"]
+
+
+class KeepBestSpec(_Strict):
+    metric: CheckpointMetric = Field(description="A metric every epoch checkpoint carries.")
+    mode: Literal["max", "min"] | None = Field(
+        None, description="max: higher is better; min: lower is. Default: max for val_accuracy and "
+        "samples_per_s, min for the losses."
+    )
+    count: int = Field(1, ge=1, le=1000, description="How many of the best checkpoints to keep.")
+
+    @model_validator(mode="after")
+    def _default_mode(self) -> KeepBestSpec:
+        if self.mode is None:
+            self.mode = CHECKPOINT_METRICS[self.metric]
+        return self
+
+
 class CheckpointSpec(_Strict):
     every_epochs: int | None = Field(1, ge=1, le=10_000, description="Checkpoint every N epochs.")
     every_steps: int | None = Field(None, ge=1, description="Checkpoint every N optimizer steps.")
-    keep: int = Field(2, ge=1, le=1000, description="Most recent checkpoints kept in storage.")
+    keep: int = Field(
+        2, ge=1, le=1000, description="Most recent checkpoints kept (the latest is never deleted), plus keep_best's."
+    )
+    keep_best: KeepBestSpec | None = Field(
+        None, description="Also keep the best `count` checkpoints by `metric` (ones without the metric don't count)."
+    )
     export_full: bool = Field(
         False, description="FSDP: also write a full (unsharded) model state dict for serving."
+    )
+    wait_for_commit: bool = Field(
+        False,
+        description="Train on only once Ray Train has registered the checkpoint. Off: training goes on while the "
+        "controller registers it (up to ORCHESTRATOR_TRAIN_POLL_INTERVAL_S later), so a failure in that window "
+        "repeats up to two checkpoint intervals. On: at most one, for up to one poll interval of waiting per "
+        "checkpoint.",
     )
 
 
 class RetrySpec(_Strict):
     max_worker_restarts: int = Field(
-        2, ge=0, le=100, description="Worker-group restarts Ray Train may make within one attempt."
+        2,
+        ge=0,
+        le=100,
+        description="Worker-group restarts within one attempt, for infrastructure failures (a worker or its "
+        "node died).",
     )
-    max_attempts: int = Field(3, ge=1, le=100, description="Driver attempts the control plane may make.")
+    max_attempts: int = Field(
+        3, ge=1, le=100, description="Driver attempts the control plane may make (the driver or the Ray head died)."
+    )
+    retry_app_errors: bool = Field(
+        False,
+        description="Also restart the worker group after an exception in the training code (counted in "
+        "max_worker_restarts). Off: such a job fails at once with the traceback. Out-of-memory is never retried.",
+    )
 
 
 LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY)]
@@ -231,6 +281,16 @@ class TrainingPlan(BaseModel):
     reason: str = Field("", description="Why, when the planner chose.")
     global_batch: int
     lr: float = Field(description="The learning rate after scaling to the global batch.")
+
+
+class DriverExit(enum.IntEnum):
+    """Exit status of ``workers.driver``. The reconciler reads it when the driver's own report of the
+    outcome never reached the control plane; any other status (a kill, a crash) means the driver was lost."""
+
+    SUCCEEDED = 0
+    MISCONFIGURED = 2  # no control plane URL or token: another attempt would fail the same way
+    TRAINING_FAILED = 3  # failed for good (an app error, out of memory, worker restarts spent)
+    CLUSTER_FAILED = 4  # the Ray cluster failed under the driver (head lost): worth another attempt
 
 
 class DriverAssignment(BaseModel):

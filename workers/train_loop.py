@@ -257,13 +257,17 @@ class _Loop:
             save_checkpoint(
                 tmp,
                 rank=self.ctx.rank,
+                world_size=self.ctx.world_size,
                 strategy=self.plan.strategy,
                 state=self.state,
                 position=self.position,
                 epoch_loss=self.epoch_loss,
                 export_full=self.spec.checkpoint.export_full,
             )
-            self.ctx.report({**metrics, "epoch": self.position.epoch, "step": self.position.step}, tmp)
+            reported = {**metrics, "epoch": self.position.epoch, "step": self.position.step}
+            self.ctx.report(reported, tmp)
+            if self.spec.checkpoint.wait_for_commit:
+                self.ctx.wait_committed(reported)
 
     def _zeros(self, size: int) -> torch.Tensor:
         # Sums stay on the device: no host sync per step.

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from workers.callbacks import RunEventForwarder
+from workers.failures import CauseAwareFailurePolicy, failure_policy
 from workers.ray_context import train_loop_per_worker
+from workers.run_snapshot import forget_deleted_checkpoints
 from workers.spec import JobSpec, TrainingPlan
 
 
@@ -19,13 +21,15 @@ def build_trainer(
     storage_path: str,
     control_plane_url: str | None,
     token: str,
-) -> TorchTrainer:
+) -> JobTrainer:
     """``control_plane_url=None`` makes every reporter only log (scripts, tests)."""
+    # Ray Train would refuse to start on a run snapshot that names checkpoints retention deleted.
+    forget_deleted_checkpoints(storage_path, job_id)
     scaling = spec.scaling
     resources = {"CPU": scaling.cpus_per_worker}
     if scaling.gpus_per_worker:
         resources["GPU"] = scaling.gpus_per_worker
-    return TorchTrainer(
+    trainer = JobTrainer(
         train_loop_per_worker,
         train_loop_config={
             "job_id": job_id,
@@ -42,8 +46,27 @@ def build_trainer(
         run_config=RunConfig(
             name=job_id,
             storage_path=storage_path,
-            checkpoint_config=CheckpointConfig(num_to_keep=spec.checkpoint.keep),
+            # Ray Train keeps every checkpoint; the control plane's retention (checkpoint.keep and
+            # keep_best) deletes them, storage first, then its database (orchestrator/services/retention.py).
+            checkpoint_config=CheckpointConfig(num_to_keep=None),
             failure_config=FailureConfig(max_failures=spec.retries.max_worker_restarts),
             callbacks=[RunEventForwarder(control_plane_url, job_id, attempt, token)],
         ),
     )
+    trainer.retry_app_errors = spec.retries.retry_app_errors
+    trainer.reporter_args = (control_plane_url, job_id, attempt, token)
+    return trainer
+
+
+class JobTrainer(TorchTrainer):
+    """A ``TorchTrainer`` whose worker failures are retried by cause (``workers.failures``)."""
+
+    retry_app_errors: bool = False
+    reporter_args: tuple = (None, "", 0, "")  # EventReporter(url, job_id, attempt, token)
+
+    def fit(self) -> Result:
+        def make_policy(config: FailureConfig) -> CauseAwareFailurePolicy:
+            return CauseAwareFailurePolicy(config, self.retry_app_errors, self.reporter_args)
+
+        with failure_policy(make_policy):
+            return super().fit()

@@ -42,9 +42,14 @@ def assignment(job_id: str, attempt: int, session: SessionDep, service: ServiceD
 
 
 @router.post("/{job_id}/events")
-def post_events(job_id: str, batch: EventBatch, session: SessionDep, credentials: BearerDep) -> dict[str, int]:
+def post_events(
+    job_id: str, batch: EventBatch, session: SessionDep, service: ServiceDep, credentials: BearerDep
+) -> dict[str, int]:
     job = _check_token(lock_job(session, job_id), credentials)
     _current_attempt(job, batch.attempt)
     applied = apply_events(session, job, batch)
     session.commit()
+    if any(event.type == "checkpoint" for event in batch.events):
+        # After the commit: storage is never touched with the job row (on SQLite, the database) locked.
+        service.checkpoints.after_recording(job_id)
     return {"received": len(batch.events), "applied": applied}

@@ -114,10 +114,22 @@ def checkpoints(job_id: str, session: SessionDep, principal: CurrentKey) -> list
 
 
 @router.get("/{job_id}/logs", response_class=PlainTextResponse)
-def logs(job_id: str, service: ServiceDep, principal: CurrentKey, follow: bool = False):
-    """Driver and worker output of the current attempt; `?follow=true` streams until the job ends."""
+def logs(
+    job_id: str,
+    service: ServiceDep,
+    principal: CurrentKey,
+    follow: bool = False,
+    attempt: Annotated[int | None, Query(ge=1, description="An earlier attempt's output (default: the current one).")] = None,
+):
+    """Driver and worker output of an attempt, from Ray while it has it, else from durable storage;
+    `?follow=true` streams the current attempt's until the job ends."""
     with service.sessions() as session:  # released before Ray is asked or the stream starts
         job = _job_or_404(session, job_id, principal)
+    if attempt is not None and attempt > job.attempt:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has had {job.attempt} attempt(s), not {attempt}")
     if follow:
-        return StreamingResponse(follow_logs(service.sessions, service.backend, job.id), media_type="text/plain")
-    return PlainTextResponse(read_logs(service.backend, job))
+        if attempt is not None:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, "follow streams the current attempt: drop attempt")
+        stream = follow_logs(service.sessions, service.backend, service.log_archive, job.id)
+        return StreamingResponse(stream, media_type="text/plain")
+    return PlainTextResponse(read_logs(service.backend, service.log_archive, job, attempt))

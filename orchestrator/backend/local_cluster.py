@@ -12,6 +12,7 @@ import logging
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -95,6 +96,9 @@ class LocalRayCluster:
             "--dashboard-host", "127.0.0.1",
             "--dashboard-port", str(self.dashboard_port),
             "--ray-client-server-port", str(self.client_port),
+            # Not Ray's fixed default (52365): a second cluster on this machine (tests, a local
+            # multi-node setup) would find it taken, and jobs then fail with "No available agent".
+            "--dashboard-agent-listen-port", str(_free_port()),
             "--disable-usage-stats",
         ]
         if self.num_cpus is not None:
@@ -127,6 +131,21 @@ class LocalRayCluster:
         self.stop()
         raise RuntimeError(f"the local Ray cluster did not come up within {timeout_s:.0f} s; see {self.log_path}")
 
+    def is_gone(self) -> bool:
+        """The head this service started or adopted died (killed, or its machine restarted)."""
+        if self._process is not None and self._process.poll() is None:
+            return False
+        if self._process is None and self._recorded_pid():
+            return False  # adopted from an earlier service, still there
+        return not self._answers()  # `ray start` itself may have died with the cluster still serving
+
+    def restart(self) -> None:
+        """A new head on the same ports and token. It has none of the old one's Ray jobs: the reconciler
+        sees them gone and starts the next attempt of each, which resumes from its checkpoint."""
+        log.warning("the local Ray head (pid file %s) is gone; starting a new one", self.pid_path)
+        self._process = None
+        self.start()
+
     def stop(self, timeout_s: float = 30) -> None:
         """Stop the head this service started or adopted (SIGTERM stops all its Ray processes)."""
         pid = self._process.pid if self._process else self._recorded_pid()
@@ -152,6 +171,12 @@ class LocalRayCluster:
             except ProcessLookupError:
                 pass
         self.pid_path.unlink(missing_ok=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def _alive(pid: int) -> bool:

@@ -5,7 +5,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, delete, or_, select
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import Checkpoint, Job, JobEvent, JobLabel, JobMetric, JobState
@@ -108,6 +108,19 @@ def list_events(session: Session, job_id: str) -> list[JobEvent]:
     return list(session.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id)))
 
 
+def revoke_driver_tokens(session: Session) -> int:
+    """No driver of an active job may report any more (its cluster is gone); the next attempt gets a new token."""
+    jobs = active_jobs(session)
+    for job in jobs:
+        job.token_hash = ""
+    return len(jobs)
+
+
+def last_transition(session: Session, job_id: str) -> JobEvent:
+    """The history row of how the job entered its current state."""
+    return session.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id.desc()).limit(1)).one()
+
+
 def list_metrics(session: Session, job_id: str) -> list[JobMetric]:
     return list(
         session.scalars(
@@ -157,10 +170,20 @@ def record_checkpoint(
         )
 
 
-def prune_checkpoints(session: Session, job_id: str, keep: int) -> None:
-    """Forget all but the newest ``keep`` checkpoints: Ray Train's num_to_keep deletes the same ones."""
-    stale = session.scalars(
-        select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step.desc(), Checkpoint.id.desc()).offset(keep)
-    ).all()
-    for checkpoint in stale:
-        session.delete(checkpoint)
+def delete_checkpoints(session: Session, job_id: str, checkpoint_ids: list[int]) -> int:
+    """Forget these checkpoints of the job (their folders are already deleted); returns how many went."""
+    if not checkpoint_ids:
+        return 0
+    result = session.execute(
+        delete(Checkpoint).where(Checkpoint.job_id == job_id, Checkpoint.id.in_(checkpoint_ids))
+    )
+    return result.rowcount
+
+
+def jobs_for_checkpoint_upkeep(session: Session, finished_since: datetime | None) -> list[tuple[str, JobState]]:
+    """``(id, state)`` of the jobs that ever started and are active or finished since ``finished_since``
+    (every job that ever started when it is None)."""
+    query = select(Job.id, Job.state).where(Job.attempt >= 1).order_by(Job.created_at, Job.id)
+    if finished_since is not None:
+        query = query.where(or_(Job.state.in_(ACTIVE), Job.finished_at >= finished_since))
+    return [(job_id, state) for job_id, state in session.execute(query)]

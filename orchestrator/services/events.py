@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db.models import Job, JobState
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.states import IllegalTransition, set_job_state
-from workers.spec import CheckpointEvent, EventBatch, JobSpec, MetricsEvent, StateEvent
+from workers.spec import CheckpointEvent, EventBatch, MetricsEvent, StateEvent
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +39,11 @@ def apply_events(session: Session, job: Job, batch: EventBatch) -> int:
             jobs_repo.record_metrics(session, job, batch.attempt, event.epoch, event.step, event.values)
             applied += 1
         elif isinstance(event, CheckpointEvent):
+            # Only recorded here: retention deletes what it drops after the commit, storage first and
+            # with no lock held (``services.retention``; see ``api/routers/internal.py``).
             jobs_repo.record_checkpoint(
                 session, job, batch.attempt, event.epoch, event.step, event.path, event.size_bytes, event.metrics
             )
-            jobs_repo.prune_checkpoints(session, job.id, JobSpec.model_validate(job.spec).checkpoint.keep)
             applied += 1
         elif isinstance(event, StateEvent):
             applied += _apply_state(session, job, event)

@@ -1,4 +1,5 @@
-"""A job's driver output (Ray forwards every worker's output into it), read or followed."""
+"""A job's output (Ray forwards every worker's output into its driver's), read or followed: Ray's live
+copy when Ray has it, else the durable one (``orchestrator.services.log_archive``)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,36 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import Job
+from orchestrator.services.log_archive import LogArchive
 from orchestrator.states import TERMINAL
 
 
-def read_logs(backend: ClusterBackend, job: Job) -> str:
-    if job.attempt == 0:
+def read_logs(backend: ClusterBackend, archive: LogArchive, job: Job, attempt: int | None = None) -> str:
+    """The output of one attempt (default: the current one); empty before the job has started."""
+    attempt = job.attempt if attempt is None else attempt
+    if not 1 <= attempt <= job.attempt:
         return ""
     try:
-        return backend.logs(job.submission_id) or ""
+        live = backend.logs(f"{job.id}-{attempt}")
     except BackendUnavailable:
-        return ""
+        live = None
+    try:
+        archived = archive.read(job.id, attempt)
+    except OSError:
+        archived = None
+    # Ray's copy is newer while the attempt runs; the archive is all there is once Ray lost it, and may
+    # hold more than a resubmission of the same attempt on a new head.
+    candidates = [text for text in (live, archived) if text]
+    return max(candidates, key=len, default="")
 
 
 def follow_logs(
-    sessions: sessionmaker[Session], backend: ClusterBackend, job_id: str, poll_s: float = 1.0, max_s: float = 24 * 3600
+    sessions: sessionmaker[Session],
+    backend: ClusterBackend,
+    archive: LogArchive,
+    job_id: str,
+    poll_s: float = 1.0,
+    max_s: float = 24 * 3600,
 ) -> Iterator[str]:
     """Yields new output as it appears, until the job ends (and its last output is sent)."""
     sent = 0
@@ -33,7 +50,7 @@ def follow_logs(
             if job is None:
                 return
             finished = job.state in TERMINAL
-            text = read_logs(backend, job)
+            text = read_logs(backend, archive, job)
         if len(text) < sent:
             sent = 0  # a new attempt started a new log
         if len(text) > sent:

@@ -7,6 +7,7 @@ against its current state, so a concurrent cancel or event is never overwritten.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -17,7 +18,7 @@ from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.services.launch import Launch, new_job_token
 from orchestrator.settings import Settings
 from orchestrator.states import lock_job, set_job_state
-from workers.spec import JobSpec
+from workers.spec import DriverExit, JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,12 @@ log = logging.getLogger(__name__)
 RESUBMIT_GRACE = timedelta(seconds=10)
 
 S = JobState
+
+# Driver exits that carry a final outcome: (reason, message) when its report of it never arrived.
+CONCLUSIVE_EXITS = {
+    DriverExit.TRAINING_FAILED: ("training_failed", "the driver reported that training failed for good"),
+    DriverExit.MISCONFIGURED: ("misconfigured", "the driver's environment lacks ORCHESTRATOR_URL or its token"),
+}
 
 
 class Reconciler:
@@ -45,7 +52,7 @@ class Reconciler:
                 return
             try:
                 if info.status == RunStatus.FAILED:  # read the driver's output now, not under the lock
-                    info = RunInfo(info.status, _failure_message(info, self.backend, submission_id))
+                    info = replace(info, message=_failure_message(info, self.backend, submission_id))
                 self._reconcile(job_id, attempt, info)
             except BackendUnavailable as exc:
                 log.warning("reconciler: job %s: %s", job_id, exc)
@@ -68,15 +75,25 @@ class Reconciler:
                     stop_again = job.submission_id  # the first stop may have raced the submit
             elif status == RunStatus.SUCCEEDED:
                 set_job_state(session, job, S.SUCCEEDED, "completed", "the driver exited successfully")
+            elif status == RunStatus.FAILED and info.exit_code in CONCLUSIVE_EXITS:
+                # The driver decided (its own report, with the cause, was lost): another attempt won't help.
+                reason, what = CONCLUSIVE_EXITS[info.exit_code]
+                set_job_state(session, job, S.FAILED, reason, f"{what}\n{info.message}")
             elif status == RunStatus.FAILED:
                 resubmit = _next_attempt(session, job, "driver_failed", info.message)
             elif status == RunStatus.STOPPED:
                 set_job_state(session, job, S.FAILED, "stopped_externally", "the Ray job was stopped outside the control plane")
-            elif status == RunStatus.MISSING:
-                if job.state != S.STARTING:
-                    resubmit = _next_attempt(session, job, "driver_lost", "Ray has no record of the job's driver any more")
-                elif utcnow() - job.updated_at > RESUBMIT_GRACE:
-                    resubmit = (Launch.of(job), new_job_token(job))  # the same attempt, the same submission id
+            elif status == RunStatus.MISSING and not _awaiting_first_report(session, job):
+                resubmit = _next_attempt(session, job, "driver_lost", "Ray has no record of the job's driver any more")
+            elif job.state in (S.STARTING, S.RESTARTING) and self._start_timed_out(session, job):
+                stop_again = job.submission_id
+                resubmit = _next_attempt(
+                    session, job, "start_timeout",
+                    f"{job.state} for longer than ORCHESTRATOR_START_TIMEOUT_S ({self.settings.start_timeout_s:g} s); "
+                    f"Ray says the run is {status}: {info.message}",
+                )
+            elif status == RunStatus.MISSING and utcnow() - job.updated_at > RESUBMIT_GRACE:
+                resubmit = (Launch.of(job), new_job_token(job))  # the same attempt, the same submission id
         if stop_again:
             self.backend.stop(stop_again)
         if resubmit:
@@ -84,10 +101,14 @@ class Reconciler:
             log.info("job %s: submitting %s", job_id, launch.submission_id)
             launch.submit(self.backend, token, self.settings)
 
+    def _start_timed_out(self, session: Session, job: Job) -> bool:
+        waited = utcnow() - jobs_repo.last_transition(session, job.id).created_at
+        return waited > timedelta(seconds=self.settings.start_timeout_s)
+
 
 def _next_attempt(session: Session, job: Job, reason: str, message: str) -> tuple[Launch, str] | None:
-    """The driver died without reporting an outcome (a failure of the user's code it reports itself, as
-    app_error): start attempt + 1, which resumes from the run's latest checkpoint, while attempts last."""
+    """The driver was lost, or never got going, without an outcome (a failure it can judge, it reports with
+    its cause): start attempt + 1, which resumes from the latest checkpoint, while attempts last."""
     max_attempts = JobSpec.model_validate(job.spec).retries.max_attempts
     if job.attempt >= max_attempts:
         set_job_state(session, job, S.FAILED, reason, f"{message}\n(attempt {job.attempt} of {max_attempts}: none left)")
@@ -96,6 +117,14 @@ def _next_attempt(session: Session, job: Job, reason: str, message: str) -> tupl
     set_job_state(session, job, S.RESTARTING, reason, f"{message}\n({next_attempt})", again=True)
     job.attempt += 1
     return Launch.of(job), new_job_token(job)
+
+
+def _awaiting_first_report(session: Session, job: Job) -> bool:
+    """Submitted (or about to be) and not heard from since: STARTING, or RESTARTING into a new attempt
+    (that transition is recorded under the previous attempt's number)."""
+    return job.state == S.STARTING or (
+        job.state == S.RESTARTING and jobs_repo.last_transition(session, job.id).attempt < job.attempt
+    )
 
 
 def _failure_message(info: RunInfo, backend: ClusterBackend, submission_id: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -11,6 +12,7 @@ from sqlalchemy import func, select
 from api.app import create_app
 from orchestrator.backend import RunStatus
 from orchestrator.db.models import ApiKey, Job
+from orchestrator.services.log_archive import LogArchiver
 from orchestrator.services.reconciler import Reconciler
 from orchestrator.services.scheduler import Scheduler
 from orchestrator.settings import Settings
@@ -359,6 +361,54 @@ def test_logs_of_a_started_job(app, client, backend):
     assert client.get(f"/v1/jobs/{job}/logs", headers=auth(ADMIN)).text == f"log of {job}-1\n"
 
 
+def archive_logs(app):
+    service = app.state.service
+    LogArchiver(service.sessions, service.backend, service.log_archive).tick()
+
+
+def test_logs_are_copied_to_storage_as_they_run_and_served_after_ray_lost_them(app, client, backend, tmp_path):
+    job, token = _started_job(app, client, backend)
+    client.post(f"/internal/v1/jobs/{job}/events", json={"attempt": 1, "events": [{"type": "state", "state": "running"}]}, headers=auth(token))
+    archive_logs(app)
+    copy = tmp_path / "storage" / job / "logs" / "attempt-0001.log"
+    assert copy.read_text() == f"log of {job}-1\n"
+    del backend.runs[f"{job}-1"]  # the head died: Ray's job store is gone with it
+    reconcile(app)  # attempt 2
+    archive_logs(app)
+    assert (tmp_path / "storage" / job / "logs" / "attempt-0002.log").read_text() == f"log of {job}-2\n"
+    get = lambda **params: client.get(f"/v1/jobs/{job}/logs", params=params, headers=auth(ADMIN))  # noqa: E731
+    assert get().text == f"log of {job}-2\n"
+    assert get(attempt=1).text == f"log of {job}-1\n"  # from storage: Ray has no record of it any more
+    backend.available = False  # the whole cluster is gone
+    assert get().text == f"log of {job}-2\n"
+    assert get(attempt=3).status_code == 404 and "2 attempt(s)" in get(attempt=3).text
+    assert get(attempt=0).status_code == 422
+
+
+def test_a_dead_local_ray_head_is_started_again_and_its_drivers_silenced(app, client, backend, tmp_path, monkeypatch):
+    import subprocess
+
+    from orchestrator.backend.local_cluster import LocalRayCluster
+
+    job, token = _started_job(app, client, backend)
+    service = app.state.service
+    cluster = service.local_cluster = LocalRayCluster(tmp_path, gcs_port=1, dashboard_port=2, client_port=3)
+    started = []
+    monkeypatch.setattr(cluster, "start", lambda: started.append(True))
+    monkeypatch.setattr(cluster, "_answers", lambda: False)
+    cluster._process = subprocess.Popen(["sleep", "30"])
+    service._keep_local_head()
+    assert not started  # alive: nothing to do
+    cluster._process.kill()
+    cluster._process.wait()
+    service._keep_local_head()
+    assert started == [True]
+    # The lost head's driver can no longer end the job; the reconciler moves it to a new attempt.
+    failed = {"attempt": 1, "events": [{"type": "state", "state": "failed", "reason": "worker_died"}]}
+    assert client.post(f"/internal/v1/jobs/{job}/events", json=failed, headers=auth(token)).status_code == 401
+
+
+
 def test_only_the_newest_checkpoints_are_kept_like_ray_does(app, client, backend):
     job = submit(client, ADMIN, checkpoint={"keep": 2}).json()["id"]
     tick(app)
@@ -431,20 +481,21 @@ def test_auto_strategy_is_resolved_and_explained_on_the_job(app, client, backend
 
 
 def test_a_lost_driver_gets_a_new_attempt_until_attempts_run_out(app, client, backend):
-    job, first_token = _started_job(app, client, backend)  # max_attempts defaults to 3
-    running = {"attempt": 1, "events": [{"type": "state", "state": "running"}]}
-    client.post(f"/internal/v1/jobs/{job}/events", json=running, headers=auth(first_token))
+    job, token = _started_job(app, client, backend)  # max_attempts defaults to 3
+    first_token = token
     for attempt in (1, 2):
+        running = {"attempt": attempt, "events": [{"type": "state", "state": "running"}]}
+        assert client.post(f"/internal/v1/jobs/{job}/events", json=running, headers=auth(token)).status_code == 200
         del backend.runs[f"{job}-{attempt}"]  # the driver (or the whole head) went away
         reconcile(app)
         body = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
         assert body["state"] == "RESTARTING" and body["reason"] == "driver_lost" and body["attempt"] == attempt + 1
         assert f"starting attempt {attempt + 1} of 3" in body["message"]
+        token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
     assert [s[0] for s in backend.submitted] == [f"{job}-1", f"{job}-2", f"{job}-3"]
     # The old driver's token no longer writes; the new one does, and its first event resumes RUNNING.
-    stale = client.post(f"/internal/v1/jobs/{job}/events", json=running, headers=auth(first_token))
-    assert stale.status_code == 401
-    token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+    stale = {"attempt": 3, "events": [{"type": "state", "state": "running"}]}
+    assert client.post(f"/internal/v1/jobs/{job}/events", json=stale, headers=auth(first_token)).status_code == 401
     resumed = {"attempt": 3, "events": [{"type": "state", "state": "running"}]}
     assert client.post(f"/internal/v1/jobs/{job}/events", json=resumed, headers=auth(token)).status_code == 200
     backend.runs[f"{job}-3"] = RunStatus.FAILED
@@ -453,9 +504,63 @@ def test_a_lost_driver_gets_a_new_attempt_until_attempts_run_out(app, client, ba
     assert body["state"] == "FAILED" and "attempt 3 of 3: none left" in body["message"]
     history = [(e["to_state"], e["reason"], e["attempt"]) for e in client.get(f"/v1/jobs/{job}/events", headers=auth(ADMIN)).json()]
     assert history[2:] == [
-        ("RUNNING", "training_started", 1), ("RESTARTING", "driver_lost", 1), ("RESTARTING", "driver_lost", 2),
+        ("RUNNING", "training_started", 1), ("RESTARTING", "driver_lost", 1),
+        ("RUNNING", "training_started", 2), ("RESTARTING", "driver_lost", 2),
         ("RUNNING", "training_started", 3), ("FAILED", "driver_failed", 3),
     ]
+
+
+def test_a_new_attempt_that_ray_lost_before_it_ran_is_resubmitted_not_counted(app, client, backend, monkeypatch):
+    job, token = _started_job(app, client, backend)
+    client.post(f"/internal/v1/jobs/{job}/events", json={"attempt": 1, "events": [{"type": "state", "state": "running"}]}, headers=auth(token))
+    del backend.runs[f"{job}-1"]
+    reconcile(app)  # attempt 2 submitted
+    del backend.runs[f"{job}-2"]  # and lost with the head before its driver said anything
+    monkeypatch.setattr("orchestrator.services.reconciler.RESUBMIT_GRACE", timedelta(0))
+    reconcile(app)
+    assert [s[0] for s in backend.submitted] == [f"{job}-1", f"{job}-2", f"{job}-2"]
+    assert client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()["attempt"] == 2
+
+
+def test_a_driver_that_failed_for_good_is_not_retried_even_if_its_report_was_lost(app, client, backend):
+    job, _ = _started_job(app, client, backend)
+    backend.runs[f"{job}-1"] = RunStatus.FAILED
+    backend.exit_codes[f"{job}-1"] = 3  # DriverExit.TRAINING_FAILED: an app error, OOM or restarts spent
+    reconcile(app)
+    body = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
+    assert (body["state"], body["reason"], body["attempt"]) == ("FAILED", "training_failed", 1)
+    assert [s[0] for s in backend.submitted] == [f"{job}-1"]
+
+
+def test_a_failure_reported_with_its_cause_ends_the_job_with_that_reason(app, client, backend):
+    job, token = _started_job(app, client, backend)
+    failed = {"type": "state", "state": "failed", "reason": "oom", "message": "out of memory (never retried)"}
+    client.post(f"/internal/v1/jobs/{job}/events", json={"attempt": 1, "events": [failed]}, headers=auth(token))
+    backend.runs[f"{job}-1"] = RunStatus.FAILED
+    backend.exit_codes[f"{job}-1"] = 3
+    reconcile(app)
+    body = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
+    assert (body["state"], body["reason"]) == ("FAILED", "oom") and "never retried" in body["message"]
+    assert len(backend.submitted) == 1
+
+
+@pytest.mark.parametrize("ray_status", [RunStatus.PENDING, RunStatus.RUNNING])
+def test_a_job_stuck_starting_is_stopped_and_retried_then_fails_with_start_timeout(app, client, backend, ray_status):
+    app.state.service.settings.start_timeout_s = 0.01
+    job = submit(client, ADMIN, retries={"max_attempts": 2}).json()["id"]
+    tick(app)
+    backend.runs[f"{job}-1"] = ray_status  # pending in Ray, or running but never training
+    time.sleep(0.05)
+    reconcile(app)
+    body = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
+    assert (body["state"], body["reason"], body["attempt"]) == ("RESTARTING", "start_timeout", 2)
+    assert "ORCHESTRATOR_START_TIMEOUT_S" in body["message"] and str(ray_status) in body["message"]
+    assert backend.stopped == [f"{job}-1"] and backend.submitted[-1][0] == f"{job}-2"
+    time.sleep(0.05)
+    reconcile(app)
+    body = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
+    assert (body["state"], body["reason"]) == ("FAILED", "start_timeout") and "attempt 2 of 2: none left" in body["message"]
+    assert backend.stopped == [f"{job}-1", f"{job}-2"] and len(backend.submitted) == 2
 
 
 def test_a_worker_restart_is_reported_as_restarting(app, client, backend):

@@ -24,6 +24,7 @@ from tests.unit.harness import (
     train,
 )
 from workers.checkpoints import load_model_from_checkpoint
+from workers.manifest import write_manifest
 
 EPOCH_END = "checkpoint_000000008"  # after epoch 2 of 4 steps each
 MID_EPOCH = "checkpoint_000000006"  # epoch 2, 2 of its 4 steps done
@@ -66,6 +67,9 @@ def resume_without_rank_state(config: dict, root: str, source: str) -> dict:
     if dist.get_rank() == 0:
         shutil.copytree(source, copy)
         shutil.rmtree(copy / "ranks")
+        shutil.rmtree(copy / "manifests")  # new ones, else the copy is incomplete and never resumed from
+        for rank in range(dist.get_world_size()):
+            write_manifest(copy, rank=rank, world_size=dist.get_world_size())
     dist.barrier()
     return train(config, Path(root) / "run", copy)
 
@@ -119,6 +123,7 @@ def test_checkpoints_by_steps_and_epochs(runs):
 
 def test_without_the_ranks_rng_state_a_resume_is_not_exact(runs):
     """The control: dropout makes the RNG state matter, so the equality above is not a coincidence."""
+    assert runs[("ddp", "without-rank-state")]["reported"][0]["step"] == 8  # it resumed, mid-epoch 2
     control = final_state(runs[("ddp", "without-rank-state")])
     straight = final_state(runs[("ddp", "straight")])
     assert any(not torch.allclose(control[key], straight[key], atol=1e-6) for key in straight)
@@ -127,8 +132,8 @@ def test_without_the_ranks_rng_state_a_resume_is_not_exact(runs):
 def test_checkpoint_layout_loads_without_unpickling(runs):
     ddp = Path(runs[("ddp", "straight")]["checkpoints"][-1])
     fsdp = Path(runs[("fsdp", "straight")]["checkpoints"][-1])
-    assert sorted(p.name for p in ddp.iterdir()) == ["model.pt", "ranks", "train_state.pt"]
-    assert sorted(p.name for p in fsdp.iterdir()) == ["model.pt", "ranks", "sharded", "train_state.pt"]
+    assert sorted(p.name for p in ddp.iterdir()) == ["manifests", "model.pt", "ranks", "train_state.pt"]
+    assert sorted(p.name for p in fsdp.iterdir()) == ["manifests", "model.pt", "ranks", "sharded", "train_state.pt"]
     assert sorted(p.name for p in (fsdp / "sharded").iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
     for checkpoint in (ddp, fsdp):
         assert sorted(p.name for p in (checkpoint / "ranks").iterdir()) == ["rank-00000.pt", "rank-00001.pt"]

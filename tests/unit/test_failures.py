@@ -139,6 +139,16 @@ def test_the_failure_reason_of_fit_keeps_rays_text_with_the_worker_tracebacks():
     assert cause.reason == APP_ERROR and "Traceback" in cause.detail and "nan loss" in cause.detail
 
 
+def test_the_cluster_failing_under_the_driver_is_left_to_the_control_plane():
+    from ray.exceptions import ActorUnavailableError
+
+    cause = classify_training_error(ActorUnavailableError("the controller's node is gone", None))
+    assert cause.reason == WORKER_DIED and not cause.conclusive
+    assert classify_training_error(group_error(r0=died())).conclusive  # the group's own failure is judged
+    # Ray's errors raised inside the training code (calling the controller) are Ray's, not a bug.
+    assert classify_worker_failures({0: user_error(ActorUnavailableError("gone", None))}).reason == WORKER_DIED
+
+
 def test_the_policy_travels_to_the_controller_without_its_reporter_thread():
     p = CauseAwareFailurePolicy(FailureConfig(max_failures=1), False, ("http://cp", "job", 1, "t"))
     p._reporter = Recorder()

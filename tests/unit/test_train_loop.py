@@ -364,14 +364,3 @@ def test_driver_does_not_retry_a_refused_assignment(plane_factory, monkeypatch):
     with pytest.raises(httpx.HTTPStatusError):
         driver.fetch_assignment(plane.url, "job-1", 2, "wrong")
     assert len(plane.requests) == 1
-
-
-def test_restart_events_tell_a_dead_worker_from_an_error_in_the_training_code():
-    from ray.train.v2._internal.exceptions import UserExceptionWithTraceback, WorkerHealthCheckFailedError
-
-    from workers.callbacks import restart_event
-
-    died = restart_event({1: WorkerHealthCheckFailedError("worker 1 failed its health check", RuntimeError("gone"))})
-    assert (died.state, died.reason) == ("restarting", "worker_died") and "rank 1" in died.message
-    user = restart_event({0: UserExceptionWithTraceback(ValueError("bad batch"), "Traceback ...")})
-    assert user.reason == "worker_error"
