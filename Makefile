@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-unit test-integration test-e2e install clean
+.PHONY: run test test-unit test-integration test-e2e test-chaos install clean
 
 # Re-install when pyproject.toml changes. pip, not uv: pip finds the CPU torch wheel on this machine.
 $(STAMP): pyproject.toml
@@ -19,12 +19,18 @@ install: $(STAMP)
 run: $(STAMP)
 	exec $(BIN)/orchestrator serve
 
-# Unit + integration (one local Ray cluster for the session, SQLite and PostgreSQL), then the
-# end-to-end test, which starts `make run` itself and so must not share the machine with another cluster.
+# Unit + integration (one local Ray cluster for the session, SQLite and PostgreSQL), then the chaos
+# scenarios and the end-to-end test, which start the service themselves (with its own local Ray cluster)
+# and so must not share the machine with another cluster.
 test: $(STAMP)
 	bash scripts/ensure-postgres.sh
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/unit tests/integration -v --timeout 900
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/chaos -v --timeout 600
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/e2e -v --timeout 900
+
+# kill -9 of workers, drivers, the Ray head and the control plane under running jobs (tests/chaos).
+test-chaos: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/chaos -v --timeout 600
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q

@@ -1,0 +1,64 @@
+"""kill -9 of a training worker, of a job's driver, and of a worker while a checkpoint is being saved."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.chaos.harness import kill, wait_until
+from tests.chaos.recovery import (
+    CHECKPOINT_INTERVAL, CheckpointWatcher, assert_recovered, events_of, inject, spec, storage_checkpoints,
+)
+
+pytestmark = pytest.mark.chaos
+
+
+def test_worker_kill_restarts_the_worker_group_and_resumes(service, reference):
+    api = service.api()
+    job_id = api.submit(spec("worker-kill"))["id"]
+    watcher = CheckpointWatcher(api, job_id)
+    api.wait_for_step(job_id, 10 * CHECKPOINT_INTERVAL + 5)
+    victim = min(service.train_worker_pids())
+    kills = [inject(api, job_id, "worker", 1, lambda: kill(victim))]
+
+    api.wait(job_id, {"SUCCEEDED"})
+    rec = assert_recovered(service, api, job_id, reference, kills, watcher.stop(), attempts=range(1, 2))
+    history = events_of(api, job_id)
+    restarting = history.index(("RESTARTING", "worker_died", 1))
+    assert ("RUNNING", "training_started", 1) in history[restarting:], history
+    assert len(rec.resumes[1]) == 1, rec.resumes
+
+
+def test_driver_kill_starts_a_new_attempt_that_resumes(service, reference):
+    api = service.api()
+    job_id = api.submit(spec("driver-kill"))["id"]
+    watcher = CheckpointWatcher(api, job_id)
+    api.wait_for_step(job_id, 10 * CHECKPOINT_INTERVAL + 5)
+    driver = service.driver_pid(f"{job_id}-1")
+    kills = [inject(api, job_id, "driver", 1, lambda: kill(driver))]
+
+    rec = assert_recovered(service, api, job_id, reference, kills, watcher.stop(), attempts=range(2, 3))
+    history = events_of(api, job_id)
+    assert ("RESTARTING", "driver_failed", 1) in history, history
+    assert ("RUNNING", "training_started", 2) in history, history
+    assert service.submissions(job_id).count(f"{job_id}-1") == 1
+    assert rec.steps[2][0] == rec.resumed_from[0].step + 1, "attempt 2 did not start right after its checkpoint"
+
+
+def test_worker_kill_while_a_checkpoint_is_saved(service, reference):
+    api = service.api()
+    job_id = api.submit(spec("checkpoint-kill"))["id"]
+    watcher = CheckpointWatcher(api, job_id)
+    api.wait_for_step(job_id, 5 * CHECKPOINT_INTERVAL + 5)
+    victim = min(service.train_worker_pids())
+    before = storage_checkpoints(service, job_id)
+
+    def new_folder() -> set[str]:
+        return storage_checkpoints(service, job_id) - before
+
+    # The moment Ray Train creates the next checkpoint_* folder, before it can have registered it.
+    saving = wait_until(new_folder, 60, "the next checkpoint folder", interval_s=0.01)
+    kills = [inject(api, job_id, "worker", 1, lambda: kill(victim))]
+
+    rec = assert_recovered(service, api, job_id, reference, kills, watcher.stop(), attempts=range(1, 2))
+    assert ("RESTARTING", "worker_died", 1) in events_of(api, job_id)
+    assert rec.resumed_from[0].path, f"no resume after the kill during the save of {saving}"
