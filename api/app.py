@@ -7,9 +7,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request, status
 from fastapi.responses import JSONResponse
 
-from api.routers import health, internal, jobs, plan, projects
+from api.routers import deployments, health, internal, jobs, plan, projects
 from orchestrator.backend import ClusterBackend
 from orchestrator.service import Service
+from orchestrator.services.deployments import DeploymentConflict
 from orchestrator.services.submission import IdempotencyConflict, SpecRejected
 from orchestrator.settings import Settings
 
@@ -34,7 +35,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
-    for router in (health.router, projects.router, jobs.router, plan.router, internal.router):
+    for router in (health.router, projects.router, jobs.router, deployments.router, plan.router, internal.router):
         app.include_router(router)
 
     @app.exception_handler(SpecRejected)
@@ -42,6 +43,10 @@ def create_app(
         # Same shape as FastAPI's own validation errors, so clients handle one format.
         detail = [{"loc": ["body", *exc.loc], "msg": str(exc), "type": "value_error"}]
         return JSONResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_ENTITY)
+
+    @app.exception_handler(DeploymentConflict)
+    async def _deployment_conflict(_: Request, exc: DeploymentConflict) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_409_CONFLICT)
 
     @app.exception_handler(IdempotencyConflict)
     async def _idempotency_conflict(_: Request, exc: IdempotencyConflict) -> JSONResponse:

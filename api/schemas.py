@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.db.models import Job, JobState, Role
+from orchestrator.db.models import Deployment, DeploymentState, Job, JobState, Role
 
 
 class _FromORM(BaseModel):
@@ -93,10 +93,83 @@ class MetricOut(_FromORM):
 
 
 class CheckpointOut(_FromORM):
+    id: int = Field(description="Deploy exactly this checkpoint with a deployment source {\"checkpoint_id\": id}.")
     attempt: int
     epoch: int
     step: int
     path: str
     size_bytes: int
     metrics: dict[str, Any]
+    created_at: datetime
+
+
+# --- deployments (the request bodies are orchestrator.deployment_spec's) -------------------------------
+
+
+class DeploymentVersionOut(_FromORM):
+    version: int
+    checkpoint_id: int | None = Field(description="Null once the job's checkpoint row is gone; the path stays.")
+    checkpoint_path: str
+    job_id: str | None
+    checkpoint: dict[str, Any] = Field(description="The checkpoint's attempt, epoch, step and metrics.")
+    source: dict[str, Any] = Field(description="The source as given.")
+    settings: dict[str, Any] = Field(description="replicas, batching, resources, every default filled in.")
+    note: str
+    created_at: datetime
+
+
+class ReplicaOut(BaseModel):
+    replica_id: str
+    state: str
+
+
+class DeploymentOut(BaseModel):
+    id: str
+    project_id: str
+    name: str
+    workload: str
+    state: DeploymentState
+    reason: str
+    message: str
+    url: str = Field(description="Where to send requests (Ray Serve's HTTP proxy + route_prefix).")
+    route_prefix: str
+    version: int = Field(description="The newest version: the one serving, or being rolled out.")
+    serving_version: int | None = Field(description="The version Serve runs; null while nothing serves.")
+    current: DeploymentVersionOut | None = Field(description="The serving version, with its source checkpoint.")
+    target: DeploymentVersionOut = Field(description="The newest version (the same as current once promoted).")
+    serve_status: str | None = Field(description="Serve's application status at the last look (RUNNING, ...).")
+    replicas: list[ReplicaOut] = Field(description="Replica states at the reconciler's last look at Serve.")
+    observed_at: datetime | None
+    versions: list[DeploymentVersionOut] = Field(description="Every version, oldest first.")
+    created_at: datetime
+    updated_at: datetime
+    deleted_at: datetime | None
+
+    @classmethod
+    def of(cls, deployment: Deployment, serve_url: str) -> DeploymentOut:
+        versions = [DeploymentVersionOut.model_validate(v) for v in deployment.versions]
+        by_number = {v.version: v for v in versions}
+        observed = deployment.observed or {}
+        serving = deployment.live_version if deployment.state != DeploymentState.DELETED else None
+        return cls(
+            id=deployment.id, project_id=deployment.project_id, name=deployment.name, workload=deployment.workload,
+            state=deployment.state, reason=deployment.reason, message=deployment.message,
+            url=f"{serve_url}{deployment.route_prefix}", route_prefix=deployment.route_prefix,
+            version=deployment.version, serving_version=serving,
+            current=by_number.get(serving) if serving is not None else None,
+            target=by_number[deployment.version],
+            serve_status=observed.get("status"),
+            replicas=[ReplicaOut(**r) for r in observed.get("replicas", [])],
+            observed_at=observed.get("observed_at"),
+            versions=versions,
+            created_at=deployment.created_at, updated_at=deployment.updated_at, deleted_at=deployment.deleted_at,
+        )
+
+
+class DeploymentEventOut(_FromORM):
+    from_state: DeploymentState | None
+    to_state: DeploymentState
+    reason: str
+    message: str
+    version: int
     created_at: datetime

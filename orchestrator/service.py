@@ -10,11 +10,16 @@ from orchestrator.backend import ClusterBackend
 from orchestrator.db.engine import make_engine, make_session_factory
 from orchestrator.db.migrate import upgrade_head
 from orchestrator.db.models import Role
+from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import projects as projects_repo
+from orchestrator.services.log_archive import LogArchive, LogArchiver
 from orchestrator.services.loops import Loop
 from orchestrator.services.reconciler import Reconciler
+from orchestrator.services.retention import CheckpointJanitor
 from orchestrator.services.scheduler import Scheduler
+from orchestrator.services.serving import ServingReconciler
 from orchestrator.settings import Settings
+from orchestrator.storage import CheckpointStorage
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +33,10 @@ class Service:
         self.run_loops = run_loops
         self.local_cluster = None
         self.loops: list[Loop] = []
+        # Checkpoint retention and the orphan sweeper (also run by the events endpoint after a checkpoint).
+        storage = CheckpointStorage(settings.storage_path)
+        self.checkpoints = CheckpointJanitor(self.sessions, storage, settings)
+        self.log_archive = LogArchive(storage)
 
     @property
     def backend(self) -> ClusterBackend:
@@ -50,7 +59,15 @@ class Service:
             self.loops = [
                 Loop("reconciler", reconciler.tick, self.settings.reconciler_interval_s),
                 Loop("scheduler", scheduler.tick, self.settings.scheduler_interval_s),
+                Loop("checkpoints", self.checkpoints.tick, self.settings.checkpoint_sweep_interval_s),
+                # Re-applies every live deployment's Serve config after a Ray or control-plane restart.
+                Loop("serving", ServingReconciler(self.sessions, self.backend, self.settings).tick,
+                     self.settings.serve_reconciler_interval_s),
+                Loop("log-archive", LogArchiver(self.sessions, self.backend, self.log_archive).tick,
+                     self.settings.log_archive_interval_s),
             ]
+            if self.local_cluster is not None:  # ours to keep alive; a RAY_ADDRESS cluster is its owner's
+                self.loops.append(Loop("ray-head", self._keep_local_head, self.settings.reconciler_interval_s))
             for loop in self.loops:
                 loop.start()
 
@@ -60,6 +77,16 @@ class Service:
         if self.local_cluster is not None:
             self.local_cluster.stop()
         self.engine.dispose()
+
+    def _keep_local_head(self) -> None:
+        if not self.local_cluster.is_gone():
+            return
+        # Drivers of the lost head may linger a while, unable to judge their runs: their reports are
+        # refused from now on, and the reconciler starts each job's next attempt on the new head.
+        with self.sessions.begin() as session:
+            revoked = jobs_repo.revoke_driver_tokens(session)
+        log.warning("revoked the driver tokens of %d active job(s) of the lost Ray head", revoked)
+        self.local_cluster.restart()
 
     def _connect_ray(self) -> ClusterBackend:
         from orchestrator.backend.dashboard import token_from_environment

@@ -36,6 +36,15 @@ class Settings(BaseSettings):
     train_poll_interval_s: float = Field(
         2.0, gt=0, description="RAY_TRAIN_HEALTH_CHECK_INTERVAL_S for drivers: how long ray.train.report blocks."
     )
+    start_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="A job STARTING (or RESTARTING) longer than this is stopped and retried, or fails with "
+        "start_timeout: the Ray job pending, its runtime env being set up, or its workers not placed.",
+    )
+    log_archive_interval_s: float = Field(
+        5.0, gt=0, description="How often running jobs' output is copied to <storage>/<job>/logs/."
+    )
 
     @cached_property
     def allowed_workload_packages(self) -> frozenset[str]:
@@ -58,3 +67,36 @@ class Settings(BaseSettings):
     @property
     def var_path(self) -> Path:
         return Path(self.var_dir).resolve()
+
+    # --- serving (Ray Serve deployments) ---
+    serve_host: str = Field("127.0.0.1", description="Where Ray Serve's HTTP proxy listens on the cluster's nodes.")
+    serve_port: int = Field(8001, ge=1, le=65535, description="Ray Serve's HTTP proxy port.")
+    serve_public_url: str | None = Field(
+        None, description="Base URL clients call deployments at (default http://serve_host:serve_port)."
+    )
+    serve_reconciler_interval_s: float = Field(2.0, gt=0, description="How often Serve is brought in line with the DB.")
+    # Logical CPUs a replica reserves. 0 by default: the scheduler admits training jobs against the whole
+    # cluster, and any fraction taken by a replica (0.1 of a 2-CPU cluster) would leave a 2 x 1-CPU job
+    # pending in Ray forever. A replica still uses real CPU time when it answers requests.
+    serve_replica_cpus: float = Field(0.0, ge=0, le=512, description="Default resources.cpus of a replica.")
+    serve_rollout_timeout_s: float = Field(
+        300.0, gt=0, description="A new version not healthy within this fails its rollout (the old one keeps serving)."
+    )
+
+    @property
+    def serve_url(self) -> str:
+        if self.serve_public_url:
+            return self.serve_public_url.rstrip("/")
+        host = "127.0.0.1" if self.serve_host in ("0.0.0.0", "::") else self.serve_host
+        return f"http://{host}:{self.serve_port}"
+
+    # --- checkpoint upkeep (orchestrator/services/retention.py) ---
+    checkpoint_sweep_interval_s: float = Field(
+        10.0, gt=0, description="How often retention is re-applied and orphaned checkpoint folders are swept."
+    )
+    checkpoint_orphan_grace_s: float = Field(
+        600.0,
+        ge=0,
+        description="A checkpoint folder of a running job that the database does not list is deleted once it is "
+        "this old (a late report may still register it); a finished job's at once.",
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from orchestrator.admission import ClusterCapacity
-from orchestrator.backend import BackendUnavailable, RunInfo, RunStatus
+from orchestrator.backend import BackendUnavailable, RunInfo, RunStatus, ServeApp, ServeReplica, ServeStatus
 
 
 @dataclass
@@ -14,7 +14,12 @@ class FakeBackend:
     runs: dict[str, RunStatus] = field(default_factory=dict)
     submitted: list[tuple[str, str, dict]] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
+    exit_codes: dict[str, int] = field(default_factory=dict)
     available: bool = True
+    # Ray Serve: every config the control plane applied, and the applications as Serve would report them.
+    # An applied application starts DEPLOYING; a test moves it on with serve_settle().
+    serve_applied: list[dict] = field(default_factory=list)
+    serve_apps: dict[str, ServeApp] = field(default_factory=dict)
 
     def capacity(self) -> ClusterCapacity:
         self._check()
@@ -27,7 +32,7 @@ class FakeBackend:
 
     def info(self, submission_id) -> RunInfo:
         self._check()
-        return RunInfo(self.runs.get(submission_id, RunStatus.MISSING), "fake")
+        return RunInfo(self.runs.get(submission_id, RunStatus.MISSING), "fake", self.exit_codes.get(submission_id))
 
     def stop(self, submission_id) -> None:
         self._check()
@@ -37,6 +42,31 @@ class FakeBackend:
 
     def logs(self, submission_id) -> str | None:
         return f"log of {submission_id}\n" if submission_id in self.runs else None
+
+    def serve_status(self) -> ServeStatus:
+        self._check()
+        return ServeStatus(running=bool(self.serve_applied), apps=dict(self.serve_apps), http_port=None)
+
+    def apply_serve(self, config: dict) -> None:
+        self._check()
+        self.serve_applied.append(config)
+        wanted = {app["name"]: app for app in config["applications"]}
+        for name in list(self.serve_apps):
+            if name not in wanted:
+                del self.serve_apps[name]
+        for name, app in wanted.items():
+            current = self.serve_apps.get(name)
+            if current is None or current.config != app:
+                self.serve_apps[name] = ServeApp(name=name, status="DEPLOYING", config=app)
+
+    def serve_settle(self, name: str, status: str = "RUNNING", message: str = "", replicas: int = 1) -> None:
+        """What Serve would report once a rollout ends (RUNNING) or fails (DEPLOY_FAILED, UNHEALTHY)."""
+        app = self.serve_apps[name]
+        running = tuple(ServeReplica(f"{name}-r{i}", "RUNNING") for i in range(replicas)) if status == "RUNNING" else ()
+        self.serve_apps[name] = ServeApp(
+            name=name, status=status, message=message, config=app.config, deployment_status="",
+            deployment_message="", replicas=running, target_replicas=replicas,
+        )
 
     def _check(self) -> None:
         if not self.available:

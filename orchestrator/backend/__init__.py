@@ -7,7 +7,7 @@ This module holds the interface and plain types (no ray import); ``ray_backend``
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from orchestrator.admission import ClusterCapacity
@@ -32,6 +32,7 @@ class RunStatus(enum.StrEnum):
 class RunInfo:
     status: RunStatus
     message: str = ""
+    exit_code: int | None = None  # the driver's, once it has exited (workers.spec.DriverExit)
 
 
 class BackendUnavailable(Exception):
@@ -51,3 +52,45 @@ class ClusterBackend(Protocol):
 
     def logs(self, submission_id: str) -> str | None:
         """The driver's output (Ray forwards worker output into it); None when Ray has none."""
+
+    # --- Ray Serve, driven declaratively (as KubeRay's RayService does) ---
+
+    def serve_status(self) -> ServeStatus:
+        """Serve's applications as the cluster reports them (none when Serve isn't running)."""
+
+    def apply_serve(self, config: dict) -> None:
+        """Replace Serve's whole set of applications with ``config`` (a multi-application config:
+        ``{"http_options": ..., "applications": [...]}``); starts Serve if it isn't running.
+        Raises ServeConfigRejected when Serve refuses the config, BackendUnavailable when unreachable."""
+
+
+class ServeConfigRejected(Exception):
+    """Serve refused a config (it answers 400 with why)."""
+
+
+@dataclass(frozen=True)
+class ServeReplica:
+    replica_id: str
+    state: str  # Serve's ReplicaState: STARTING, UPDATING, RECOVERING, RUNNING, STOPPING, PENDING_MIGRATION
+
+
+@dataclass(frozen=True)
+class ServeApp:
+    """One Serve application. ``status`` is Serve's ApplicationStatus: NOT_STARTED, DEPLOYING, RUNNING,
+    DEPLOY_FAILED, DELETING or UNHEALTHY; ``config`` is the application config as it was submitted."""
+
+    name: str
+    status: str
+    message: str = ""
+    config: dict | None = None
+    deployment_status: str = ""
+    deployment_message: str = ""
+    replicas: tuple[ServeReplica, ...] = ()
+    target_replicas: int = 0
+
+
+@dataclass(frozen=True)
+class ServeStatus:
+    running: bool
+    apps: dict[str, ServeApp] = field(default_factory=dict)
+    http_port: int | None = None

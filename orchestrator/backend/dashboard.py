@@ -37,3 +37,24 @@ def alive_nodes(dashboard_url: str, headers: dict[str, str], timeout_s: float = 
     )
     response.raise_for_status()
     return response.json()["data"]["result"]["result"]
+
+
+SERVE_APPLICATIONS = "/api/serve/applications/"
+
+
+def serve_applications(dashboard_url: str, headers: dict[str, str], timeout_s: float = 30) -> dict[str, Any]:
+    """Serve's instance details (``ServeInstanceDetails``); ``applications`` is empty when Serve isn't
+    running. Raises httpx.HTTPError on failure."""
+    response = httpx.get(f"{dashboard_url.rstrip('/')}{SERVE_APPLICATIONS}", headers=headers, timeout=timeout_s)
+    response.raise_for_status()
+    return response.json()
+
+
+def put_serve_applications(
+    dashboard_url: str, headers: dict[str, str], config: dict[str, Any], timeout_s: float = 120
+) -> httpx.Response:
+    """Declare Serve's whole set of applications (``ServeDeploySchema``). The first call starts Serve's
+    controller and proxies, which takes seconds. Returns the response (400: Serve refused the config)."""
+    return httpx.put(
+        f"{dashboard_url.rstrip('/')}{SERVE_APPLICATIONS}", json=config, headers=headers, timeout=timeout_s
+    )

@@ -10,8 +10,16 @@ import httpx
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 from orchestrator.admission import ClusterCapacity
-from orchestrator.backend import BackendUnavailable, RunInfo, RunStatus
-from orchestrator.backend.dashboard import alive_nodes, auth_headers
+from orchestrator.backend import (
+    BackendUnavailable,
+    RunInfo,
+    RunStatus,
+    ServeApp,
+    ServeConfigRejected,
+    ServeReplica,
+    ServeStatus,
+)
+from orchestrator.backend.dashboard import alive_nodes, auth_headers, put_serve_applications, serve_applications
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +94,7 @@ class RayBackend:
                 return RunInfo(RunStatus.MISSING, "Ray has no record of this submission")
             raise BackendUnavailable(f"reading {submission_id}: {exc}") from exc
         status = RunStatus(details.status.value if isinstance(details.status, JobStatus) else str(details.status))
-        return RunInfo(status, details.message or "")
+        return RunInfo(status, details.message or "", details.driver_exit_code)
 
     def stop(self, submission_id: str) -> None:
         try:
@@ -106,3 +114,47 @@ class RayBackend:
             if _is_not_found(exc):
                 return None
             raise BackendUnavailable(f"reading logs of {submission_id}: {exc}") from exc
+
+    # --- Ray Serve through the dashboard's REST API (the control plane never joins the cluster) ---
+
+    def serve_status(self) -> ServeStatus:
+        try:
+            details = serve_applications(self.dashboard_url, self.headers)
+        except (httpx.HTTPError, ValueError) as exc:
+            raise BackendUnavailable(f"reading Serve's applications at {self.dashboard_url}: {exc}") from exc
+        return parse_serve_details(details)
+
+    def apply_serve(self, config: dict) -> None:
+        try:
+            response = put_serve_applications(self.dashboard_url, self.headers, config)
+        except httpx.HTTPError as exc:
+            raise BackendUnavailable(f"applying the Serve config at {self.dashboard_url}: {exc}") from exc
+        if response.status_code == 400:
+            raise ServeConfigRejected(response.text[-4000:])
+        if response.status_code >= 300:
+            raise BackendUnavailable(f"applying the Serve config: HTTP {response.status_code}: {response.text[-2000:]}")
+
+
+def parse_serve_details(details: dict) -> ServeStatus:
+    """``GET /api/serve/applications/`` (Serve's ServeInstanceDetails) as plain types."""
+    apps = {}
+    for name, app in (details.get("applications") or {}).items():
+        deployments = list((app.get("deployments") or {}).values())
+        first = deployments[0] if deployments else {}
+        apps[name] = ServeApp(
+            name=name,
+            status=str(app.get("status", "")),
+            message=str(app.get("message") or ""),
+            config=app.get("deployed_app_config"),
+            deployment_status=str(first.get("status", "")),
+            deployment_message=str(first.get("message") or ""),
+            replicas=tuple(
+                ServeReplica(str(r.get("replica_id", "")), str(r.get("state", "")))
+                for d in deployments
+                for r in d.get("replicas") or []
+            ),
+            target_replicas=int(first.get("target_num_replicas") or 0),
+        )
+    http = details.get("http_options") or {}
+    running = bool(details.get("controller_info")) or bool(apps)
+    return ServeStatus(running=running, apps=apps, http_port=http.get("port"))

@@ -7,7 +7,9 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Enum, ForeignKey, Index, Integer, String, Text, TypeDecorator, UniqueConstraint
+from sqlalchemy import (
+    JSON, DateTime, Enum, ForeignKey, Index, Integer, String, Text, TypeDecorator, UniqueConstraint, text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -167,4 +169,94 @@ class Checkpoint(Base):
     path: Mapped[str] = mapped_column(String(4096))
     size_bytes: Mapped[int] = mapped_column(Integer, default=0)
     metrics: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+# --- serving ------------------------------------------------------------------------------------------
+
+
+class DeploymentState(enum.StrEnum):
+    DEPLOYING = "DEPLOYING"
+    HEALTHY = "HEALTHY"
+    UPDATING = "UPDATING"
+    UNHEALTHY = "UNHEALTHY"
+    FAILED = "FAILED"
+    DELETED = "DELETED"
+
+
+# A name and a route belong to one live deployment at a time (Serve's application names and routes are
+# cluster-wide); a deleted one's name may be used again.
+_LIVE = "state != 'DELETED'"
+
+
+class Deployment(Base):
+    """A model served on Ray Serve: one Serve application, named after the deployment."""
+
+    __tablename__ = "deployments"
+    __table_args__ = (
+        Index("uq_deployments_live_name", "name", unique=True, sqlite_where=text(_LIVE), postgresql_where=text(_LIVE)),
+        Index(
+            "uq_deployments_live_route", "route_prefix", unique=True,
+            sqlite_where=text(_LIVE), postgresql_where=text(_LIVE),
+        ),
+        Index("ix_deployments_project_created", "project_id", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(63))
+    workload: Mapped[str] = mapped_column(String(256))
+    route_prefix: Mapped[str] = mapped_column(String(256))
+    state: Mapped[DeploymentState] = mapped_column(_enum(DeploymentState), default=DeploymentState.DEPLOYING)
+    reason: Mapped[str] = mapped_column(String(64), default="")
+    message: Mapped[str] = mapped_column(Text, default="")
+    version: Mapped[int] = mapped_column(Integer, default=1)  # the newest version: what a rollout aims at
+    live_version: Mapped[int | None] = mapped_column(Integer, default=None)  # the last one promoted to HEALTHY
+    failed_version: Mapped[int | None] = mapped_column(Integer, default=None)  # a rollout that failed: not re-applied
+    rollout_started_at: Mapped[datetime | None] = mapped_column(default=None)
+    observed: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)  # Serve's last report
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    deleted_at: Mapped[datetime | None] = mapped_column(default=None)
+
+    versions: Mapped[list[DeploymentVersion]] = relationship(
+        cascade="all, delete-orphan", lazy="selectin", order_by="DeploymentVersion.version"
+    )
+
+    def get_version(self, number: int | None) -> DeploymentVersion | None:
+        return next((v for v in self.versions if v.version == number), None)
+
+
+class DeploymentVersion(Base):
+    """What one version serves: a checkpoint (its path kept even after the job prunes the row) and settings."""
+
+    __tablename__ = "deployment_versions"
+    __table_args__ = (UniqueConstraint("deployment_id", "version", name="uq_deployment_versions_version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    deployment_id: Mapped[str] = mapped_column(ForeignKey("deployments.id", ondelete="CASCADE"), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    checkpoint_id: Mapped[int | None] = mapped_column(ForeignKey("checkpoints.id", ondelete="SET NULL"), default=None)
+    checkpoint_path: Mapped[str] = mapped_column(String(4096))
+    job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"), default=None)
+    checkpoint: Mapped[dict[str, Any]]  # epoch, step, attempt, metrics of the checkpoint, copied
+    config: Mapped[dict[str, Any]]  # the workload config of the job that wrote the checkpoint
+    source: Mapped[dict[str, Any]]  # as the user gave it
+    settings: Mapped[dict[str, Any]]  # replicas, batching, resources
+    note: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class DeploymentEvent(Base):
+    """State history of a deployment, written by its one transition function."""
+
+    __tablename__ = "deployment_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    deployment_id: Mapped[str] = mapped_column(ForeignKey("deployments.id", ondelete="CASCADE"), index=True)
+    from_state: Mapped[DeploymentState | None] = mapped_column(_enum(DeploymentState), default=None)
+    to_state: Mapped[DeploymentState] = mapped_column(_enum(DeploymentState))
+    reason: Mapped[str] = mapped_column(String(64), default="")
+    message: Mapped[str] = mapped_column(Text, default="")
+    version: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -11,6 +11,7 @@ from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import Job, JobState
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.services.launch import Launch, new_job_token
+from orchestrator.services.serving import serving_reservation
 from orchestrator.settings import Settings
 from orchestrator.states import TERMINAL, lock_job, note_waiting, set_job_state
 from workers.spec import JobSpec
@@ -27,7 +28,10 @@ class Scheduler:
     def tick(self) -> None:
         with self.sessions() as session:
             queued = [(job.id, JobSpec.model_validate(job.spec)) for job in jobs_repo.queued_jobs(session)]
-            reserved = reserved_by(request_of(JobSpec.model_validate(j.spec)) for j in jobs_repo.active_jobs(session))
+            reserved = reserved_by(
+                [*(request_of(JobSpec.model_validate(j.spec)) for j in jobs_repo.active_jobs(session)),
+                 serving_reservation(session)]  # what Serve replicas hold (0 CPU by default)
+            )
         if not queued:
             return
         try:

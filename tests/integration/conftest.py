@@ -16,6 +16,8 @@ from tests.conftest import free_port
 
 ADMIN = "integration-admin-token"
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+# Short enough for test_failure_causes_on_ray.py to see a stuck job fail; a normal start takes ~15 s.
+START_TIMEOUT_S = 60.0
 
 
 @pytest.fixture(scope="session")
@@ -65,7 +67,9 @@ def service(ray_cluster, tmp_path_factory) -> Iterator[str]:
         database_url=f"sqlite:///{root / 'orchestrator.db'}", storage=str(root / "storage"), var_dir=str(root / "var"),
         host="127.0.0.1", port=free_port(), admin_token=ADMIN,
         scheduler_interval_s=0.5, reconciler_interval_s=1.0, train_poll_interval_s=0.2,
+        start_timeout_s=START_TIMEOUT_S,
         workload_packages="example_workloads",  # examples/, installed by `make install`
+        serve_port=free_port(), serve_reconciler_interval_s=0.5,  # Ray Serve's proxy: a free port
     )
     with serve_in_thread(settings, RayBackend(ray_cluster.dashboard_url, ray_cluster.token())) as url:
         yield url

@@ -1,0 +1,313 @@
+"""Creating, changing, rolling back and deleting deployments: the checks, then one transaction each.
+
+Nothing here talks to Serve: each operation commits the deployment's new target (a version, or
+DELETED), and the serving reconciler (``orchestrator.services.serving``) brings Serve in line with
+the database. Only ``check_resources`` asks the cluster, for its size, before the transaction starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from orchestrator.backend import BackendUnavailable, ClusterBackend
+from orchestrator.db.models import Checkpoint, Deployment, DeploymentEvent, DeploymentState, Job
+from orchestrator.deployment_spec import (
+    AutoscalingSpec,
+    BatchingSpec,
+    DeploymentCreate,
+    DeploymentPatch,
+    ResourcesSpec,
+    SourceSpec,
+    settings_of,
+)
+from orchestrator.deployment_states import TERMINAL, set_deployment_state
+from orchestrator.repositories import deployments as deployments_repo
+from orchestrator.repositories import jobs as jobs_repo
+from orchestrator.services.submission import SpecRejected
+from orchestrator.settings import Settings
+from orchestrator.states import TERMINAL as JOB_TERMINAL
+from workers.spec import is_custom_workload
+
+log = logging.getLogger(__name__)
+
+D = DeploymentState
+# Built-ins with a predictor in workers.serving; a custom workload is served as a classifier of rows
+# as wide as its training samples.
+SERVABLE_WORKLOADS = ("digits", "tiny_gpt")
+# The metric a workload's best checkpoint is chosen by, and whether higher is better. Every built-in
+# workload is a classifier over its output's last dimension, so the loop reports val_accuracy for all.
+SELECTION_METRIC: dict[str, tuple[str, bool]] = {"digits": ("val_accuracy", True), "tiny_gpt": ("val_accuracy", True)}
+# (custom workloads: val_accuracy too, the loop's metric for every workload)
+MODEL_FILE, SHARDED_DIR = "model.pt", "sharded"  # workers.checkpoint_io's layout (not imported: it needs torch)
+
+
+class DeploymentConflict(ValueError):
+    """409: the name or route is taken, or the operation does not fit the deployment's state."""
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    checkpoint_id: int | None
+    checkpoint_path: str
+    job_id: str | None
+    workload: str
+    config: dict[str, Any]
+    checkpoint: dict[str, Any]  # epoch, step, attempt, metrics
+
+
+def resolve_source(session: Session, source: SourceSpec, project_scope: str | None) -> ResolvedSource:
+    """The committed checkpoint a source names, checked usable; SpecRejected (422) says what to fix."""
+    if source.trial_id is not None:
+        raise SpecRejected(
+            ("source", "trial_id"),
+            "sweeps are not available yet, so there are no trials to deploy: use a job_id or a checkpoint_id",
+        )
+    if source.checkpoint_id is not None:
+        checkpoint = session.get(Checkpoint, source.checkpoint_id)
+        job = session.get(Job, checkpoint.job_id) if checkpoint else None
+        if checkpoint is None or job is None or (project_scope is not None and job.project_id != project_scope):
+            raise SpecRejected(
+                ("source", "checkpoint_id"),
+                f"no checkpoint {source.checkpoint_id} (GET /v1/jobs/{{id}}/checkpoints lists a job's kept ones)",
+            )
+        loc: tuple[str, ...] = ("source", "checkpoint_id")
+    else:
+        job = jobs_repo.get_job(session, source.job_id or "", project_scope)
+        if job is None:
+            raise SpecRejected(("source", "job_id"), f"no job {source.job_id}")
+        loc = ("source", "job_id")
+        checkpoint = _pick(job, jobs_repo.list_checkpoints(session, job.id), source.select)
+    if job.workload not in SERVABLE_WORKLOADS and not is_custom_workload(job.workload):
+        raise SpecRejected(
+            loc, f"job {job.id} ran workload {job.workload!r}: serving supports {', '.join(SERVABLE_WORKLOADS)} "
+            "and custom workloads"
+        )
+    if job.state not in JOB_TERMINAL:
+        raise SpecRejected(
+            loc,
+            f"job {job.id} is {job.state}: while it trains, Ray Train may still delete its older checkpoints "
+            f"(checkpoint.keep = {job.spec.get('checkpoint', {}).get('keep')}); deploy it once it has ended",
+        )
+    _check_folder(checkpoint.path, loc)
+    return ResolvedSource(
+        checkpoint_id=checkpoint.id,
+        checkpoint_path=checkpoint.path,
+        job_id=job.id,
+        workload=job.workload,
+        config=dict(job.spec.get("config") or {}),
+        checkpoint={
+            "attempt": checkpoint.attempt, "epoch": checkpoint.epoch, "step": checkpoint.step,
+            "metrics": dict(checkpoint.metrics or {}),
+        },
+    )
+
+
+def _pick(job: Job, checkpoints: list[Checkpoint], select_by: str) -> Checkpoint:
+    if not checkpoints:
+        raise SpecRejected(("source", "job_id"), f"job {job.id} ({job.state}) has no committed checkpoint to deploy")
+    latest = max(checkpoints, key=lambda c: (c.step, c.id))
+    if select_by == "latest":
+        return latest
+    metric, higher_is_better = selection_metric(job)
+    scored = [c for c in checkpoints if isinstance((c.metrics or {}).get(metric), (int, float))]
+    if not scored:
+        return latest
+    sign = 1 if higher_is_better else -1
+    return max(scored, key=lambda c: (sign * c.metrics[metric], c.step, c.id))  # ties: the latest
+
+
+def selection_metric(job: Job) -> tuple[str, bool]:
+    """The metric "best" means, and whether higher is better: the job's own ``checkpoint.keep_best``
+    when it set one, else its workload's."""
+    keep_best = (job.spec.get("checkpoint") or {}).get("keep_best") or {}
+    if keep_best.get("metric"):
+        return keep_best["metric"], keep_best.get("mode", "max") != "min"
+    return SELECTION_METRIC.get(job.workload, ("val_accuracy", True))
+
+
+def _check_folder(path: str, loc: tuple[str, ...]) -> None:
+    """A local checkpoint folder must still hold a model (URIs are checked by the replica that loads them)."""
+    if "://" in path:
+        return
+    folder = Path(path)
+    if not folder.is_dir():
+        raise SpecRejected(loc, f"the checkpoint folder {path} no longer exists")
+    if not (folder / MODEL_FILE).is_file() and not (folder / SHARDED_DIR).is_dir():
+        raise SpecRejected(loc, f"the checkpoint folder {path} holds no model ({MODEL_FILE} or {SHARDED_DIR}/)")
+
+
+def check_resources(resources: dict[str, float], backend: ClusterBackend) -> None:
+    """A replica larger than the cluster's largest node would wait forever: 422 now instead."""
+    try:
+        capacity = backend.capacity()
+    except BackendUnavailable as exc:
+        log.warning("could not check cluster capacity for a deployment: %s", exc)
+        return  # a rollout that never becomes healthy times out with a reason
+    for key, resource in (("cpus", "CPU"), ("gpus", "GPU")):
+        largest = capacity.largest_node.get(resource, 0.0)
+        if resources[key] > largest + 1e-9:
+            raise SpecRejected(
+                ("resources", key),
+                f"each replica needs {resources[key]:g} {resource} but the largest node has {largest:g} {resource}",
+            )
+
+
+def new_settings(body: DeploymentCreate, settings: Settings) -> dict[str, Any]:
+    return settings_of(body.replicas, body.batching, body.resources, settings.serve_replica_cpus)
+
+
+def patched_settings(current: dict[str, Any], patch: DeploymentPatch, settings: Settings) -> dict[str, Any]:
+    """The current version's settings with what the patch gives; ``batching: null`` turns batching off."""
+    given = patch.model_fields_set
+    replicas = patch.replicas if "replicas" in given and patch.replicas is not None else _replicas_of(current)
+    if "batching" in given:
+        batching = patch.batching
+    else:
+        batching = BatchingSpec.model_validate(current["batching"])
+    resources = patch.resources if "resources" in given and patch.resources is not None else (
+        ResourcesSpec.model_validate(current["resources"])
+    )
+    return settings_of(replicas, batching, resources, settings.serve_replica_cpus)
+
+
+def _replicas_of(current: dict[str, Any]) -> int | AutoscalingSpec:
+    replicas = current["replicas"]
+    return replicas if isinstance(replicas, int) else AutoscalingSpec.model_validate(replicas)
+
+
+def create_deployment(
+    session: Session, project_id: str, body: DeploymentCreate, resolved: ResolvedSource, settings: dict[str, Any]
+) -> Deployment:
+    """Store a new deployment (DEPLOYING) with its version 1. DeploymentConflict for a taken name or route."""
+    assert body.route_prefix is not None  # filled in by the spec
+    if deployments_repo.find_live(session, body.name) is not None:
+        raise DeploymentConflict(f"a deployment named {body.name!r} already exists; choose another name or delete it")
+    if (holder := deployments_repo.route_taken(session, body.route_prefix)) is not None:
+        raise DeploymentConflict(f"route_prefix {body.route_prefix} is taken by deployment {holder.name!r}")
+    try:
+        with session.begin_nested():
+            deployment = deployments_repo.create_deployment(
+                session, project_id, body.name, resolved.workload, body.route_prefix
+            )
+            _add_version(session, deployment, resolved, body.source, settings, "")
+            session.add(
+                DeploymentEvent(
+                    deployment_id=deployment.id, from_state=None, to_state=D.DEPLOYING, reason="created",
+                    message=f"version 1 from {_describe(resolved)}", version=1,
+                )
+            )
+            deployment.message = f"deploying version 1 from {_describe(resolved)}"
+            deployment.rollout_started_at = deployment.created_at
+    except IntegrityError:
+        # A concurrent create won the name or the route (the partial unique indexes).
+        raise DeploymentConflict(f"a deployment named {body.name!r} or routed at {body.route_prefix} already exists") from None
+    return deployment
+
+
+def update_deployment(
+    session: Session,
+    deployment: Deployment,
+    resolved: ResolvedSource | None,
+    source: SourceSpec | None,
+    settings: dict[str, Any],
+    note: str = "",
+) -> Deployment:
+    """A new version (new checkpoint and/or settings) as the target; the deployment must be locked."""
+    if deployment.state in TERMINAL:
+        raise DeploymentConflict(f"deployment {deployment.name} was deleted")
+    current = deployment.get_version(deployment.version)
+    assert current is not None
+    if resolved is None:  # settings only: the same checkpoint
+        resolved = ResolvedSource(
+            checkpoint_id=current.checkpoint_id, checkpoint_path=current.checkpoint_path, job_id=current.job_id,
+            workload=deployment.workload, config=current.config, checkpoint=current.checkpoint,
+        )
+        source_json = current.source
+    else:
+        source_json = source.model_dump(exclude_none=True) if source else {}
+    if resolved.workload != deployment.workload:
+        raise SpecRejected(
+            ("source",),
+            f"deployment {deployment.name} serves {deployment.workload}; that checkpoint is from a "
+            f"{resolved.workload} job (create a new deployment for it)",
+        )
+    what = f"version {deployment.version + 1} from {_describe(resolved)}"
+    return _retarget(session, deployment, resolved, source_json, settings, note, "new_version", what)
+
+
+def rollback_deployment(session: Session, deployment: Deployment) -> Deployment:
+    """Back to the version before the newest: a new version with that one's checkpoint and settings."""
+    if deployment.state in TERMINAL:
+        raise DeploymentConflict(f"deployment {deployment.name} was deleted")
+    if deployment.version < 2:
+        raise DeploymentConflict(f"deployment {deployment.name} has only version 1: there is nothing to roll back to")
+    previous = deployment.get_version(deployment.version - 1)
+    assert previous is not None
+    _check_folder(previous.checkpoint_path, ("source",))
+    resolved = ResolvedSource(
+        checkpoint_id=previous.checkpoint_id, checkpoint_path=previous.checkpoint_path, job_id=previous.job_id,
+        workload=deployment.workload, config=previous.config, checkpoint=previous.checkpoint,
+    )
+    note = f"rollback to version {previous.version}"
+    what = f"version {deployment.version + 1} ({note})"
+    return _retarget(session, deployment, resolved, previous.source, dict(previous.settings), note, "rollback", what)
+
+
+def _retarget(
+    session: Session,
+    deployment: Deployment,
+    resolved: ResolvedSource,
+    source: dict[str, Any],
+    settings: dict[str, Any],
+    note: str,
+    reason: str,
+    what: str,
+) -> Deployment:
+    """Append the version and start rolling it out: UPDATING while an old version serves, else DEPLOYING."""
+    _add_version(session, deployment, resolved, source, settings, note)
+    if deployment.live_version is None:
+        set_deployment_state(session, deployment, D.DEPLOYING, reason, f"deploying {what}", again=True)
+    else:
+        set_deployment_state(
+            session, deployment, D.UPDATING, reason,
+            f"rolling out {what}; version {deployment.live_version} serves until it is healthy", again=True,
+        )
+    deployment.failed_version = None
+    return deployment
+
+
+def delete_deployment(session: Session, deployment: Deployment) -> Deployment:
+    """DELETED at once; the reconciler removes the Serve application, and with it the route."""
+    if deployment.state in TERMINAL:
+        raise DeploymentConflict(f"deployment {deployment.name} was already deleted")
+    set_deployment_state(session, deployment, D.DELETED, "deleted", "deleted at the user's request; its route is removed")
+    return deployment
+
+
+def _add_version(
+    session: Session,
+    deployment: Deployment,
+    resolved: ResolvedSource,
+    source: SourceSpec | dict[str, Any],
+    settings: dict[str, Any],
+    note: str,
+) -> None:
+    deployments_repo.add_version(
+        session, deployment,
+        checkpoint_id=resolved.checkpoint_id, checkpoint_path=resolved.checkpoint_path, job_id=resolved.job_id,
+        checkpoint=resolved.checkpoint, config=resolved.config,
+        source=source.model_dump(exclude_none=True) if isinstance(source, SourceSpec) else dict(source),
+        settings=settings, note=note,
+    )
+
+
+def _describe(resolved: ResolvedSource) -> str:
+    where = f"job {resolved.job_id} " if resolved.job_id else ""
+    return f"{where}checkpoint {resolved.checkpoint_id} (epoch {resolved.checkpoint.get('epoch')})"
+

@@ -1,0 +1,167 @@
+"""The Serve application's model code without Ray: loading checkpoints, the predictors' input checks,
+and the replica's HTTP answers (4xx with what is expected, never a 500, for a bad body)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+from starlette.requests import Request
+
+from workers.serving import (
+    MAX_ROWS,
+    BadInput,
+    DigitsPredictor,
+    ModelServer,
+    TinyGptPredictor,
+    load_serving_model,
+)
+from workers.workloads import digits, tiny_gpt
+
+DIGITS_CONFIG = {"hidden": 16, "batchnorm": False, "val_fraction": 0.2}
+GPT_CONFIG = {"text_path": "unused.txt", "context": 8, "layers": 1, "width": 16, "heads": 2}
+
+
+@pytest.fixture
+def digits_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    model = digits.build(DIGITS_CONFIG, 0).model  # standardization fitted on the train split
+    folder = tmp_path / "checkpoint_000001"
+    folder.mkdir()
+    torch.save(model.state_dict(), folder / "model.pt")
+    return str(folder), model.eval()
+
+
+def test_a_ddp_checkpoint_loads_with_its_preprocessing(digits_checkpoint):
+    path, model = digits_checkpoint
+    loaded = load_serving_model(path, "digits", DIGITS_CONFIG)
+    x = torch.rand(4, 64) * 16
+    assert torch.equal(loaded(x), model(x)) and not loaded.training
+
+
+def test_an_fsdp_checkpoint_with_only_shards_is_exported_to_a_full_state_dict(tmp_path):
+    torch.manual_seed(0)
+    model = tiny_gpt.build_model(GPT_CONFIG).eval()
+    folder = tmp_path / "checkpoint_000002"
+    dcp.save({"model": model.state_dict(), "optimizer": {}}, checkpoint_id=folder / "sharded")  # no process group
+    loaded = load_serving_model(str(folder), "tiny_gpt", GPT_CONFIG)
+    tokens = torch.tensor([[1, 2, 3, 4]])
+    assert torch.equal(loaded(tokens), model(tokens))
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ([], "must be a JSON object"),
+        ({}, "missing key 'inputs'"),
+        ({"inputs": [[0] * 64], "extra": 1}, "unknown key 'extra'"),
+        ({"inputs": "pixels"}, "must be a list of rows"),
+        ({"inputs": []}, "is empty"),
+        ({"inputs": [[0] * 64] * (MAX_ROWS + 1)}, f"at most {MAX_ROWS} per request"),
+        ({"inputs": [[0] * 63]}, "inputs[0] has 63 values: each row must be 64 pixel values"),
+        ({"inputs": [[0] * 64, 7]}, "inputs[1] has int"),
+        ({"inputs": [["a"] * 64]}, 'inputs[0][0] is "a": expected a number'),
+        ({"inputs": [[True] * 64]}, "expected a number"),
+        ({"inputs": [[0] * 63 + [17]]}, "inputs[0][63] is 17: values are from 0 to 16"),
+        ({"inputs": [[0] * 63 + [float("nan")]]}, "not a finite number"),
+    ],
+)
+def test_digits_inputs_are_checked(body, words):
+    predictor = DigitsPredictor(digits.build_model(DIGITS_CONFIG), DIGITS_CONFIG)
+    with pytest.raises(BadInput) as error:
+        predictor.parse(body)
+    assert words in str(error.value)
+
+
+def test_digits_batches_answer_each_request_with_its_own_rows(digits_checkpoint):
+    _, model = digits_checkpoint
+    predictor = DigitsPredictor(model, DIGITS_CONFIG)
+    a = predictor.parse({"inputs": [[float(i % 17) for i in range(64)]]})
+    b = predictor.parse({"inputs": [[16.0] * 64, [0.0] * 64]})
+    together = predictor.predict([a, b])
+    alone = [predictor.predict([a])[0], predictor.predict([b])[0]]
+    assert [len(answer["predictions"]) for answer in together] == [1, 2]
+    for joint, single in zip(together, alone, strict=True):
+        assert joint["predictions"] == single["predictions"]
+        assert torch.allclose(torch.tensor(joint["probabilities"]), torch.tensor(single["probabilities"]), atol=1e-6)
+    assert sum(together[1]["probabilities"][0]) == pytest.approx(1.0)
+    expected = model(torch.tensor([[16.0] * 64, [0.0] * 64])).argmax(dim=1).tolist()
+    assert together[1]["predictions"] == expected
+
+
+def test_tiny_gpt_generates_text_from_a_prompt():
+    torch.manual_seed(0)
+    predictor = TinyGptPredictor(tiny_gpt.build_model(GPT_CONFIG).eval(), GPT_CONFIG)
+    item = predictor.parse({"prompt": "hello world, a prompt longer than the context", "max_new_tokens": 5})
+    [answer] = predictor.predict([item])
+    assert answer["tokens"] == 5 and isinstance(answer["text"], str)
+    assert predictor.predict([item]) == [answer]  # greedy: the same every time
+    sampled = predictor.parse({"prompt": "hi", "max_new_tokens": 3, "temperature": 1.0, "seed": 7})
+    assert predictor.predict([sampled]) == predictor.predict([sampled])  # seeded
+    for body, words in [
+        ({"prompt": ""}, "non-empty string"), ({"prompt": 3}, "non-empty string"), ({}, "missing key 'prompt'"),
+        ({"prompt": "x", "max_new_tokens": 0}, "max_new_tokens"), ({"prompt": "x", "temperature": -1}, "temperature"),
+        ({"prompt": "x" * 5000}, "at most 4096"), ({"prompt": "x", "top_k": 3}, "unknown key 'top_k'"),
+    ]:
+        with pytest.raises(BadInput, match=words):
+            predictor.parse(body)
+
+
+def _request(method: str, body: bytes = b"") -> Request:
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    scope = {"type": "http", "method": method, "path": "/digits", "headers": [], "query_string": b""}
+    return Request(scope, receive)
+
+
+def test_the_replica_answers_over_http_and_bad_bodies_are_4xx(digits_checkpoint):
+    path, model = digits_checkpoint
+    replica = ModelServer.func_or_class(path, "digits", DIGITS_CONFIG, deployment="digits")
+    # Unbatched: @serve.batch needs a running replica (batching is covered on Ray: integration test, bench).
+    replica.reconfigure({"version": 3, "max_batch_size": 1, "batch_wait_timeout_s": 0.0, "threads": 1})
+
+    def call(method: str, body: bytes = b"") -> tuple[int, dict]:
+        response = asyncio.run(replica(_request(method, body)))
+        return response.status_code, json.loads(response.body)
+
+    row = [float(i % 17) for i in range(64)]
+    status, answer = call("POST", json.dumps({"inputs": [row]}).encode())
+    assert status == 200 and answer["version"] == 3 and answer["deployment"] == "digits"
+    assert answer["predictions"] == model(torch.tensor([row])).argmax(dim=1).tolist()
+    status, answer = call("POST", b'{"inputs": []}')
+    assert status == 422 and "is empty" in answer["detail"] and "64 numbers" in answer["expected"]["inputs"]
+    assert call("POST", b"{not json")[0] == 400
+    assert call("PUT", b"{}")[0] == 405
+    status, described = call("GET")
+    assert status == 200 and described["version"] == 3 and described["workload"] == "digits"
+    replica.check_health()
+
+
+def test_a_checkpoint_that_does_not_load_fails_the_replica(tmp_path):
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "model.pt").write_bytes(b"garbage")
+    with pytest.raises(Exception):
+        ModelServer.func_or_class(str(folder), "digits", DIGITS_CONFIG)
+    with pytest.raises(ValueError, match="serving supports"):
+        ModelServer.func_or_class(str(folder), "spirals", {})
+
+
+def test_a_custom_workload_serves_rows_as_wide_as_its_samples(tmp_path):
+    from example_workloads.spirals import build
+
+    torch.manual_seed(0)
+    model = build({"points": 40}, 0).model
+    folder = tmp_path / "checkpoint_000003"
+    folder.mkdir()
+    torch.save(model.state_dict(), folder / "model.pt")
+    replica = ModelServer.func_or_class(str(folder), "example_workloads.spirals:build", {"points": 40})
+    assert replica.predictor.features == 2 and "2 finite numbers" in replica.predictor.expected["inputs"]
+    [answer] = replica.predictor.predict([replica.predictor.parse({"inputs": [[0.1, -5.0]]})])
+    assert answer["predictions"] == model(torch.tensor([[0.1, -5.0]])).argmax(dim=1).tolist()
+    with pytest.raises(BadInput, match="each row must be 2 numbers"):
+        replica.predictor.parse({"inputs": [[0.1, 0.2, 0.3]]})

@@ -1,0 +1,358 @@
+"""The Ray Serve application behind a deployment: a checkpoint's model and its workload's predictor.
+
+The control plane never imports this module: it names it in the Serve config it sends through the
+dashboard (``import_path: workers.serving:build_app``), and Serve builds the application on the
+cluster from the config's ``args``::
+
+    {"checkpoint_path": ..., "workload": "digits", "config": {...the job's workload config...},
+     "deployment": "<name>"}
+
+Those args are Serve's *code version*: a new checkpoint restarts the replicas (rolled, old ones
+serving until new ones are healthy). Everything that may change without reloading the model comes
+through ``user_config`` (``reconfigure``): the deployment's version number, the batching settings and
+the torch thread count.
+
+A predictor (``DigitsPredictor``, ``TinyGptPredictor``, or ``TensorPredictor`` for a custom workload
+whose samples are feature vectors) holds the workload-specific part: checking a
+request body (a bad one is a 4xx that says what is expected, never a 500), running a batch, and a
+probe for the health check. It has no Ray in it, so ``bench/serve.py`` serves the very same predictor
+from a plain FastAPI app, and unit tests call it directly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+DEPLOYMENT_NAME = "ModelServer"
+MAX_ROWS = 256  # digits rows per request
+MAX_PROMPT_BYTES = 4096
+MAX_NEW_TOKENS = 256
+
+
+class BadInput(ValueError):
+    """A request body the predictor can't take: answered 422 with what is expected."""
+
+
+# --- loading --------------------------------------------------------------------------------------
+
+
+def load_serving_model(checkpoint_path: str, workload: str, config: dict) -> nn.Module:
+    """The workload's model with the checkpoint's full state dict, in eval mode.
+
+    DDP checkpoints (and FSDP ones written with ``export_full``) hold ``model.pt``; an FSDP checkpoint
+    with only its shards is exported to a full state dict here (``dcp_to_torch_save``, no process
+    group needed), so every committed checkpoint can be served.
+    """
+    from ray.train import Checkpoint
+
+    from workers.checkpoint_io import MODEL_FILE, SHARDED_DIR, load
+    from workers.checkpoints import load_model_from_checkpoint
+    from workers.workloads import load_model_builder
+
+    with Checkpoint(checkpoint_path).as_directory() as local_dir:
+        local = Path(local_dir)
+        if (local / MODEL_FILE).exists() or not (local / SHARDED_DIR).is_dir():
+            return load_model_from_checkpoint(str(local), workload, config)
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        with tempfile.TemporaryDirectory() as scratch:
+            full = Path(scratch) / "full.pt"
+            dcp_to_torch_save(local / SHARDED_DIR, full)
+            state = load(full)["model"]
+    model = load_model_builder(workload)(config)
+    model.load_state_dict(state)
+    return model.eval()
+
+
+# --- predictors -------------------------------------------------------------------------------------
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    return next(model.parameters(), torch.empty(0)).device
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadInput(f"{where} is {json.dumps(value)[:40]}: expected a number")
+    if not math.isfinite(value):
+        raise BadInput(f"{where} is not a finite number")
+    return float(value)
+
+
+def _only_keys(body: Any, allowed: Sequence[str], required: Sequence[str]) -> dict:
+    if not isinstance(body, dict):
+        raise BadInput(f"the body must be a JSON object, not {type(body).__name__}")
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise BadInput(f"unknown key {unknown[0]!r}; allowed keys: {', '.join(allowed)}")
+    missing = [key for key in required if key not in body]
+    if missing:
+        raise BadInput(f"missing key {missing[0]!r}")
+    return body
+
+
+class RowsPredictor:
+    """``{"inputs": [[features numbers], ...]}`` -> ``predictions`` (classes) and ``probabilities``.
+
+    A classifier over its output's last dimension, like every workload (see workers.workloads.base).
+    Rows from several requests go through one forward pass together.
+    """
+
+    features: int
+    low: float | None = None  # the range a value must be in; None: any finite number
+    high: float | None = None
+    unit = "numbers"
+    expected: dict[str, str]
+
+    def __init__(self, model: nn.Module, config: dict):
+        self.model = model
+        self.device = _device_of(model)
+
+    def parse(self, body: Any) -> torch.Tensor:
+        rows = _only_keys(body, ["inputs"], ["inputs"])["inputs"]
+        if not isinstance(rows, list):
+            raise BadInput("'inputs' must be a list of rows")
+        if not rows:
+            raise BadInput("'inputs' is empty: send at least one row")
+        if len(rows) > MAX_ROWS:
+            raise BadInput(f"'inputs' has {len(rows)} rows: at most {MAX_ROWS} per request")
+        # Fast path: one conversion and vectorised checks; the element by element walk below only
+        # runs to say exactly what is wrong.
+        try:
+            x = torch.tensor(rows, dtype=torch.float32)
+        except (TypeError, ValueError, RuntimeError):
+            x = None
+        if (
+            x is not None
+            and x.shape == (len(rows), self.features)
+            and not any(value.__class__ is bool for row in rows for value in row)
+            and bool(torch.isfinite(x).all())
+            and (self.low is None or bool((x >= self.low).all()))
+            and (self.high is None or bool((x <= self.high).all()))
+        ):
+            return x
+        self._explain(rows)
+        raise BadInput(f"'inputs' must be rows of {self.features} numbers")  # not reached in practice
+
+    def _explain(self, rows: list) -> None:
+        for i, row in enumerate(rows):
+            if not isinstance(row, list) or len(row) != self.features:
+                got = f"{len(row)} values" if isinstance(row, list) else type(row).__name__
+                raise BadInput(f"inputs[{i}] has {got}: each row must be {self.features} {self.unit}")
+            for j, value in enumerate(row):
+                number = _number(value, f"inputs[{i}][{j}]")
+                if (self.low is not None and number < self.low) or (self.high is not None and number > self.high):
+                    raise BadInput(f"inputs[{i}][{j}] is {number:g}: values are from {self.low:g} to {self.high:g}")
+
+    @torch.no_grad()
+    def predict(self, items: list[torch.Tensor]) -> list[dict]:
+        """One forward pass over every request's rows together; each request gets its own rows back."""
+        probabilities = torch.softmax(self.model(torch.cat(items).to(self.device)).float(), dim=-1).cpu()
+        answers, start = [], 0
+        for item in items:
+            chunk = probabilities[start : start + len(item)]
+            start += len(item)
+            answers.append({"predictions": chunk.argmax(dim=-1).tolist(), "probabilities": chunk.tolist()})
+        return answers
+
+    def probe(self) -> None:
+        with torch.no_grad():
+            output = self.model(torch.full((1, self.features), self.low or 0.0, device=self.device))
+        if not torch.isfinite(output).all():
+            raise RuntimeError("the model answers non-finite values")
+
+
+class DigitsPredictor(RowsPredictor):
+    """The pixels are on the data set's own scale (scikit-learn's 8x8 digits, 0-16); the model holds the
+    training split's standardization (``workers.workloads.digits.Standardize``), so the workload's own
+    preprocessing is applied by the model itself."""
+
+    features, low, high = 64, 0.0, 16.0
+    unit = "pixel values (8x8)"
+    expected = {"inputs": f"a list of 1 to {MAX_ROWS} rows, each 64 numbers from 0 to 16 (an 8x8 image, row by row)"}
+
+
+class TensorPredictor(RowsPredictor):
+    """A custom workload whose samples are feature vectors: rows as wide as its training samples."""
+
+    def __init__(self, model: nn.Module, config: dict, workload: str):
+        from workers.workloads import load_workload
+
+        super().__init__(model, config)
+        sample = load_workload(workload)(config, 0).train_dataset[0][0]
+        if sample.dim() != 1:
+            raise ValueError(
+                f"serving answers rows of numbers; {workload}'s samples have shape {tuple(sample.shape)}, not (features,)"
+            )
+        self.features = int(sample.shape[0])
+        self.expected = {"inputs": f"a list of 1 to {MAX_ROWS} rows, each {self.features} finite numbers"}
+
+
+class TinyGptPredictor:
+    """``{"prompt": "...", "max_new_tokens": 32, "temperature": 0, "seed": 0}`` -> generated text.
+
+    Byte-level, like the workload: the prompt's UTF-8 bytes are the tokens, the last ``context`` of
+    them condition each next byte. ``temperature`` 0 is greedy (argmax); above 0 samples, seeded.
+    """
+
+    expected = {
+        "prompt": f"text, 1 to {MAX_PROMPT_BYTES} UTF-8 bytes",
+        "max_new_tokens": f"optional, 1 to {MAX_NEW_TOKENS} (default 32)",
+        "temperature": "optional, 0 (greedy, default) to 5",
+        "seed": "optional integer for sampling (default 0)",
+    }
+
+    def __init__(self, model: nn.Module, config: dict):
+        from workers.spec import TinyGptConfig
+
+        self.model = model
+        self.device = _device_of(model)
+        cfg = TinyGptConfig.model_validate(config)
+        self.context, self.vocab_size = cfg.context, cfg.vocab_size
+
+    def parse(self, body: Any) -> dict:
+        body = _only_keys(body, ["prompt", "max_new_tokens", "temperature", "seed"], ["prompt"])
+        prompt = body["prompt"]
+        if not isinstance(prompt, str) or not prompt:
+            raise BadInput("'prompt' must be a non-empty string")
+        tokens = list(prompt.encode("utf-8"))
+        if len(tokens) > MAX_PROMPT_BYTES:
+            raise BadInput(f"'prompt' is {len(tokens)} bytes: at most {MAX_PROMPT_BYTES}")
+        if max(tokens) >= self.vocab_size:
+            raise BadInput(f"'prompt' holds bytes outside this model's vocabulary of {self.vocab_size}")
+        new_tokens = body.get("max_new_tokens", 32)
+        if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or not 1 <= new_tokens <= MAX_NEW_TOKENS:
+            raise BadInput(f"'max_new_tokens' must be an integer from 1 to {MAX_NEW_TOKENS}")
+        temperature = _number(body.get("temperature", 0.0), "'temperature'")
+        if not 0 <= temperature <= 5:
+            raise BadInput("'temperature' must be from 0 to 5")
+        seed = body.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+            raise BadInput("'seed' must be a non-negative integer")
+        return {"tokens": tokens, "max_new_tokens": new_tokens, "temperature": temperature, "seed": seed}
+
+    @torch.no_grad()
+    def predict(self, items: list[dict]) -> list[dict]:
+        return [self._generate(**item) for item in items]  # prompts differ in length: one at a time
+
+    def _generate(self, tokens: list[int], max_new_tokens: int, temperature: float, seed: int) -> dict:
+        generator = torch.Generator().manual_seed(seed)
+        out = list(tokens)
+        for _ in range(max_new_tokens):
+            logits = self.model(torch.tensor([out[-self.context :]], device=self.device))[0, -1].float().cpu()
+            if temperature == 0:
+                token = int(logits.argmax())
+            else:
+                probabilities = torch.softmax(logits / temperature, dim=-1)
+                token = int(torch.multinomial(probabilities, 1, generator=generator))
+            out.append(token)
+        generated = bytes(out[len(tokens) :])
+        return {"text": generated.decode("utf-8", errors="replace"), "tokens": len(generated)}
+
+    def probe(self) -> None:
+        with torch.no_grad():
+            output = self.model(torch.zeros((1, 1), dtype=torch.long, device=self.device))
+        if not torch.isfinite(output).all():
+            raise RuntimeError("the model answers non-finite values")
+
+
+PREDICTORS = {"digits": DigitsPredictor, "tiny_gpt": TinyGptPredictor}
+
+
+def check_servable(workload: str) -> None:
+    from workers.spec import is_custom_workload
+
+    if workload not in PREDICTORS and not is_custom_workload(workload):
+        raise ValueError(f"serving supports the workloads {sorted(PREDICTORS)} and custom ones, not {workload!r}")
+
+
+def make_predictor(workload: str, model: nn.Module, config: dict):
+    check_servable(workload)
+    if workload in PREDICTORS:
+        return PREDICTORS[workload](model, config)
+    return TensorPredictor(model, config, workload)
+
+
+# --- the Serve deployment ---------------------------------------------------------------------------
+
+from ray import serve  # noqa: E402  (after the Ray-free part, which the bench and tests use alone)
+from starlette.requests import Request  # noqa: E402
+from starlette.responses import JSONResponse  # noqa: E402
+
+
+def _error(status: int, message: str, expected: dict) -> JSONResponse:
+    return JSONResponse({"detail": message, "expected": expected}, status_code=status)
+
+
+@serve.deployment(name=DEPLOYMENT_NAME)
+class ModelServer:
+    """One replica: the model loaded once, requests checked, then predicted alone or in batches."""
+
+    def __init__(self, checkpoint_path: str, workload: str, config: dict, deployment: str = ""):
+        self.deployment = deployment
+        self.workload = workload
+        self.checkpoint_path = checkpoint_path
+        self.version = 0
+        self.batching = False
+        torch.set_num_threads(1)
+        check_servable(workload)
+        model = load_serving_model(checkpoint_path, workload, config)
+        if torch.cuda.is_available():  # Ray shows a replica only the GPUs its resources.gpus gave it
+            model = model.cuda()
+        self.predictor = make_predictor(workload, model, config)
+        self.predictor.probe()  # a model that can't answer never becomes a healthy replica
+
+    def reconfigure(self, user_config: dict) -> None:
+        """The lightweight settings (no reload): version number, batching, torch threads."""
+        self.version = int(user_config.get("version", 0))
+        max_batch_size = int(user_config.get("max_batch_size", 1))
+        self.batching = max_batch_size > 1
+        if self.batching:
+            self._batched.set_max_batch_size(max_batch_size)
+            self._batched.set_batch_wait_timeout_s(float(user_config.get("batch_wait_timeout_s", 0.0)))
+        torch.set_num_threads(max(1, int(user_config.get("threads", 1))))
+
+    def describe(self) -> dict:
+        return {
+            "deployment": self.deployment,
+            "version": self.version,
+            "workload": self.workload,
+            "checkpoint": self.checkpoint_path,
+            "expected": self.predictor.expected,
+        }
+
+    async def __call__(self, request: Request):
+        if request.method == "GET":
+            return JSONResponse(self.describe())
+        if request.method != "POST":
+            return _error(405, f"{request.method} is not supported: POST a JSON body", self.predictor.expected)
+        try:
+            body = json.loads(await request.body())
+        except (ValueError, RecursionError) as exc:
+            return _error(400, f"the body is not JSON: {exc}", self.predictor.expected)
+        try:
+            item = self.predictor.parse(body)
+        except BadInput as exc:
+            return _error(422, str(exc), self.predictor.expected)
+        answer = await self._batched(item) if self.batching else self.predictor.predict([item])[0]
+        return JSONResponse({**answer, "version": self.version, "deployment": self.deployment})
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)
+    async def _batched(self, items: list) -> list[dict]:
+        return self.predictor.predict(items)
+
+    def check_health(self) -> None:
+        self.predictor.probe()
+
+
+def build_app(args: dict) -> serve.Application:
+    """Serve's application builder (the config's ``import_path``); ``args`` as the module doc says."""
+    return ModelServer.bind(args["checkpoint_path"], args["workload"], args.get("config") or {}, args.get("deployment", ""))
