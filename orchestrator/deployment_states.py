@@ -17,23 +17,16 @@ DEPLOYING -> DEPLOYING and UPDATING -> UPDATING record a newer version requested
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import Deployment, DeploymentEvent, DeploymentState, utcnow
+from orchestrator.states import Rule, allowed
 
 D = DeploymentState
 TERMINAL: frozenset[DeploymentState] = frozenset({D.DELETED})
 LIVE: frozenset[DeploymentState] = frozenset(set(D) - {D.DELETED})
 ROLLING: frozenset[DeploymentState] = frozenset({D.DEPLOYING, D.UPDATING})
-
-
-@dataclass(frozen=True)
-class Rule:
-    from_states: frozenset[DeploymentState]
-    to_states: frozenset[DeploymentState]
 
 
 RULES: tuple[Rule, ...] = (
@@ -46,7 +39,7 @@ RULES: tuple[Rule, ...] = (
 
 
 def is_allowed(from_state: DeploymentState, to_state: DeploymentState) -> bool:
-    return any(from_state in r.from_states and to_state in r.to_states for r in RULES)
+    return allowed(RULES, from_state, to_state)
 
 
 class IllegalTransition(Exception):

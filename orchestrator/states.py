@@ -21,8 +21,14 @@ ACTIVE: frozenset[JobState] = frozenset({S.STARTING, S.RUNNING, S.RESTARTING, S.
 
 @dataclass(frozen=True)
 class Rule:
-    from_states: frozenset[JobState]
-    to_states: frozenset[JobState]
+    """FROM -> TO: any state of ``from_states`` may move to any of ``to_states`` (jobs, deployments)."""
+
+    from_states: frozenset
+    to_states: frozenset
+
+
+def allowed(rules: tuple[Rule, ...], from_state, to_state) -> bool:
+    return any(from_state in r.from_states and to_state in r.to_states for r in rules)
 
 
 # FROM -> TO. A CANCELLING job may still finish on its own (SUCCEEDED), but a failure reported while
@@ -38,7 +44,7 @@ RULES: tuple[Rule, ...] = (
 
 
 def is_allowed(from_state: JobState, to_state: JobState) -> bool:
-    return any(from_state in r.from_states and to_state in r.to_states for r in RULES)
+    return allowed(RULES, from_state, to_state)
 
 
 class IllegalTransition(Exception):
