@@ -112,3 +112,14 @@ def referenced_checkpoint_paths(session: Session) -> set[str]:
         .where(Deployment.state != DeploymentState.DELETED)
     )
     return {path for (path,) in rows}
+
+
+def referenced_checkpoint_jobs(session: Session) -> set[str]:
+    """The jobs whose checkpoints live deployments reference (see ``referenced_checkpoint_paths``)."""
+    rows = session.execute(
+        select(DeploymentVersion.job_id)
+        .join(Deployment, Deployment.id == DeploymentVersion.deployment_id)
+        .where(Deployment.state != DeploymentState.DELETED, DeploymentVersion.job_id.is_not(None))
+        .distinct()
+    )
+    return {job_id for (job_id,) in rows}

@@ -12,6 +12,14 @@ Ray Train keeps every checkpoint it writes (``num_to_keep=None``); the control p
   deleted once older than ``checkpoint_orphan_grace_s`` while the job runs (a late report may still
   record one), and at once when the job has ended. A recorded checkpoint whose folder is gone is
   forgotten (with a warning). Other files of the run folder are Ray's and are left alone.
+- **Deployments.** A checkpoint that any version of a live (not DELETED) deployment references is
+  never deleted, by retention or by the sweeper, whatever the policy says. Any version, not only the
+  newest (what a rollout aims at) and the live one (what serves, and what a failed rollout falls back
+  to): a rollback returns to the version before the newest, which changes with every PATCH, and every
+  version stays in the deployment's history. A narrower rule would have to track the serving
+  reconciler's choices exactly; this one costs at most one kept folder per version. Once the deployment
+  is DELETED the next pass deletes what the policy drops, and the loop revisits such a job even when
+  it ended long ago.
 
 Nothing here touches storage while a job row is locked (on SQLite a transaction locks the whole
 database): rows are read in one short session, storage is changed with none open, and rows are deleted
@@ -32,7 +40,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db.models import Job, utcnow
+from orchestrator.db.models import Job, JobState, utcnow
+from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.settings import Settings
 from orchestrator.states import TERMINAL
@@ -80,6 +89,10 @@ class CheckpointJanitor:
         self.settings = settings
         self._swept_everything = False
         self._warned: set[str] = set()
+        # Jobs whose checkpoints live deployments referenced at the last tick (None before the first,
+        # which visits every job anyway), and those no longer referenced and not yet revisited.
+        self._served_jobs: set[str] | None = None
+        self._released: set[str] = set()
         # The events endpoint and the loop may look at the same job at once; one at a time keeps the
         # sweeper from taking a folder retention is deleting for one that vanished on its own.
         self._busy = threading.RLock()
@@ -88,19 +101,40 @@ class CheckpointJanitor:
 
     def tick(self) -> None:
         """Retention and sweeping for every active or recently finished job (every started job on the
-        first tick, for jobs that ended while the service was down)."""
+        first tick, for jobs that ended while the service was down), and for every job whose checkpoints
+        live deployments stopped referencing since the last tick."""
         if not self.storage.available():
             return
         since = None if not self._swept_everything else utcnow() - RECHECK_FINISHED
         with self.sessions() as session:
             jobs = jobs_repo.jobs_for_checkpoint_upkeep(session, since)
+            jobs += self._released_jobs(session, {job_id for job_id, _ in jobs})
         for job_id, state in jobs:
             try:
                 self.enforce_retention(job_id)
                 self.sweep(job_id, finished=state in TERMINAL)
+                self._released.discard(job_id)
             except StorageError as exc:
                 log.warning("checkpoint upkeep of job %s: %s; trying again later", job_id, exc)
         self._swept_everything = True
+
+    def _released_jobs(self, session: Session, listed: set[str]) -> list[tuple[str, JobState]]:
+        """``(id, state)`` of the jobs not in ``listed`` whose checkpoints live deployments referenced
+        and no longer do (a deployment was deleted): what retention kept for it may go now, however long
+        ago the job ended."""
+        served = deployments_repo.referenced_checkpoint_jobs(session)
+        if self._served_jobs is not None:
+            self._released |= self._served_jobs - served
+        self._released -= served
+        self._served_jobs = served
+        released = []
+        for job_id in sorted(self._released - listed):
+            job = session.get(Job, job_id)
+            if job is None:
+                self._released.discard(job_id)
+            else:
+                released.append((job.id, job.state))
+        return released
 
     def after_recording(self, job_id: str) -> None:
         """Right after the events endpoint committed a checkpoint: apply retention now. A failure is
@@ -125,7 +159,14 @@ class CheckpointJanitor:
                 return []
             policy = CheckpointSpec.model_validate(job.spec.get("checkpoint", {}))
             recorded = _recorded(session, job_id)
+            served = deployments_repo.referenced_checkpoint_paths(session)
         kept = select_kept(recorded, policy.keep, policy.keep_best)
+        # What a live deployment references stays, whatever the policy says (see the module doc).
+        served_names = self._served_names(job_id, served)
+        for c in recorded:
+            if c.id not in kept and (c.path in served or self.storage.checkpoint_name(job_id, c.path) in served_names):
+                kept.add(c.id)
+                log.debug("job %s: checkpoint %s outlives retention: a live deployment references it", job_id, c.path)
         deleted = [c for c in recorded if c.id not in kept and self._delete_folder(job_id, c.path)]
         if deleted:
             with self.sessions.begin() as session:
@@ -155,6 +196,11 @@ class CheckpointJanitor:
             log.warning("job %s: checkpoint %s lies outside %s; retention leaves it (and its record) alone",
                         job_id, path, self.storage.run_dir(job_id))
         return False
+
+    def _served_names(self, job_id: str, served: set[str]) -> set[str]:
+        """The names of the job's checkpoint folders among the paths deployments reference (compared by
+        folder, so a path recorded in another spelling still matches)."""
+        return {name for path in served if (name := self.storage.checkpoint_name(job_id, path)) is not None}
 
     # --- the sweeper -------------------------------------------------------------------------------------
 
@@ -194,8 +240,10 @@ class CheckpointJanitor:
         if orphans:
             with self.sessions() as session:  # again, just before deleting: one may have been recorded since
                 names_now = {self.storage.checkpoint_name(job_id, c.path) for c in _recorded(session, job_id)}
+                # An unrecorded folder a live deployment loads (its record was forgotten) is no orphan.
+                served_names = self._served_names(job_id, deployments_repo.referenced_checkpoint_paths(session))
             for folder in orphans:
-                if folder.name in names_now:
+                if folder.name in names_now or folder.name in served_names:
                     continue
                 self.storage.delete_checkpoint(job_id, folder.path)
                 deleted.append(folder.path)

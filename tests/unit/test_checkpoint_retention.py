@@ -270,3 +270,90 @@ def test_storage_speaks_uris():
     assert local.checkpoint_name("job", "/data/runs/job/checkpoint_1/") == "checkpoint_1"
     assert local.checkpoint_name("job", "/data/runs/other/checkpoint_1") is None
     assert local.checkpoint_name("job", "/data/runs/job/notes") is None
+
+
+# --- checkpoints that deployments serve ------------------------------------------------------------------
+
+
+def deploy(client, name: str, **source) -> dict:
+    response = client.post("/v1/deployments", json={"name": name, "source": source}, headers=HEADERS)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def finished_with_one_checkpoint(app, client, backend, storage) -> tuple[str, str]:
+    """A digits job (keep 1) that ended with checkpoint_1 recorded: (job id, its driver's token)."""
+    job, token = start_job(app, backend, checkpoint={"keep": 1})
+    first = write_checkpoint(storage, job, "checkpoint_1")
+    running = {"type": "state", "state": "running"}
+    post_events(client, job, token, running, checkpoint_event(first, 10, val_accuracy=0.9))
+    post_events(client, job, token, {"type": "state", "state": "succeeded"})
+    return job, token
+
+
+def test_retention_never_deletes_a_checkpoint_a_live_deployment_references(app, client, backend, storage):
+    job, token = finished_with_one_checkpoint(app, client, backend, storage)
+    served = deploy(client, "served", job_id=job)
+    assert Path(served["target"]["checkpoint_path"]).name == "checkpoint_1"
+    janitor = app.state.service.checkpoints
+
+    # A save that was finishing when the job ended is reported late: with keep 1 the policy now drops
+    # checkpoint_1, which the deployment serves.
+    second = write_checkpoint(storage, job, "checkpoint_2")
+    post_events(client, job, token, checkpoint_event(second, 20, val_accuracy=0.8))
+    assert listed(client, job) == stored(storage, job) == ["checkpoint_1", "checkpoint_2"]
+    janitor.tick()
+    assert listed(client, job) == stored(storage, job) == ["checkpoint_1", "checkpoint_2"]
+
+    # A new version serves checkpoint_2; version 1 (what a rollback returns to) still holds checkpoint_1.
+    checkpoint_2 = client.get(f"/v1/jobs/{job}/checkpoints", headers=HEADERS).json()[-1]["id"]
+    patched = client.patch("/v1/deployments/served", json={"source": {"checkpoint_id": checkpoint_2}}, headers=HEADERS)
+    assert patched.status_code == 200, patched.text
+    janitor.tick()
+    assert janitor.enforce_retention(job) == []
+    assert listed(client, job) == stored(storage, job) == ["checkpoint_1", "checkpoint_2"]
+    assert client.post("/v1/deployments/served/rollback", headers=HEADERS).status_code == 200  # its folder is there
+
+    # Deleted: the next pass applies the policy.
+    assert client.delete("/v1/deployments/served", headers=HEADERS).status_code == 200
+    janitor.tick()
+    assert listed(client, job) == stored(storage, job) == ["checkpoint_2"]
+
+
+def test_a_deleted_deployment_releases_checkpoints_of_a_job_that_ended_long_ago(app, client, backend, storage):
+    job, token = finished_with_one_checkpoint(app, client, backend, storage)
+    deploy(client, "old", job_id=job)
+    post_events(client, job, token, checkpoint_event(write_checkpoint(storage, job, "checkpoint_2"), 20))
+    with app.state.service.sessions.begin() as session:
+        session.get(Job, job).finished_at = utcnow() - timedelta(days=2)
+    janitor = app.state.service.checkpoints
+    janitor.tick()  # the first tick visits every job
+    janitor.tick()  # later ones only active and recently finished jobs...
+    assert listed(client, job) == stored(storage, job) == ["checkpoint_1", "checkpoint_2"]
+
+    assert client.delete("/v1/deployments/old", headers=HEADERS).status_code == 200
+    janitor.tick()  # ...and those whose checkpoints deployments stopped referencing
+    assert listed(client, job) == stored(storage, job) == ["checkpoint_2"]
+
+
+def test_the_sweeper_never_deletes_a_folder_a_live_deployment_references(app, client, backend, storage, monkeypatch):
+    job, _ = finished_with_one_checkpoint(app, client, backend, storage)
+    deploy(client, "served", job_id=job)
+    janitor = app.state.service.checkpoints
+    janitor.tick()
+    assert listed(client, job) == stored(storage, job) == ["checkpoint_1"]
+
+    # A listing that missed the folder once: its record is forgotten, so the folder is unrecorded now,
+    # and the job has ended (unrecorded folders of an ended job go at once).
+    list_checkpoints = CheckpointStorage.list_checkpoints
+    monkeypatch.setattr(CheckpointStorage, "list_checkpoints", lambda self, job_id: {})
+    janitor.tick()
+    monkeypatch.setattr(CheckpointStorage, "list_checkpoints", list_checkpoints)
+    assert listed(client, job) == []
+    janitor.tick()
+    assert janitor.sweep(job, finished=True) == ([], [])
+    assert stored(storage, job) == ["checkpoint_1"]  # the deployment's replicas load it from there
+
+    assert client.delete("/v1/deployments/served", headers=HEADERS).status_code == 200
+    janitor.tick()
+    assert stored(storage, job) == []
