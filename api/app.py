@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request, status
 from fastapi.responses import JSONResponse
 
-from api.routers import deployments, health, internal, jobs, plan, projects
+from api.routers import deployments, health, internal, jobs, plan, projects, sweeps
 from orchestrator.backend import ClusterBackend
 from orchestrator.service import Service
 from orchestrator.services.deployments import DeploymentConflict
@@ -35,7 +35,10 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
-    for router in (health.router, projects.router, jobs.router, deployments.router, plan.router, internal.router):
+    for router in (
+        health.router, projects.router, jobs.router, sweeps.router, sweeps.trials_router, deployments.router,
+        plan.router, internal.router, internal.sweeps_router,
+    ):
         app.include_router(router)
 
     @app.exception_handler(SpecRejected)

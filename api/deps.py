@@ -72,3 +72,14 @@ def admin(principal: CurrentKey) -> Principal:
 
 WriterKey = Annotated[Principal, Depends(writer)]
 AdminKey = Annotated[Principal, Depends(admin)]
+
+
+def target_project(session, principal: Principal, project_id: str | None) -> str:
+    """Members submit into their own project; admins into ?project_id= or their key's project."""
+    if project_id is None:
+        return principal.project_id or projects_repo.ensure_default_project(session).id
+    if not principal.is_admin and project_id != principal.project_id:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no project {project_id}")
+    if projects_repo.get_project(session, project_id) is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no project {project_id}")
+    return project_id

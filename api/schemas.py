@@ -1,4 +1,5 @@
-"""Response and request bodies of the public API (the job spec itself is ``workers.spec.JobSpec``)."""
+"""Response and request bodies of the public API (the job spec itself is ``workers.spec.JobSpec``, a sweep's
+``workers.sweep_spec.SweepSpec``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.db.models import Deployment, DeploymentState, Job, JobState, Role
+from orchestrator.db.models import Deployment, DeploymentState, Job, JobState, Role, Sweep, Trial, TrialState
+from workers.sweep_spec import SweepSpec
 
 
 class _FromORM(BaseModel):
@@ -172,4 +174,81 @@ class DeploymentEventOut(_FromORM):
     reason: str
     message: str
     version: int
+    created_at: datetime
+
+
+# --- sweeps (the request body is workers.sweep_spec.SweepSpec) ------------------------------------------
+
+
+class TrialOut(_FromORM):
+    id: str = Field(description="Deploy its best checkpoint with a deployment source {\"trial_id\": id}.")
+    sweep_id: str
+    number: int = Field(description="1, 2, ... in the order the search created the trials.")
+    tune_id: str = Field(description="Ray Tune's id of the trial.")
+    config: dict[str, Any] = Field(description="The searched values, by path into the base spec.")
+    state: TrialState
+    reason: str
+    message: str
+    iterations: int = Field(description="Epochs run (reported).")
+    latest_metrics: dict[str, Any] | None
+    best_metric: float | None = Field(description="The sweep's metric at the trial's best epoch.")
+    best_epoch: int | None
+    stopped_early: bool = Field(description="Stopped by the scheduler (ASHA) before its last epoch.")
+    checkpoint_path: str | None = Field(description="The checkpoint of the best epoch.")
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class BestTrialOut(BaseModel):
+    id: str
+    config: dict[str, Any]
+    metric: float
+    epoch: int | None
+    checkpoint_path: str | None
+
+
+class SweepOut(BaseModel):
+    id: str
+    project_id: str
+    name: str
+    workload: str
+    state: JobState
+    reason: str
+    message: str
+    attempt: int
+    priority: int
+    spec: dict[str, Any]
+    metric: str
+    mode: str
+    total_trials: int = Field(description="Trials the sweep runs in all.")
+    trials: dict[str, int] = Field(description="How many trials are in each state.")
+    best_trial: BestTrialOut | None = Field(description="The best trial so far by the sweep's metric.")
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, sweep: Sweep, counts: dict[str, int], best: Trial | None) -> SweepOut:
+        spec = sweep.spec
+        fields = ("id", "project_id", "name", "workload", "state", "reason", "message", "attempt", "priority", "spec",
+                  "created_at", "updated_at", "started_at", "finished_at")
+        best_out = None
+        if best is not None and best.best_metric is not None:
+            best_out = BestTrialOut(
+                id=best.id, config=best.config, metric=best.best_metric, epoch=best.best_epoch,
+                checkpoint_path=best.checkpoint_path,
+            )
+        return cls(
+            **{name: getattr(sweep, name) for name in fields},
+            metric=spec["metric"], mode=spec["mode"], total_trials=SweepSpec.model_validate(spec).total_trials,
+            trials=counts, best_trial=best_out,
+        )
+
+
+class TrialMetricOut(_FromORM):
+    epoch: int
+    step: int
+    values: dict[str, Any]
     created_at: datetime

@@ -1,4 +1,5 @@
-"""Admission arithmetic: does a worker group fit the cluster, now or ever? Pure functions."""
+"""Admission arithmetic: does a worker group (a job's, or a sweep's concurrent trials) fit the cluster,
+now or ever? Pure functions."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from workers.spec import JobSpec
+from workers.sweep_spec import TRIAL_DRIVER_CPU, SweepSpec
 
 RESOURCES = ("CPU", "GPU")
 _EPS = 1e-9
@@ -19,23 +21,56 @@ class ClusterCapacity:
     largest_node: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Demand:
+    """What a run asks of the cluster all at once (``total``), its largest single piece (one worker, which
+    can't span nodes) and, for messages, what it is made of."""
+
+    total: dict[str, float]
+    per_worker: dict[str, float]
+    what: str
+
+
+def demand_of(spec: JobSpec) -> Demand:
+    scaling = spec.scaling
+    return Demand(
+        total=scaling.total_resources(),
+        per_worker={"CPU": scaling.cpus_per_worker, "GPU": scaling.gpus_per_worker or 0.0},
+        what=f"{scaling.num_workers} workers",
+    )
+
+
+def sweep_demand(spec: SweepSpec) -> Demand:
+    """Room for ``max_concurrent_trials`` trials at once (fewer if the sweep has fewer), each at its largest
+    scaling, plus the small actor that drives each trial: Tune never runs more, so they never wait in Ray."""
+    trial = demand_of(spec.worst_case_trial())
+    trial_total = {**trial.total, "CPU": trial.total["CPU"] + TRIAL_DRIVER_CPU}
+    concurrent = spec.concurrency
+    return Demand(
+        total={r: concurrent * trial_total.get(r, 0.0) for r in RESOURCES},
+        per_worker=trial.per_worker,
+        what=f"{concurrent} concurrent trial(s) of {trial.what} (lower max_concurrent_trials to fit)",
+    )
+
+
 def request_of(spec: JobSpec) -> dict[str, float]:
-    return spec.scaling.total_resources()
+    return demand_of(spec).total
 
 
 def _fmt(amount: float) -> str:
     return f"{amount:g}"
 
 
-def never_fits(spec: JobSpec, capacity: ClusterCapacity) -> str | None:
-    """Why this job could not run even on an idle cluster, or None if it could."""
-    request = request_of(spec)
-    per_worker = {"CPU": spec.scaling.cpus_per_worker, "GPU": spec.scaling.gpus_per_worker or 0.0}
+def never_fits(demand: Demand | JobSpec, capacity: ClusterCapacity) -> str | None:
+    """Why this run could not run even on an idle cluster, or None if it could."""
+    if isinstance(demand, JobSpec):
+        demand = demand_of(demand)
+    request, per_worker = demand.total, demand.per_worker
     for resource in RESOURCES:
         total = capacity.total.get(resource, 0.0)
         if request[resource] > total + _EPS:
             return (
-                f"needs {_fmt(request[resource])} {resource} for {spec.scaling.num_workers} workers "
+                f"needs {_fmt(request[resource])} {resource} for {demand.what} "
                 f"but the whole cluster has {_fmt(total)} {resource}"
             )
         largest = capacity.largest_node.get(resource, 0.0)

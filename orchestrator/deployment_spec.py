@@ -23,7 +23,7 @@ class SourceSpec(_Strict):
     """Exactly one of ``job_id``, ``trial_id``, ``checkpoint_id``."""
 
     job_id: str | None = Field(None, max_length=32, description="A job's best (or latest) checkpoint.")
-    trial_id: str | None = Field(None, max_length=64, description="A sweep trial's best checkpoint (sweeps: not yet).")
+    trial_id: str | None = Field(None, max_length=64, description="A sweep trial's best checkpoint (by the sweep's metric).")
     checkpoint_id: int | None = Field(None, ge=1, description="One committed checkpoint (`GET /v1/jobs/{id}/checkpoints`).")
     select: Literal["best", "latest"] = Field(
         "best", description="With job_id: the best checkpoint by the workload's metric (val_accuracy), or the latest."

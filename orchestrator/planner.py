@@ -151,7 +151,7 @@ def plan_job(spec: JobSpec) -> TrainingPlan:
     """The plan recorded on a job at submit: the strategy that runs (``auto`` resolved), batch and LR."""
     common = {"global_batch": spec.global_batch, "lr": spec.scaled_lr}
     if spec.strategy != "auto":
-        return TrainingPlan(strategy=spec.strategy, reason="", **common)
+        return TrainingPlan.fixed(spec)
     config_model = BUILTIN_WORKLOADS.get(spec.workload)
     if config_model is None:
         return TrainingPlan(

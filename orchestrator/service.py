@@ -10,11 +10,11 @@ from orchestrator.backend import ClusterBackend
 from orchestrator.db.engine import make_engine, make_session_factory
 from orchestrator.db.migrate import upgrade_head
 from orchestrator.db.models import Role
-from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import projects as projects_repo
 from orchestrator.services.log_archive import LogArchive, LogArchiver
 from orchestrator.services.loops import Loop
 from orchestrator.services.reconciler import Reconciler
+from orchestrator.services.runs import revoke_driver_tokens
 from orchestrator.services.retention import CheckpointJanitor
 from orchestrator.services.scheduler import Scheduler
 from orchestrator.services.serving import ServingReconciler
@@ -84,8 +84,8 @@ class Service:
         # Drivers of the lost head may linger a while, unable to judge their runs: their reports are
         # refused from now on, and the reconciler starts each job's next attempt on the new head.
         with self.sessions.begin() as session:
-            revoked = jobs_repo.revoke_driver_tokens(session)
-        log.warning("revoked the driver tokens of %d active job(s) of the lost Ray head", revoked)
+            revoked = revoke_driver_tokens(session)
+        log.warning("revoked the driver tokens of %d active job(s) and sweep(s) of the lost Ray head", revoked)
         self.local_cluster.restart()
 
     def _connect_ray(self) -> ClusterBackend:

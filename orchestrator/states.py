@@ -7,7 +7,9 @@ and updates the job. Nothing else assigns ``Job.state``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -15,6 +17,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db.models import Job, JobEvent, JobState, utcnow
 
 S = JobState
+T = TypeVar("T")
 TERMINAL: frozenset[JobState] = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
 ACTIVE: frozenset[JobState] = frozenset({S.STARTING, S.RUNNING, S.RESTARTING, S.CANCELLING})
 
@@ -48,17 +51,54 @@ def is_allowed(from_state: JobState, to_state: JobState) -> bool:
 
 
 class IllegalTransition(Exception):
-    def __init__(self, job_id: str, from_state: JobState, to_state: JobState):
-        super().__init__(f"job {job_id} cannot go from {from_state} to {to_state}")
+    def __init__(self, subject: str, from_state, to_state):
+        super().__init__(f"{subject} cannot go from {from_state} to {to_state}")
         self.from_state = from_state
         self.to_state = to_state
 
 
 def lock_job(session: Session, job_id: str) -> Job | None:
     """Load a job with its row locked for the rest of the transaction (SQLite: BEGIN IMMEDIATE)."""
+    return lock_row(session, Job, job_id)
+
+
+def lock_row(session: Session, model: type[T], row_id: str) -> T | None:
+    """Load a row by id, locked for the rest of the transaction (SQLite: BEGIN IMMEDIATE)."""
     return session.scalars(
-        select(Job).where(Job.id == job_id).with_for_update().execution_options(populate_existing=True)
+        select(model).where(model.id == row_id).with_for_update().execution_options(populate_existing=True)
     ).one_or_none()
+
+
+def transition(
+    session: Session,
+    row: Any,
+    to_state,
+    reason: str,
+    message: str,
+    *,
+    rules: tuple[Rule, ...],
+    subject: str,
+    history: Callable[[], Any] | None,
+    again: bool = False,
+) -> bool:
+    """The common core of every kind's one transition function (jobs, sweeps, trials).
+
+    ``row`` (locked by the caller) has ``state``, ``reason``, ``message`` and ``updated_at``. Returns False,
+    changing nothing, when it is already in ``to_state`` unless ``again`` says the repeat is news. Raises
+    IllegalTransition for a move ``rules`` forbid. ``history`` makes the history row (read before the
+    change: it records the state left). Never commits.
+    """
+    if row.state == to_state and not again:
+        return False
+    if not allowed(rules, row.state, to_state):
+        raise IllegalTransition(subject, row.state, to_state)
+    if history is not None:
+        session.add(history())
+    row.state = to_state
+    row.reason = reason
+    row.message = message
+    row.updated_at = utcnow()
+    return True
 
 
 def set_job_state(
@@ -76,30 +116,24 @@ def set_job_state(
     IllegalTransition for a move the rules forbid. Never commits: the caller's transaction covers the
     job, its history row and whatever else the caller changed with it.
     """
-    if job.state == to_state and not again:
-        return False
-    if not is_allowed(job.state, to_state):
-        raise IllegalTransition(job.id, job.state, to_state)
-    session.add(
-        JobEvent(
-            job_id=job.id,
-            from_state=job.state,
-            to_state=to_state,
-            reason=reason,
-            message=message,
-            attempt=job.attempt,
-        )
+    return set_run_state(session, job, to_state, reason, message, again=again, subject=f"job {job.id}", history=lambda: JobEvent(
+        job_id=job.id, from_state=job.state, to_state=to_state, reason=reason, message=message, attempt=job.attempt,
+    ))
+
+
+def set_run_state(
+    session: Session, run: Any, to_state: JobState, reason: str, message: str, *, again: bool, subject: str,
+    history: Callable[[], Any],
+) -> bool:
+    """A job's or a sweep's transition under the job rules, with the lifecycle's timestamps."""
+    changed = transition(
+        session, run, to_state, reason, message, rules=RULES, subject=subject, history=history, again=again
     )
-    now = utcnow()
-    if to_state == S.RUNNING and job.started_at is None:
-        job.started_at = now
-    if to_state in TERMINAL:
-        job.finished_at = now
-    job.state = to_state
-    job.reason = reason
-    job.message = message
-    job.updated_at = now
-    return True
+    if changed and to_state == S.RUNNING and run.started_at is None:
+        run.started_at = run.updated_at
+    if changed and to_state in TERMINAL:
+        run.finished_at = run.updated_at
+    return changed
 
 
 def note_waiting(job: Job, reason: str, message: str) -> None:

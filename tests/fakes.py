@@ -11,6 +11,8 @@ from orchestrator.backend import BackendUnavailable, RunInfo, RunStatus, ServeAp
 @dataclass
 class FakeBackend:
     total: dict[str, float] = field(default_factory=lambda: {"CPU": 4.0, "GPU": 0.0})
+    # What a cached look at the cluster says (None: the same as ``total``); ``capacity(fresh=True)`` sees ``total``.
+    cached_total: dict[str, float] | None = None
     runs: dict[str, RunStatus] = field(default_factory=dict)
     submitted: list[tuple[str, str, dict]] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
@@ -21,9 +23,10 @@ class FakeBackend:
     serve_applied: list[dict] = field(default_factory=list)
     serve_apps: dict[str, ServeApp] = field(default_factory=dict)
 
-    def capacity(self) -> ClusterCapacity:
+    def capacity(self, fresh: bool = False) -> ClusterCapacity:
         self._check()
-        return ClusterCapacity(total=dict(self.total), largest_node=dict(self.total))
+        total = self.total if fresh or self.cached_total is None else self.cached_total
+        return ClusterCapacity(total=dict(total), largest_node=dict(total))
 
     def submit(self, submission_id, entrypoint, env_vars, metadata) -> None:
         self._check()

@@ -36,9 +36,12 @@ FINAL_FLUSH_TIMEOUT_S = 60.0
 MAX_MESSAGE_CHARS = 15_000
 
 
-def fetch_assignment(url: str, job_id: str, attempt: int, token: str) -> DriverAssignment:
-    """``GET /internal/v1/jobs/{job_id}/assignment?attempt=N``, retried while the control plane is away."""
-    endpoint = f"{url.rstrip('/')}/internal/v1/jobs/{job_id}/assignment"
+def fetch_assignment(
+    url: str, job_id: str, attempt: int, token: str, collection: str = "jobs", model: type = DriverAssignment
+):
+    """``GET /internal/v1/jobs/{job_id}/assignment?attempt=N`` (a sweep's: ``collection="sweeps"``, ``model``
+    ``SweepAssignment``), retried while the control plane is away."""
+    endpoint = f"{url.rstrip('/')}/internal/v1/{collection}/{job_id}/assignment"
     headers = {"Authorization": f"Bearer {token}"}
     for try_number in range(1, FETCH_TRIES + 1):
         try:
@@ -57,12 +60,10 @@ def fetch_assignment(url: str, job_id: str, attempt: int, token: str) -> DriverA
         delay = min(FETCH_BACKOFF_S[1], FETCH_BACKOFF_S[0] * 2 ** (try_number - 1))
         log.warning("fetching the assignment failed (%s); retrying in %.0fs", problem, delay)
         time.sleep(delay)
-    assignment = DriverAssignment.model_validate(response.json())
-    if (assignment.job_id, assignment.attempt) != (job_id, attempt):
-        raise RuntimeError(
-            f"asked for job {job_id} attempt {attempt}, "
-            f"got job {assignment.job_id} attempt {assignment.attempt}"
-        )
+    assignment = model.model_validate(response.json())
+    got = (getattr(assignment, f"{collection[:-1]}_id"), assignment.attempt)
+    if got != (job_id, attempt):
+        raise RuntimeError(f"asked for {job_id} attempt {attempt}, got {got[0]} attempt {got[1]}")
     return assignment
 
 

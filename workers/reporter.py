@@ -1,7 +1,7 @@
 """Tells the control plane what happened, without ever slowing training down.
 
 ``emit`` only appends to a bounded in-memory queue; a daemon thread posts batches to
-``POST {url}/internal/v1/jobs/{job_id}/events`` and keeps retrying while the control plane is down,
+``POST {url}/internal/v1/jobs/{job_id}/events`` (a sweep driver's: ``/internal/v1/sweeps/...``) and keeps retrying while the control plane is down,
 so an outage of a minute or two loses nothing. The server treats events idempotently, so a batch
 that is re-sent after a timeout (delivered, but the answer was lost) does no harm.
 """
@@ -43,10 +43,11 @@ class EventReporter:
         max_queued: int = MAX_QUEUED_EVENTS,
         backoff_min_s: float = BACKOFF_MIN_S,
         backoff_max_s: float = BACKOFF_MAX_S,
+        collection: str = "jobs",
     ) -> None:
         self.job_id = job_id
         self.attempt = attempt
-        self._endpoint = f"{url.rstrip('/')}/internal/v1/jobs/{job_id}/events" if url else None
+        self._endpoint = f"{url.rstrip('/')}/internal/v1/{collection}/{job_id}/events" if url else None
         self._headers = {"Authorization": f"Bearer {token}"}
         self._max_queued = max_queued
         self._backoff = (backoff_min_s, backoff_max_s)

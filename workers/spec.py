@@ -282,6 +282,12 @@ class TrainingPlan(BaseModel):
     global_batch: int
     lr: float = Field(description="The learning rate after scaling to the global batch.")
 
+    @classmethod
+    def fixed(cls, spec: JobSpec) -> TrainingPlan:
+        """The plan of a spec whose strategy is given (not ``auto``): nothing to decide."""
+        assert spec.strategy != "auto", "the planner resolves auto"
+        return cls(strategy=spec.strategy, reason="", global_batch=spec.global_batch, lr=spec.scaled_lr)
+
 
 class DriverExit(enum.IntEnum):
     """Exit status of ``workers.driver``. The reconciler reads it when the driver's own report of the

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ray.train import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig
+from collections.abc import Sequence
+
+from ray.train import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig, UserCallback
 from ray.train.torch import TorchTrainer
 
 from workers.callbacks import RunEventForwarder
@@ -21,8 +23,11 @@ def build_trainer(
     storage_path: str,
     control_plane_url: str | None,
     token: str,
+    checkpoint_config: CheckpointConfig | None = None,
+    extra_callbacks: Sequence[UserCallback] = (),
 ) -> JobTrainer:
-    """``control_plane_url=None`` makes every reporter only log (scripts, tests)."""
+    """``control_plane_url=None`` makes every reporter only log (scripts, tests, sweep trials).
+    ``checkpoint_config``: Ray Train's retention, for runs the control plane's retention doesn't keep (trials)."""
     # Ray Train would refuse to start on a run snapshot that names checkpoints retention deleted.
     forget_deleted_checkpoints(storage_path, job_id)
     scaling = spec.scaling
@@ -48,9 +53,9 @@ def build_trainer(
             storage_path=storage_path,
             # Ray Train keeps every checkpoint; the control plane's retention (checkpoint.keep and
             # keep_best) deletes them, storage first, then its database (orchestrator/services/retention.py).
-            checkpoint_config=CheckpointConfig(num_to_keep=None),
+            checkpoint_config=checkpoint_config or CheckpointConfig(num_to_keep=None),
             failure_config=FailureConfig(max_failures=spec.retries.max_worker_restarts),
-            callbacks=[RunEventForwarder(control_plane_url, job_id, attempt, token)],
+            callbacks=[RunEventForwarder(control_plane_url, job_id, attempt, token), *extra_callbacks],
         ),
     )
     trainer.retry_app_errors = spec.retries.retry_app_errors

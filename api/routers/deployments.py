@@ -11,8 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
 
-from api.deps import CurrentKey, ServiceDep, SessionDep, WriterKey
-from api.routers.jobs import _target_project
+from api.deps import CurrentKey, ServiceDep, SessionDep, WriterKey, target_project
 from api.schemas import DeploymentEventOut, DeploymentOut
 from orchestrator.auth import Principal
 from orchestrator.db.models import Deployment, DeploymentState
@@ -49,7 +48,7 @@ def create_deployment(
     """Serve a job's best (or latest) checkpoint, or a given checkpoint, at `route_prefix` on Ray Serve."""
     settings = ops.new_settings(body, service.settings)
     ops.check_resources(settings["resources"], service.backend)  # asks Ray: before the transaction starts
-    target = _target_project(session, principal, project_id)
+    target = target_project(session, principal, project_id)
     resolved = ops.resolve_source(session, body.source, None if principal.is_admin else target)
     deployment = ops.create_deployment(session, target, body, resolved, settings)
     session.commit()

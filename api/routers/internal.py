@@ -1,33 +1,39 @@
-"""Endpoints for a job's own driver and workers, authenticated by that job's token only."""
+"""Endpoints for a job's (a sweep's) own driver and workers, authenticated by that run's token only."""
 
 from __future__ import annotations
 
+from typing import TypeVar
 
 from fastapi import APIRouter, HTTPException, status
 
 from api.deps import BearerDep, ServiceDep, SessionDep
 from orchestrator.auth import hash_secret, secrets_equal
-from orchestrator.db.models import Job
+from orchestrator.db.models import Job, Sweep
 from orchestrator.services.events import apply_events
+from orchestrator.services.sweep_events import apply_sweep_events
 from orchestrator.states import lock_job
+from orchestrator.sweep_states import lock_sweep
 from workers.spec import DriverAssignment, EventBatch, JobSpec, TrainingPlan
+from workers.sweep_spec import SweepAssignment, SweepEventBatch, SweepSpec
 
 router = APIRouter(prefix="/internal/v1/jobs", tags=["internal"])
+sweeps_router = APIRouter(prefix="/internal/v1/sweeps", tags=["internal"])
+Run = TypeVar("Run", Job, Sweep)
 
 
-def _check_token(job: Job | None, credentials) -> Job:
-    # The same answer for an unknown job and a wrong token: a token says nothing about other jobs.
-    if job is None or credentials is None or not job.token_hash or not secrets_equal(
-        hash_secret(credentials.credentials), job.token_hash
+def _check_token(run: Run | None, credentials) -> Run:
+    # The same answer for an unknown run and a wrong token: a token says nothing about other runs.
+    if run is None or credentials is None or not run.token_hash or not secrets_equal(
+        hash_secret(credentials.credentials), run.token_hash
     ):
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "not this job's token", headers={"WWW-Authenticate": "Bearer"})
-    return job
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "not this run's token", headers={"WWW-Authenticate": "Bearer"})
+    return run
 
 
-def _current_attempt(job: Job, attempt: int) -> None:
-    if attempt != job.attempt:
+def _current_attempt(run: Job | Sweep, attempt: int) -> None:
+    if attempt != run.attempt:
         raise HTTPException(
-            status.HTTP_409_CONFLICT, f"attempt {attempt} is stale: the job is on attempt {job.attempt}"
+            status.HTTP_409_CONFLICT, f"attempt {attempt} is stale: the run is on attempt {run.attempt}"
         )
 
 
@@ -52,4 +58,25 @@ def post_events(
     if any(event.type == "checkpoint" for event in batch.events):
         # After the commit: storage is never touched with the job row (on SQLite, the database) locked.
         service.checkpoints.after_recording(job_id)
+    return {"received": len(batch.events), "applied": applied}
+
+
+@sweeps_router.get("/{sweep_id}/assignment")
+def sweep_assignment(
+    sweep_id: str, attempt: int, session: SessionDep, service: ServiceDep, credentials: BearerDep
+) -> SweepAssignment:
+    sweep = _check_token(session.get(Sweep, sweep_id), credentials)
+    _current_attempt(sweep, attempt)
+    return SweepAssignment(
+        sweep_id=sweep.id, attempt=sweep.attempt, spec=SweepSpec.model_validate(sweep.spec),
+        storage_path=service.settings.storage_path,
+    )
+
+
+@sweeps_router.post("/{sweep_id}/events")
+def post_sweep_events(sweep_id: str, batch: SweepEventBatch, session: SessionDep, credentials: BearerDep) -> dict[str, int]:
+    sweep = _check_token(lock_sweep(session, sweep_id), credentials)
+    _current_attempt(sweep, batch.attempt)
+    applied = apply_sweep_events(session, sweep, batch)
+    session.commit()
     return {"received": len(batch.events), "applied": applied}

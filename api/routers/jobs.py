@@ -5,12 +5,11 @@ from typing import Annotated
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from api.deps import CurrentKey, ServiceDep, SessionDep, WriterKey
+from api.deps import CurrentKey, ServiceDep, SessionDep, WriterKey, target_project
 from api.schemas import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut
 from orchestrator.auth import Principal
 from orchestrator.db.models import Job, JobState
 from orchestrator.repositories import jobs as jobs_repo
-from orchestrator.repositories import projects as projects_repo
 from orchestrator.services.cancellation import AlreadyFinished, cancel_job
 from orchestrator.services.logs import follow_logs, read_logs
 from orchestrator.services.submission import check_runnable, submit_job
@@ -26,17 +25,6 @@ def _job_or_404(session, job_id: str, principal: Principal) -> Job:
     return job
 
 
-def _target_project(session, principal: Principal, project_id: str | None) -> str:
-    """Members submit into their own project; admins into ?project_id= or their key's project."""
-    if project_id is None:
-        return principal.project_id or projects_repo.ensure_default_project(session).id
-    if not principal.is_admin and project_id != principal.project_id:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no project {project_id}")
-    if projects_repo.get_project(session, project_id) is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no project {project_id}")
-    return project_id
-
-
 @router.post("", status_code=status.HTTP_201_CREATED)
 def create_job(
     spec: JobSpec,
@@ -49,7 +37,7 @@ def create_job(
 ) -> JobOut:
     """Submit a training job. A repeated `Idempotency-Key` returns the job the first request made."""
     plan = check_runnable(spec, service.settings, service.backend)  # asks Ray: before the transaction starts
-    target = _target_project(session, principal, project_id)
+    target = target_project(session, principal, project_id)
     job, created = submit_job(session, target, spec, plan, idempotency_key)
     session.commit()
     if not created:

@@ -40,7 +40,8 @@ class BackendUnavailable(Exception):
 
 
 class ClusterBackend(Protocol):
-    def capacity(self) -> ClusterCapacity: ...
+    def capacity(self, fresh: bool = False) -> ClusterCapacity:
+        """What the cluster's alive nodes hold; may be a few seconds old unless ``fresh``."""
 
     def submit(self, submission_id: str, entrypoint: str, env_vars: dict[str, str], metadata: dict[str, str]) -> None:
         """Start a driver. Submitting an id that already exists is a no-op, never a second copy."""

@@ -49,9 +49,9 @@ class RayBackend:
                     raise BackendUnavailable(f"Ray dashboard at {self.dashboard_url}: {exc}") from exc
             return self._client
 
-    def capacity(self) -> ClusterCapacity:
+    def capacity(self, fresh: bool = False) -> ClusterCapacity:
         cached = self._capacity
-        if cached and time.monotonic() - cached[0] < _CAPACITY_TTL_S:
+        if cached and not fresh and time.monotonic() - cached[0] < _CAPACITY_TTL_S:
             return cached[1]
         try:
             nodes = alive_nodes(self.dashboard_url, self.headers)

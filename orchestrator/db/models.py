@@ -260,3 +260,101 @@ class DeploymentEvent(Base):
     message: Mapped[str] = mapped_column(Text, default="")
     version: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+# --- sweeps ---------------------------------------------------------------------------------------
+
+
+class Sweep(Base):
+    """A hyperparameter search: one Ray Job (the sweep driver, running Ray Tune) per attempt. Its states
+    are a job's (``JobState``) and follow the same rules."""
+
+    __tablename__ = "sweeps"
+    __table_args__ = (
+        Index("ix_sweeps_state_priority", "state", "priority", "created_at"),
+        Index("ix_sweeps_project_created", "project_id", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(128), default="")
+    workload: Mapped[str] = mapped_column(String(256))
+    spec: Mapped[dict[str, Any]]  # workers.sweep_spec.SweepSpec, defaults filled in, base strategy resolved
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[JobState] = mapped_column(_enum(JobState), default=JobState.QUEUED)
+    reason: Mapped[str] = mapped_column(String(64), default="")
+    message: Mapped[str] = mapped_column(Text, default="")
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    token_hash: Mapped[str] = mapped_column(String(64), default="")  # the sweep driver's credential
+    best_trial_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+
+    @property
+    def submission_id(self) -> str:
+        return f"{self.id}-{self.attempt}"
+
+
+class SweepEvent(Base):
+    """State history of a sweep, written by its one transition function."""
+
+    __tablename__ = "sweep_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
+    from_state: Mapped[JobState | None] = mapped_column(_enum(JobState), default=None)
+    to_state: Mapped[JobState] = mapped_column(_enum(JobState))
+    reason: Mapped[str] = mapped_column(String(64), default="")
+    message: Mapped[str] = mapped_column(Text, default="")
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class TrialState(enum.StrEnum):
+    PENDING = "PENDING"  # created by the search, waiting for a slot
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"  # ran every epoch
+    STOPPED = "STOPPED"  # stopped early by the scheduler (ASHA)
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"  # its sweep ended first (cancelled, failed, or lost it with a driver)
+
+
+class Trial(Base):
+    """One configuration of a sweep, trained as one Ray Train run under Ray Tune."""
+
+    __tablename__ = "trials"
+    __table_args__ = (UniqueConstraint("sweep_id", "tune_id", name="uq_trials_sweep_tune_id"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
+    tune_id: Mapped[str] = mapped_column(String(64))  # Ray Tune's trial id, kept across driver restarts
+    number: Mapped[int] = mapped_column(Integer)  # 1, 2, ... in the order the search created them
+    config: Mapped[dict[str, Any]]  # the searched values, by path into the base spec
+    state: Mapped[TrialState] = mapped_column(_enum(TrialState), default=TrialState.PENDING)
+    reason: Mapped[str] = mapped_column(String(64), default="")
+    message: Mapped[str] = mapped_column(Text, default="")
+    iterations: Mapped[int] = mapped_column(Integer, default=0)  # epochs reported
+    latest_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    best_metric: Mapped[float | None] = mapped_column(default=None)  # the sweep's metric, best epoch
+    best_epoch: Mapped[int | None] = mapped_column(Integer, default=None)
+    checkpoint_path: Mapped[str | None] = mapped_column(String(4096), default=None)  # of the best epoch
+    stopped_early: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class TrialMetric(Base):
+    """One epoch of one trial: the point Ray Tune's scheduler saw."""
+
+    __tablename__ = "trial_metrics"
+    __table_args__ = (UniqueConstraint("trial_id", "epoch", name="uq_trial_metrics_epoch"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    trial_id: Mapped[str] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
+    epoch: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(Integer, default=0)
+    values: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -108,14 +108,6 @@ def list_events(session: Session, job_id: str) -> list[JobEvent]:
     return list(session.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id)))
 
 
-def revoke_driver_tokens(session: Session) -> int:
-    """No driver of an active job may report any more (its cluster is gone); the next attempt gets a new token."""
-    jobs = active_jobs(session)
-    for job in jobs:
-        job.token_hash = ""
-    return len(jobs)
-
-
 def last_transition(session: Session, job_id: str) -> JobEvent:
     """The history row of how the job entered its current state."""
     return session.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id.desc()).limit(1)).one()

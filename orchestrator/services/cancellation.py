@@ -1,4 +1,5 @@
-"""Cancelling a job: a queued job never starts; a started one is stopped in Ray, then ends CANCELLED."""
+"""Cancelling a job or a sweep: a queued one never starts; a started one is stopped in Ray, then ends
+CANCELLED (a sweep's trials with it)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from sqlalchemy.orm import Session
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import Job, JobState
-from orchestrator.states import TERMINAL, lock_job, set_job_state
+from orchestrator.services.runs import JOBS, Run, RunKind
+from orchestrator.states import TERMINAL
 
 log = logging.getLogger(__name__)
 
@@ -17,20 +19,24 @@ class AlreadyFinished(ValueError):
     pass
 
 
-def cancel_job(session: Session, job_id: str, backend: ClusterBackend) -> Job:
+def cancel_run(session: Session, kind: RunKind, run_id: str, backend: ClusterBackend) -> Run:
     """Commits the transition, then asks Ray to stop; the reconciler finishes it (CANCELLING -> CANCELLED)."""
-    job = lock_job(session, job_id)
-    assert job is not None, "callers check the job exists and is theirs"
-    if job.state in TERMINAL:
-        raise AlreadyFinished(f"job {job.id} already ended {job.state}")
-    if job.state == JobState.QUEUED:
-        set_job_state(session, job, JobState.CANCELLED, "cancelled", "cancelled before it started")
+    run = kind.lock(session, run_id)
+    assert run is not None, "callers check the run exists and is theirs"
+    if run.state in TERMINAL:
+        raise AlreadyFinished(f"{kind.name} {run.id} already ended {run.state}")
+    if run.state == JobState.QUEUED:
+        kind.set_state(session, run, JobState.CANCELLED, "cancelled", "cancelled before it started")
         session.commit()
-        return job
-    set_job_state(session, job, JobState.CANCELLING, "cancel_requested", "stopping the Ray job")
+        return run
+    kind.set_state(session, run, JobState.CANCELLING, "cancel_requested", "stopping the Ray job")
     session.commit()
     try:
-        backend.stop(job.submission_id)
+        backend.stop(run.submission_id)
     except BackendUnavailable as exc:
-        log.warning("job %s: stop failed, the reconciler will retry: %s", job.id, exc)
-    return job
+        log.warning("%s %s: stop failed, the reconciler will retry: %s", kind.name, run.id, exc)
+    return run
+
+
+def cancel_job(session: Session, job_id: str, backend: ClusterBackend) -> Job:
+    return cancel_run(session, JOBS, job_id, backend)

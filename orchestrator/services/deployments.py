@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend
-from orchestrator.db.models import Checkpoint, Deployment, DeploymentEvent, DeploymentState, Job
+from orchestrator.db.models import Checkpoint, Deployment, DeploymentEvent, DeploymentState, Job, Sweep
 from orchestrator.deployment_spec import (
     AutoscalingSpec,
     BatchingSpec,
@@ -29,10 +29,13 @@ from orchestrator.deployment_spec import (
 from orchestrator.deployment_states import TERMINAL, set_deployment_state
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.repositories import jobs as jobs_repo
+from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.submission import SpecRejected
 from orchestrator.settings import Settings
+from orchestrator.sweep_states import TRIAL_TERMINAL
 from orchestrator.states import TERMINAL as JOB_TERMINAL
 from workers.spec import is_custom_workload
+from workers.sweep_spec import SweepSpec, trial_spec
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +67,7 @@ class ResolvedSource:
 def resolve_source(session: Session, source: SourceSpec, project_scope: str | None) -> ResolvedSource:
     """The committed checkpoint a source names, checked usable; SpecRejected (422) says what to fix."""
     if source.trial_id is not None:
-        raise SpecRejected(
-            ("source", "trial_id"),
-            "sweeps are not available yet, so there are no trials to deploy: use a job_id or a checkpoint_id",
-        )
+        return _resolve_trial(session, source.trial_id, project_scope)
     if source.checkpoint_id is not None:
         checkpoint = session.get(Checkpoint, source.checkpoint_id)
         job = session.get(Job, checkpoint.job_id) if checkpoint else None
@@ -104,6 +104,37 @@ def resolve_source(session: Session, source: SourceSpec, project_scope: str | No
         checkpoint={
             "attempt": checkpoint.attempt, "epoch": checkpoint.epoch, "step": checkpoint.step,
             "metrics": dict(checkpoint.metrics or {}),
+        },
+    )
+
+
+def _resolve_trial(session: Session, trial_id: str, project_scope: str | None) -> ResolvedSource:
+    """A sweep trial's best checkpoint (by the sweep's metric: Ray Train keeps it, see workers.tuning)."""
+    loc = ("source", "trial_id")
+    trial = sweeps_repo.get_trial(session, trial_id, project_scope)
+    if trial is None:
+        raise SpecRejected(loc, f"no trial {trial_id} (GET /v1/sweeps/{{id}}/trials lists a sweep's trials)")
+    if not trial.checkpoint_path:
+        raise SpecRejected(loc, f"trial {trial_id} ({trial.state}) has no checkpoint yet: it reports one per epoch")
+    if trial.state not in TRIAL_TERMINAL:
+        raise SpecRejected(loc, f"trial {trial_id} is {trial.state}: while it trains, Ray Train may still replace "
+                           "its best checkpoint and delete the old one; deploy it once it has ended")
+    sweep = session.get(Sweep, trial.sweep_id)
+    if sweep.workload not in SERVABLE_WORKLOADS and not is_custom_workload(sweep.workload):
+        raise SpecRejected(loc, f"trial {trial_id} ran workload {sweep.workload!r}: serving supports "
+                           f"{', '.join(SERVABLE_WORKLOADS)} and custom workloads")
+    _check_folder(trial.checkpoint_path, loc)
+    spec = trial_spec(SweepSpec.model_validate(sweep.spec).base, trial.config)
+    point = next((p for p in sweeps_repo.list_trial_metrics(session, trial.id) if p.epoch == trial.best_epoch), None)
+    return ResolvedSource(
+        checkpoint_id=None,
+        checkpoint_path=trial.checkpoint_path,
+        job_id=None,
+        workload=sweep.workload,
+        config=dict(spec.config),
+        checkpoint={
+            "attempt": 1, "epoch": trial.best_epoch or 0, "step": point.step if point else 0,
+            "metrics": dict(point.values) if point else {}, "sweep_id": sweep.id, "trial_id": trial.id,
         },
     )
 

@@ -13,13 +13,13 @@ from workers.spec import CheckpointEvent, EventBatch, MetricsEvent, StateEvent
 
 log = logging.getLogger(__name__)
 
-_TARGET = {
+TARGET_STATE = {
     "running": JobState.RUNNING,
     "restarting": JobState.RESTARTING,
     "succeeded": JobState.SUCCEEDED,
     "failed": JobState.FAILED,
 }
-_DEFAULT_REASON = {
+DEFAULT_REASON = {
     "running": "training_started",
     "restarting": "worker_died",
     "succeeded": "completed",
@@ -55,7 +55,7 @@ def _apply_state(session: Session, job: Job, event: StateEvent) -> bool:
         job.result = event.result
     try:
         return set_job_state(
-            session, job, _TARGET[event.state], event.reason or _DEFAULT_REASON[event.state], event.message
+            session, job, TARGET_STATE[event.state], event.reason or DEFAULT_REASON[event.state], event.message
         )
     except IllegalTransition as exc:
         log.info("ignoring reported state: %s", exc)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from orchestrator.auth import generate_secret, hash_secret
 from orchestrator.backend import ClusterBackend
-from orchestrator.db.models import Job
+from orchestrator.db.models import Job, Sweep
 from orchestrator.settings import Settings
 
 DRIVER_MODULE = "workers.driver"
@@ -21,24 +21,25 @@ class Launch:
     metadata: dict[str, str]
 
     @classmethod
-    def of(cls, job: Job) -> Launch:
+    def of(cls, run: Job | Sweep, kind: str = "job", module: str = DRIVER_MODULE) -> Launch:
+        """``run``'s current attempt, started by ``python -m <module> --<kind>-id ID --attempt N``."""
         # Ray Jobs runs the entrypoint through a shell, so it is built from server-made values only: the
-        # job id (uuid hex) and the attempt number. The driver fetches its spec from the control plane.
-        assert job.id.isalnum(), job.id
+        # run's id (uuid hex) and the attempt number. The driver fetches its spec from the control plane.
+        assert run.id.isalnum(), run.id
         return cls(
-            submission_id=job.submission_id,
-            entrypoint=f"python -m {DRIVER_MODULE} --job-id {job.id} --attempt {int(job.attempt)}",
-            metadata={"job_id": job.id, "attempt": str(job.attempt), "project_id": job.project_id},
+            submission_id=run.submission_id,
+            entrypoint=f"python -m {module} --{kind}-id {run.id} --attempt {int(run.attempt)}",
+            metadata={f"{kind}_id": run.id, "attempt": str(run.attempt), "project_id": run.project_id},
         )
 
     def submit(self, backend: ClusterBackend, job_token: str, settings: Settings) -> None:
         backend.submit(self.submission_id, self.entrypoint, driver_env(job_token, settings), self.metadata)
 
 
-def new_job_token(job: Job) -> str:
-    """A fresh credential for the job's next driver; only its hash is kept, so an old driver's stops working."""
+def new_job_token(run: Job | Sweep) -> str:
+    """A fresh credential for the run's next driver; only its hash is kept, so an old driver's stops working."""
     token = generate_secret("jtk_")
-    job.token_hash = hash_secret(token)
+    run.token_hash = hash_secret(token)
     return token
 
 

@@ -18,7 +18,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend
-from orchestrator.db.models import Job, utcnow
+from orchestrator.db.models import Job, Sweep, utcnow
 from orchestrator.states import ACTIVE
 from orchestrator.storage import CheckpointStorage
 
@@ -69,11 +69,15 @@ class LogArchiver:
     def tick(self) -> None:
         with self.sessions() as session:
             recent = utcnow() - ENDED_RECENTLY
-            jobs = session.execute(
-                select(Job.id, Job.attempt).where(
-                    Job.attempt > 0, or_(Job.state.in_(ACTIVE), Job.finished_at >= recent)
-                )
-            ).all()
+            jobs = [  # and sweeps: their drivers' output is archived the same way
+                row
+                for model in (Job, Sweep)
+                for row in session.execute(
+                    select(model.id, model.attempt).where(
+                        model.attempt > 0, or_(model.state.in_(ACTIVE), model.finished_at >= recent)
+                    )
+                ).all()
+            ]
         for job_id, current in jobs:
             for attempt in range(1, current + 1):
                 try:

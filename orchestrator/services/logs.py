@@ -9,13 +9,14 @@ from collections.abc import Iterator
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend
-from orchestrator.db.models import Job
+from orchestrator.db.models import Job, Sweep
 from orchestrator.services.log_archive import LogArchive
 from orchestrator.states import TERMINAL
 
 
-def read_logs(backend: ClusterBackend, archive: LogArchive, job: Job, attempt: int | None = None) -> str:
-    """The output of one attempt (default: the current one); empty before the job has started."""
+def read_logs(backend: ClusterBackend, archive: LogArchive, job: Job | Sweep, attempt: int | None = None) -> str:
+    """The output of one attempt (default: the current one) of a job or a sweep's driver; empty before it
+    has started."""
     attempt = job.attempt if attempt is None else attempt
     if not 1 <= attempt <= job.attempt:
         return ""

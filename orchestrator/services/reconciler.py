@@ -1,4 +1,5 @@
-"""Brings the database in line with Ray: notices runs that ended, vanished or must be stopped.
+"""Brings the database in line with Ray: notices runs (jobs' and sweeps' drivers) that ended, vanished or
+must be stopped.
 
 Ray is asked first, without holding a lock; then the job row is locked and the decision is made
 against its current state, so a concurrent cancel or event is never overwritten.
@@ -13,12 +14,11 @@ from datetime import timedelta
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend, RunInfo, RunStatus
-from orchestrator.db.models import Job, JobState, utcnow
-from orchestrator.repositories import jobs as jobs_repo
+from orchestrator.db.models import JobState, utcnow
 from orchestrator.services.launch import Launch, new_job_token
+from orchestrator.services.runs import KINDS, Run, RunKind
 from orchestrator.settings import Settings
-from orchestrator.states import lock_job, set_job_state
-from workers.spec import DriverExit, JobSpec
+from workers.spec import DriverExit
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,8 @@ class Reconciler:
 
     def tick(self) -> None:
         with self.sessions() as session:
-            active = [(job.id, job.attempt, job.submission_id) for job in jobs_repo.active_jobs(session)]
-        for job_id, attempt, submission_id in active:
+            active = [(kind, run.id, run.attempt, run.submission_id) for kind in KINDS for run in kind.active(session)]
+        for kind, run_id, attempt, submission_id in active:
             try:
                 info = self.backend.info(submission_id)
             except BackendUnavailable as exc:
@@ -53,77 +53,78 @@ class Reconciler:
             try:
                 if info.status == RunStatus.FAILED:  # read the driver's output now, not under the lock
                     info = replace(info, message=_failure_message(info, self.backend, submission_id))
-                self._reconcile(job_id, attempt, info)
+                self._reconcile(kind, run_id, attempt, info)
             except BackendUnavailable as exc:
-                log.warning("reconciler: job %s: %s", job_id, exc)
+                log.warning("reconciler: %s %s: %s", kind.name, run_id, exc)
 
-    def _reconcile(self, job_id: str, attempt: int, info: RunInfo) -> None:
+    def _reconcile(self, kind: RunKind, run_id: str, attempt: int, info: RunInfo) -> None:
         # Sent to Ray after the commit: a Ray call must not hold the row (on SQLite, the database) locked.
         resubmit: tuple[Launch, str] | None = None
         stop_again: str | None = None
         with self.sessions.begin() as session:
-            job = lock_job(session, job_id)
-            if job is None or job.attempt != attempt:
+            run = kind.lock(session, run_id)
+            if run is None or run.attempt != attempt:
                 return  # moved on since we asked Ray
             status = info.status
-            if job.state == S.CANCELLING:
+            if run.state == S.CANCELLING:
                 if status.finished and status != RunStatus.SUCCEEDED:
-                    set_job_state(session, job, S.CANCELLED, "cancelled", "stopped at the user's request")
+                    kind.set_state(session, run, S.CANCELLED, "cancelled", "stopped at the user's request")
                 elif status == RunStatus.SUCCEEDED:
-                    set_job_state(session, job, S.SUCCEEDED, "completed", "finished before the cancel took effect")
+                    kind.set_state(session, run, S.SUCCEEDED, "completed", "finished before the cancel took effect")
                 else:
-                    stop_again = job.submission_id  # the first stop may have raced the submit
+                    stop_again = run.submission_id  # the first stop may have raced the submit
             elif status == RunStatus.SUCCEEDED:
-                set_job_state(session, job, S.SUCCEEDED, "completed", "the driver exited successfully")
+                kind.set_state(session, run, S.SUCCEEDED, "completed", "the driver exited successfully")
             elif status == RunStatus.FAILED and info.exit_code in CONCLUSIVE_EXITS:
                 # The driver decided (its own report, with the cause, was lost): another attempt won't help.
                 reason, what = CONCLUSIVE_EXITS[info.exit_code]
-                set_job_state(session, job, S.FAILED, reason, f"{what}\n{info.message}")
+                kind.set_state(session, run, S.FAILED, reason, f"{what}\n{info.message}")
             elif status == RunStatus.FAILED:
-                resubmit = _next_attempt(session, job, "driver_failed", info.message)
+                resubmit = _next_attempt(session, kind, run, "driver_failed", info.message)
             elif status == RunStatus.STOPPED:
-                set_job_state(session, job, S.FAILED, "stopped_externally", "the Ray job was stopped outside the control plane")
-            elif status == RunStatus.MISSING and not _awaiting_first_report(session, job):
-                resubmit = _next_attempt(session, job, "driver_lost", "Ray has no record of the job's driver any more")
-            elif job.state in (S.STARTING, S.RESTARTING) and self._start_timed_out(session, job):
-                stop_again = job.submission_id
+                kind.set_state(session, run, S.FAILED, "stopped_externally", "the Ray job was stopped outside the control plane")
+            elif status == RunStatus.MISSING and not _awaiting_first_report(session, kind, run):
+                resubmit = _next_attempt(session, kind, run, "driver_lost", "Ray has no record of the driver any more")
+            elif run.state in (S.STARTING, S.RESTARTING) and self._start_timed_out(session, kind, run):
+                stop_again = run.submission_id
                 resubmit = _next_attempt(
-                    session, job, "start_timeout",
-                    f"{job.state} for longer than ORCHESTRATOR_START_TIMEOUT_S ({self.settings.start_timeout_s:g} s); "
+                    session, kind, run, "start_timeout",
+                    f"{run.state} for longer than ORCHESTRATOR_START_TIMEOUT_S ({self.settings.start_timeout_s:g} s); "
                     f"Ray says the run is {status}: {info.message}",
                 )
-            elif status == RunStatus.MISSING and utcnow() - job.updated_at > RESUBMIT_GRACE:
-                resubmit = (Launch.of(job), new_job_token(job))  # the same attempt, the same submission id
+            elif status == RunStatus.MISSING and utcnow() - run.updated_at > RESUBMIT_GRACE:
+                resubmit = (kind.launch(run), new_job_token(run))  # the same attempt, the same submission id
         if stop_again:
             self.backend.stop(stop_again)
         if resubmit:
             launch, token = resubmit
-            log.info("job %s: submitting %s", job_id, launch.submission_id)
+            log.info("%s %s: submitting %s", kind.name, run_id, launch.submission_id)
             launch.submit(self.backend, token, self.settings)
 
-    def _start_timed_out(self, session: Session, job: Job) -> bool:
-        waited = utcnow() - jobs_repo.last_transition(session, job.id).created_at
+    def _start_timed_out(self, session: Session, kind: RunKind, run: Run) -> bool:
+        waited = utcnow() - kind.last_transition(session, run.id).created_at
         return waited > timedelta(seconds=self.settings.start_timeout_s)
 
 
-def _next_attempt(session: Session, job: Job, reason: str, message: str) -> tuple[Launch, str] | None:
+def _next_attempt(session: Session, kind: RunKind, run: Run, reason: str, message: str) -> tuple[Launch, str] | None:
     """The driver was lost, or never got going, without an outcome (a failure it can judge, it reports with
-    its cause): start attempt + 1, which resumes from the latest checkpoint, while attempts last."""
-    max_attempts = JobSpec.model_validate(job.spec).retries.max_attempts
-    if job.attempt >= max_attempts:
-        set_job_state(session, job, S.FAILED, reason, f"{message}\n(attempt {job.attempt} of {max_attempts}: none left)")
+    its cause): start attempt + 1, which resumes from the latest checkpoint (a sweep: from Tune's
+    experiment state), while attempts last."""
+    max_attempts = kind.max_attempts(run)
+    if run.attempt >= max_attempts:
+        kind.set_state(session, run, S.FAILED, reason, f"{message}\n(attempt {run.attempt} of {max_attempts}: none left)")
         return None
-    next_attempt = f"starting attempt {job.attempt + 1} of {max_attempts} from the latest checkpoint"
-    set_job_state(session, job, S.RESTARTING, reason, f"{message}\n({next_attempt})", again=True)
-    job.attempt += 1
-    return Launch.of(job), new_job_token(job)
+    next_attempt = f"starting attempt {run.attempt + 1} of {max_attempts} from the latest checkpoint"
+    kind.set_state(session, run, S.RESTARTING, reason, f"{message}\n({next_attempt})", again=True)
+    run.attempt += 1
+    return kind.launch(run), new_job_token(run)
 
 
-def _awaiting_first_report(session: Session, job: Job) -> bool:
+def _awaiting_first_report(session: Session, kind: RunKind, run: Run) -> bool:
     """Submitted (or about to be) and not heard from since: STARTING, or RESTARTING into a new attempt
     (that transition is recorded under the previous attempt's number)."""
-    return job.state == S.STARTING or (
-        job.state == S.RESTARTING and jobs_repo.last_transition(session, job.id).attempt < job.attempt
+    return run.state == S.STARTING or (
+        run.state == S.RESTARTING and kind.last_transition(session, run.id).attempt < run.attempt
     )
 
 

@@ -1,4 +1,4 @@
-"""Accepting a job: the checks that need the server's settings or the cluster, then one insert."""
+"""Accepting a job or a sweep: the checks that need the server's settings or the cluster, then one insert."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import logging
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from orchestrator.admission import never_fits
+from orchestrator.admission import Demand, never_fits, sweep_demand
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import Job
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.settings import Settings
 from orchestrator.planner import DoesNotFit, plan_job
 from workers.spec import JobSpec, TrainingPlan, is_custom_workload
+from workers.sweep_spec import SweepSpec
 
 log = logging.getLogger(__name__)
 
@@ -44,16 +45,22 @@ def check_runnable(spec: JobSpec, settings: Settings, backend: ClusterBackend) -
         plan = plan_job(spec)
     except DoesNotFit as exc:
         raise SpecRejected(("strategy",), f"the model does not fit the workers' memory: {exc}") from None
-    try:
-        capacity = backend.capacity()
-    except BackendUnavailable as exc:
-        # Accept it: the scheduler checks again, and fails the job with a reason if it never fits.
-        log.warning("could not check cluster capacity at submit: %s", exc)
-        return plan
-    reason = never_fits(spec, capacity)
+    reason = _never_fits_now(spec, backend)
     if reason:
         raise SpecRejected(("scaling",), f"this job can never run on this cluster: {reason}")
     return plan
+
+
+def _never_fits_now(demand: Demand | JobSpec, backend: ClusterBackend) -> str | None:
+    """Why ``demand`` can never run on the cluster, or None. A rejection is checked against the cluster as
+    it is now, not a cached view that predates a node that just joined."""
+    try:
+        reason = never_fits(demand, backend.capacity())
+        return reason and never_fits(demand, backend.capacity(fresh=True))
+    except BackendUnavailable as exc:
+        # Accept it: the scheduler checks again, and fails the run with a reason if it never fits.
+        log.warning("could not check cluster capacity at submit: %s", exc)
+        return None
 
 
 def submit_job(
@@ -84,3 +91,20 @@ def _replay(existing: Job, spec: JobSpec) -> Job:
             "use a new key for a new job"
         )
     return existing
+
+
+def check_sweep_runnable(spec: SweepSpec, settings: Settings, backend: ClusterBackend) -> SweepSpec:
+    """``check_runnable`` for the base job, and room for the concurrent trials; returns the spec to store
+    (a base strategy ``auto`` resolved by the planner, for every trial)."""
+    try:
+        plan = check_runnable(spec.base, settings, backend)
+    except SpecRejected as exc:
+        raise SpecRejected(("base", *exc.loc), str(exc)) from None
+    if spec.base.strategy == "auto":
+        data = spec.model_dump(mode="json")
+        data["base"]["strategy"] = plan.strategy
+        spec = SweepSpec.model_validate(data)
+    reason = _never_fits_now(sweep_demand(spec), backend)
+    if reason:
+        raise SpecRejected(("max_concurrent_trials",), f"this sweep can never run on this cluster: {reason}")
+    return spec

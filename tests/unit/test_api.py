@@ -7,76 +7,15 @@ from datetime import timedelta
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from api.app import create_app
 from orchestrator.backend import RunStatus
-from orchestrator.db.models import ApiKey, Job
+from orchestrator.db.models import ApiKey
 from orchestrator.services.log_archive import LogArchiver
-from orchestrator.services.reconciler import Reconciler
-from orchestrator.services.scheduler import Scheduler
 from orchestrator.settings import Settings
 from tests.fakes import FakeBackend
-
-ADMIN = "test-admin-token"
-
-
-@pytest.fixture
-def backend() -> FakeBackend:
-    return FakeBackend()
-
-
-@pytest.fixture
-def app(database_url, tmp_path, backend):
-    settings = Settings(
-        database_url=database_url, storage=str(tmp_path / "storage"), var_dir=str(tmp_path / "var"),
-        admin_token=ADMIN, workload_packages="allowed_pkg",
-    )
-    application = create_app(settings, backend=backend, run_loops=False)
-    with TestClient(application) as client:
-        application.state.client = client
-        yield application
-
-
-@pytest.fixture
-def client(app) -> TestClient:
-    return app.state.client
-
-
-def auth(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
-
-
-def make_project(client, name: str) -> tuple[str, dict[str, str]]:
-    """A project with a member, a viewer and the ids; returns (project_id, {role: key})."""
-    project = client.post("/v1/projects", json={"name": name}, headers=auth(ADMIN))
-    assert project.status_code == 201, project.text
-    keys = {}
-    for role in ("member", "viewer"):
-        response = client.post(f"/v1/projects/{project.json()['id']}/keys", json={"role": role}, headers=auth(ADMIN))
-        assert response.status_code == 201, response.text
-        keys[role] = response.json()["key"]
-    return project.json()["id"], keys
-
-
-def submit(client, key, **spec):
-    return client.post("/v1/jobs", json={"workload": "digits", **spec}, headers=auth(key))
-
-
-def tick(app):
-    service = app.state.service
-    Scheduler(service.sessions, service.backend, service.settings).tick()
-
-
-def reconcile(app):
-    service = app.state.service
-    Reconciler(service.sessions, service.backend, service.settings).tick()
-
-
-def count_jobs(app) -> int:
-    with app.state.service.sessions() as session:
-        return session.scalar(select(func.count()).select_from(Job))
-
+from tests.unit.api_helpers import ADMIN, auth, count_jobs, make_project, reconcile, submit, tick
 
 # --- auth ---------------------------------------------------------------------------------------------
 
@@ -173,6 +112,13 @@ def test_invalid_specs_are_422_naming_the_field_and_store_nothing(app, client, s
 def test_capacity_rejection_says_why(client):
     response = submit(client, ADMIN, scaling={"num_workers": 8})
     assert "needs 8 CPU for 8 workers but the whole cluster has 4 CPU" in response.json()["detail"][0]["msg"]
+
+
+def test_a_rejection_looks_again_at_a_cluster_that_just_grew(client, backend):
+    backend.cached_total = {"CPU": 1.0, "GPU": 0.0}  # looked at before two nodes joined
+    assert submit(client, ADMIN, scaling={"num_workers": 4}).status_code == 201
+    rejected = submit(client, ADMIN, scaling={"num_workers": 8})
+    assert "needs 8 CPU for 8 workers but the whole cluster has 4 CPU" in rejected.json()["detail"][0]["msg"]
 
 
 def test_allowed_custom_package_is_accepted(client):

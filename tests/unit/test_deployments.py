@@ -241,7 +241,7 @@ def test_settings_are_stored_with_every_default(app, client, tmp_path):
         ({"name": "x", "source": {"job_id": "a"}, "resources": {"gpus": 1}}, ["body", "resources", "gpus"], "largest node has 0 GPU"),
         ({"name": "x", "source": {"job_id": "nope"}}, ["body", "source", "job_id"], "no job nope"),
         ({"name": "x", "source": {"checkpoint_id": 999}}, ["body", "source", "checkpoint_id"], "no checkpoint 999"),
-        ({"name": "x", "source": {"trial_id": "t1"}}, ["body", "source", "trial_id"], "sweeps are not available yet"),
+        ({"name": "x", "source": {"trial_id": "t1"}}, ["body", "source", "trial_id"], "no trial t1"),
     ],
 )
 def test_invalid_deployments_are_422_saying_what_to_fix(app, client, body, loc, words):

@@ -1,0 +1,128 @@
+"""Sweeps, their trials and trial metrics. Functions take a session and never commit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from orchestrator.db.models import JobState, Sweep, SweepEvent, Trial, TrialMetric, TrialState
+from orchestrator.states import ACTIVE
+from workers.sweep_spec import SweepSpec
+
+
+def create_sweep(session: Session, project_id: str, spec: SweepSpec) -> Sweep:
+    sweep = Sweep(
+        project_id=project_id,
+        name=spec.name,
+        workload=spec.base.workload,
+        spec=spec.model_dump(mode="json"),
+        priority=spec.priority,
+    )
+    session.add(sweep)
+    session.flush()
+    session.add(SweepEvent(sweep_id=sweep.id, from_state=None, to_state=JobState.QUEUED, reason="submitted"))
+    session.flush()
+    return sweep
+
+
+def get_sweep(session: Session, sweep_id: str, project_scope: str | None) -> Sweep | None:
+    """``project_scope`` None means any project (admins); another project's sweep is simply not found."""
+    sweep = session.get(Sweep, sweep_id)
+    if sweep is None or (project_scope is not None and sweep.project_id != project_scope):
+        return None
+    return sweep
+
+
+def list_sweeps(session: Session, project_scope: str | None, states: list[JobState] | None, limit: int) -> list[Sweep]:
+    query = select(Sweep).order_by(Sweep.created_at.desc(), Sweep.id.desc()).limit(limit)
+    if project_scope is not None:
+        query = query.where(Sweep.project_id == project_scope)
+    if states:
+        query = query.where(Sweep.state.in_(states))
+    return list(session.scalars(query))
+
+
+def queued_sweeps(session: Session) -> list[Sweep]:
+    return list(
+        session.scalars(
+            select(Sweep)
+            .where(Sweep.state == JobState.QUEUED)
+            .order_by(Sweep.priority.desc(), Sweep.created_at, Sweep.id)
+        )
+    )
+
+
+def active_sweeps(session: Session) -> list[Sweep]:
+    return list(session.scalars(select(Sweep).where(Sweep.state.in_(ACTIVE)).order_by(Sweep.created_at)))
+
+
+def list_events(session: Session, sweep_id: str) -> list[SweepEvent]:
+    return list(session.scalars(select(SweepEvent).where(SweepEvent.sweep_id == sweep_id).order_by(SweepEvent.id)))
+
+
+def last_transition(session: Session, sweep_id: str) -> SweepEvent:
+    return session.scalars(
+        select(SweepEvent).where(SweepEvent.sweep_id == sweep_id).order_by(SweepEvent.id.desc()).limit(1)
+    ).one()
+
+
+# --- trials ---------------------------------------------------------------------------------------
+
+
+def list_trials(session: Session, sweep_id: str) -> list[Trial]:
+    return list(session.scalars(select(Trial).where(Trial.sweep_id == sweep_id).order_by(Trial.number)))
+
+
+def get_trial(session: Session, trial_id: str, project_scope: str | None) -> Trial | None:
+    trial = session.get(Trial, trial_id)
+    if trial is None or get_sweep(session, trial.sweep_id, project_scope) is None:
+        return None
+    return trial
+
+
+def find_trial(session: Session, sweep_id: str, tune_id: str) -> Trial | None:
+    return session.scalars(select(Trial).where(Trial.sweep_id == sweep_id, Trial.tune_id == tune_id)).one_or_none()
+
+
+def add_trial(session: Session, sweep_id: str, tune_id: str, config: dict[str, Any]) -> Trial:
+    """A trial the search just created, numbered in the order the search created it: Tune's trial ids end
+    in that index (``<experiment>_00003``); else in the order the control plane heard of them."""
+    _, _, index = tune_id.rpartition("_")
+    if index.isdigit():
+        number = int(index) + 1
+    else:
+        number = (session.scalar(select(func.max(Trial.number)).where(Trial.sweep_id == sweep_id)) or 0) + 1
+    trial = Trial(sweep_id=sweep_id, tune_id=tune_id, number=number, config=dict(config))
+    session.add(trial)
+    session.flush()
+    return trial
+
+
+def trial_counts(session: Session, sweep_id: str) -> dict[str, int]:
+    """How many trials are in each state (every state listed, 0 included)."""
+    counts = dict.fromkeys((s.value for s in TrialState), 0)
+    rows = session.execute(
+        select(Trial.state, func.count()).where(Trial.sweep_id == sweep_id).group_by(Trial.state)
+    )
+    for state, count in rows:
+        counts[TrialState(state).value] = count
+    return counts
+
+
+def record_trial_metric(session: Session, trial: Trial, epoch: int, step: int, values: dict[str, Any]) -> None:
+    """Idempotent on (trial, epoch): a re-sent point merges into the stored one."""
+    point = session.scalars(
+        select(TrialMetric).where(TrialMetric.trial_id == trial.id, TrialMetric.epoch == epoch)
+    ).one_or_none()
+    if point is None:
+        session.add(TrialMetric(trial_id=trial.id, epoch=epoch, step=step, values=dict(values)))
+    else:
+        point.values = {**point.values, **values}
+
+
+def list_trial_metrics(session: Session, trial_id: str) -> list[TrialMetric]:
+    return list(
+        session.scalars(select(TrialMetric).where(TrialMetric.trial_id == trial_id).order_by(TrialMetric.epoch))
+    )

@@ -1,0 +1,107 @@
+"""The two kinds of work the control plane runs as a Ray Job with attempts: training jobs and sweeps.
+
+Both follow the job lifecycle, hold a driver token and a submission id ``<id>-<attempt>``; the scheduler,
+the reconciler and cancellation drive both through one ``RunKind`` instead of a copy per kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from orchestrator.admission import Demand, demand_of, sweep_demand
+from orchestrator.db.models import Job, Sweep
+from orchestrator.repositories import jobs as jobs_repo
+from orchestrator.repositories import sweeps as sweeps_repo
+from orchestrator.services.launch import DRIVER_MODULE, Launch
+from orchestrator.states import lock_row, set_job_state
+from orchestrator.sweep_states import set_sweep_state
+from workers.spec import JobSpec
+from workers.sweep_spec import SweepSpec
+
+Run = Job | Sweep
+
+
+@dataclass(frozen=True)
+class RunKind:
+    name: str  # "job" | "sweep": also the driver's --<name>-id argument
+    model: type
+    driver_module: str
+    set_state: Callable[..., bool]  # (session, run, to_state, reason, message="", again=False)
+    queued: Callable[[Session], list]
+    active: Callable[[Session], list]
+    last_transition: Callable[[Session, str], Any]  # the history row of how it entered its state
+    max_attempts: Callable[[Any], int]
+    demand: Callable[[Any], Demand]
+
+    def lock(self, session: Session, run_id: str) -> Run | None:
+        return lock_row(session, self.model, run_id)
+
+    def launch(self, run: Run) -> Launch:
+        return Launch.of(run, self.name, self.driver_module)
+
+
+JOBS = RunKind(
+    name="job",
+    model=Job,
+    driver_module=DRIVER_MODULE,
+    set_state=set_job_state,
+    queued=jobs_repo.queued_jobs,
+    active=jobs_repo.active_jobs,
+    last_transition=jobs_repo.last_transition,
+    max_attempts=lambda job: JobSpec.model_validate(job.spec).retries.max_attempts,
+    demand=lambda job: demand_of(JobSpec.model_validate(job.spec)),
+)
+
+SWEEPS = RunKind(
+    name="sweep",
+    model=Sweep,
+    driver_module="workers.sweep_driver",
+    set_state=set_sweep_state,
+    queued=sweeps_repo.queued_sweeps,
+    active=sweeps_repo.active_sweeps,
+    last_transition=sweeps_repo.last_transition,
+    # The driver's attempts: the base job's budget (its trials' worker restarts use the rest of retries).
+    max_attempts=lambda sweep: SweepSpec.model_validate(sweep.spec).base.retries.max_attempts,
+    demand=lambda sweep: sweep_demand(SweepSpec.model_validate(sweep.spec)),
+)
+
+KINDS: tuple[RunKind, ...] = (JOBS, SWEEPS)
+
+
+@dataclass(frozen=True)
+class QueuedRun:
+    kind: RunKind
+    id: str
+    priority: int
+    created_at: datetime
+    demand: Demand
+
+
+def queued_runs(session: Session) -> list[QueuedRun]:
+    """Every QUEUED job and sweep, in admission order: priority, then age."""
+    runs = [
+        QueuedRun(kind, run.id, run.priority, run.created_at, kind.demand(run))
+        for kind in KINDS
+        for run in kind.queued(session)
+    ]
+    return sorted(runs, key=lambda q: (-q.priority, q.created_at, q.id))
+
+
+def active_demands(session: Session) -> list[dict[str, float]]:
+    return [kind.demand(run).total for kind in KINDS for run in kind.active(session)]
+
+
+def revoke_driver_tokens(session: Session) -> int:
+    """No driver of an active run may report any more (its cluster is gone); the next attempt gets a new token."""
+    revoked = 0
+    for kind in KINDS:
+        for run in kind.active(session):
+            run.token_hash = ""
+            revoked += 1
+    return revoked
+

@@ -1,0 +1,277 @@
+"""Sweeps on the real local Ray cluster: Ray Tune over distributed digits trials, through the API.
+
+Every trial is 2 workers x 0.45 CPU; with the trial's own actor (0.01 CPU) two trials take 1.82 of the
+cluster's 2 CPUs, so a third one could not be placed: a trial that did not release its workers would
+leave the sweep waiting.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import time
+
+import httpx
+import pytest
+import torch
+
+pytestmark = pytest.mark.integration
+
+TRIAL_SCALING = {"num_workers": 2, "cpus_per_worker": 0.45}
+SWEEP_TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+
+
+def _base(**overrides) -> dict:
+    return {"workload": "digits", "epochs": 1, "scaling": TRIAL_SCALING, "config": {"hidden": 32}, **overrides}
+
+
+def _submit(api, **sweep) -> dict:
+    response = api.http.post("/v1/sweeps", json=sweep)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def _wait(api, sweep_id: str, timeout_s: float = 400, on_poll=None, expect: str = "SUCCEEDED") -> dict:
+    """Poll until the sweep ends; ending other than ``expect`` fails the test with the reason."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        sweep = api.http.get(f"/v1/sweeps/{sweep_id}").json()
+        if on_poll is not None:
+            on_poll(sweep)
+        if sweep["state"] in SWEEP_TERMINAL:
+            assert sweep["state"] == expect, f"{sweep['state']} ({sweep['reason']}): {sweep['message'][-3000:]}"
+            return sweep
+        time.sleep(1)
+    pytest.fail(f"sweep {sweep_id} did not finish in {timeout_s} s: {api.http.get(f'/v1/sweeps/{sweep_id}').json()}")
+
+
+def _trials(api, sweep_id: str) -> list[dict]:
+    response = api.http.get(f"/v1/sweeps/{sweep_id}/trials")
+    response.raise_for_status()
+    return response.json()
+
+
+def _alive_train_workers(cluster) -> int:
+    response = httpx.get(
+        f"{cluster.dashboard_url}/api/v0/actors",
+        headers={"Authorization": f"Bearer {cluster.token()}"},
+        params={"filter_keys": "class_name", "filter_predicates": "=", "filter_values": "RayTrainWorker",
+                "detail": "true", "limit": 1000},
+        timeout=10,
+    )
+    response.raise_for_status()
+    return sum(1 for a in response.json()["data"]["result"]["result"] if a.get("state") == "ALIVE")
+
+
+def _wait_no_train_workers(cluster, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (alive := _alive_train_workers(cluster)) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert alive == 0, f"{alive} RayTrainWorker actors still alive {timeout_s} s after the sweep ended"
+
+
+GOOD_LR, POOR_LR = [0.3, 0.2], [1e-5, 2e-5]
+
+
+@pytest.fixture(scope="module")
+def asha_sweep(admin) -> tuple[dict, list[dict]]:
+    """An ASHA sweep over four learning rates, finished: (the sweep, its trials)."""
+    # Grid order is submission order: two good learning rates first, then two that learn nearly nothing
+    # in an epoch. One trial at a time, so a poor one reaches the first rung after the good ones recorded
+    # theirs there (run side by side, a poor trial can get there first, and continue).
+    sweep = _submit(
+        admin,
+        name="asha-digits",
+        base=_base(epochs=4),
+        search_space={"lr.base": {"type": "grid", "values": GOOD_LR + POOR_LR}},
+        algorithm="grid",
+        scheduler={"type": "asha", "max_t": 4, "grace_period": 1, "reduction_factor": 2},
+        metric="val_accuracy",
+        max_concurrent_trials=1,
+    )
+    assert sweep["state"] == "QUEUED" and sweep["total_trials"] == 4
+    sweep = _wait(admin, sweep["id"])
+    return sweep, _trials(admin, sweep["id"])
+
+
+def test_asha_stops_the_poor_trials_early_and_frees_their_workers(admin, ray_cluster, asha_sweep):
+    sweep, trials = asha_sweep
+    assert len(trials) == 4
+    by_lr = {t["config"]["lr.base"]: t for t in trials}
+    for lr in POOR_LR:
+        trial = by_lr[lr]
+        assert trial["state"] == "STOPPED" and trial["stopped_early"], trial
+        assert 1 <= trial["iterations"] < 4, trial
+        assert len(admin.http.get(f"/v1/trials/{trial['id']}/metrics").json()) == trial["iterations"]
+    finished = [t for t in trials if t["state"] == "SUCCEEDED"]
+    assert finished and all(t["iterations"] == 4 and not t["stopped_early"] for t in finished)
+    _wait_no_train_workers(ray_cluster)
+
+    # The best trial is the trial table's best, with its metric history and the checkpoint of its best epoch.
+    best = max((t for t in trials if t["best_metric"] is not None), key=lambda t: t["best_metric"])
+    assert sweep["best_trial"]["id"] == best["id"]
+    assert sweep["best_trial"]["metric"] == best["best_metric"] > 0.8
+    assert best["config"]["lr.base"] in GOOD_LR and best["checkpoint_path"]
+    points = admin.http.get(f"/v1/trials/{best['id']}/metrics").json()
+    assert [p["epoch"] for p in points] == list(range(1, best["iterations"] + 1))
+    assert max(p["values"]["val_accuracy"] for p in points) == best["best_metric"]
+    counts = sweep["trials"]
+    assert counts["STOPPED"] == len([t for t in trials if t["state"] == "STOPPED"]) >= 2
+    assert counts["SUCCEEDED"] + counts["STOPPED"] == 4
+
+
+def test_the_best_trial_deploys_to_ray_serve(admin, ray_cluster, asha_sweep):
+    from sklearn.datasets import load_digits
+
+    from workers.checkpoints import load_model_from_checkpoint
+    from workers.spec import DigitsConfig
+
+    sweep, _ = asha_sweep
+    best = sweep["best_trial"]
+    response = admin.http.post("/v1/deployments", json={"name": "sweep-best", "source": {"trial_id": best["id"]}})
+    assert response.status_code == 201, response.text
+    try:
+        deadline = time.monotonic() + 120
+        while (deployment := admin.http.get("/v1/deployments/sweep-best").json())["state"] != "HEALTHY":
+            assert deployment["state"] in {"DEPLOYING"} and time.monotonic() < deadline, deployment
+            time.sleep(0.5)
+        assert deployment["current"]["checkpoint_path"] == best["checkpoint_path"]
+        rows = load_digits(return_X_y=True)[0][:20].tolist()
+        answer = httpx.post(deployment["url"], json={"inputs": rows}, timeout=30).json()
+        model = load_model_from_checkpoint(best["checkpoint_path"], "digits", DigitsConfig(hidden=32).model_dump())
+        with torch.no_grad():
+            expected = model(torch.tensor(rows, dtype=torch.float32)).argmax(dim=-1).tolist()
+        assert answer["predictions"] == expected
+    finally:
+        admin.http.delete("/v1/deployments/sweep-best")
+        httpx.delete(
+            f"{ray_cluster.dashboard_url}/api/serve/applications/",
+            headers={"Authorization": f"Bearer {ray_cluster.token()}"}, timeout=60,
+        )
+
+
+def test_a_grid_sweep_runs_exactly_the_grid_two_trials_at_a_time(admin, ray_cluster):
+    space = {"config.hidden": [16, 32], "batch.per_worker": [32, 64]}
+    sweep = _submit(
+        admin,
+        base=_base(),
+        search_space={path: {"type": "grid", "values": values} for path, values in space.items()},
+        algorithm="grid",
+        max_concurrent_trials=2,
+    )
+    assert sweep["total_trials"] == 4
+    most_workers, most_running = 0, 0
+
+    def watch(polled):
+        nonlocal most_workers, most_running
+        most_workers = max(most_workers, _alive_train_workers(ray_cluster))
+        most_running = max(most_running, polled["trials"]["RUNNING"])
+
+    sweep = _wait(admin, sweep["id"], on_poll=watch)
+    # Never more than two trials, nor more workers than two trials have; none left once it is over.
+    assert most_running == 2 and 0 < most_workers <= 2 * TRIAL_SCALING["num_workers"]
+    _wait_no_train_workers(ray_cluster)
+    configs = sorted(tuple(t["config"][p] for p in space) for t in _trials(admin, sweep["id"]))
+    assert configs == sorted(itertools.product(*space.values()))
+
+
+def test_a_seeded_random_sweep_samples_the_same_configs_again(admin):
+    def run(seed: int) -> list[tuple]:
+        sweep = _submit(
+            admin,
+            base=_base(),
+            search_space={
+                "lr.base": {"type": "loguniform", "low": 0.01, "high": 0.3},
+                "config.hidden": {"type": "choice", "values": [16, 24, 32, 48]},
+            },
+            algorithm="random",
+            num_samples=2,
+            seed=seed,
+            max_concurrent_trials=2,
+        )
+        sweep = _wait(admin, sweep["id"])
+        # In the order the search created them (trials are numbered so), whatever order they ran in.
+        return [(t["config"]["lr.base"], t["config"]["config.hidden"]) for t in _trials(admin, sweep["id"])]
+
+    first, again = run(seed=7), run(seed=7)
+    assert first == again and len(set(first)) == 2
+
+
+def test_an_optuna_sweep_runs_tpe_over_the_space(admin):
+    sweep = _submit(
+        admin,
+        base=_base(),
+        search_space={"lr.base": {"type": "loguniform", "low": 0.01, "high": 0.3}},
+        algorithm="optuna",
+        num_samples=2,
+        max_concurrent_trials=1,
+        metric="val_loss",
+    )
+    assert sweep["mode"] == "min"
+    sweep = _wait(admin, sweep["id"])
+    trials = _trials(admin, sweep["id"])
+    assert len(trials) == 2 and all(0.01 <= t["config"]["lr.base"] <= 0.3 for t in trials)
+    assert sweep["best_trial"]["metric"] == min(t["best_metric"] for t in trials)
+
+
+def test_cancel_stops_every_trial(admin, ray_cluster):
+    sweep = _submit(
+        admin,
+        base=_base(epochs=200),
+        search_space={"lr.base": {"type": "choice", "values": [0.1, 0.2]}},
+        num_samples=3,
+        max_concurrent_trials=2,
+    )
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        trials = _trials(admin, sweep["id"])
+        if sum(1 for t in trials if t["state"] == "RUNNING" and t["iterations"] >= 1) == 2:
+            break
+        time.sleep(1)
+    else:
+        pytest.fail(f"two trials never ran: {_trials(admin, sweep['id'])}")
+    response = admin.http.post(f"/v1/sweeps/{sweep['id']}/cancel")
+    assert response.status_code == 200 and response.json()["state"] == "CANCELLING"
+    sweep = _wait(admin, sweep["id"], timeout_s=60, expect="CANCELLED")
+    trials = _trials(admin, sweep["id"])
+    assert trials and all(t["state"] == "CANCELLED" for t in trials), trials
+    _wait_no_train_workers(ray_cluster)
+    assert admin.http.post(f"/v1/sweeps/{sweep['id']}/cancel").status_code == 409
+
+
+def test_a_killed_sweep_driver_resumes_without_rerunning_finished_trials(admin, ray_cluster):
+    from ray.job_submission import JobSubmissionClient
+
+    sweep = _submit(
+        admin,
+        base=_base(epochs=3),
+        search_space={"lr.base": {"type": "grid", "values": [0.3, 0.2, 0.1]}},
+        algorithm="grid",
+        max_concurrent_trials=1,
+    )
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        trials = _trials(admin, sweep["id"])
+        if len(trials) == 2 and trials[0]["state"] == "SUCCEEDED" and trials[1]["iterations"] >= 1:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"the first trial never finished with the second under way: {_trials(admin, sweep['id'])}")
+    first_points = admin.http.get(f"/v1/trials/{trials[0]['id']}/metrics").json()
+    ray_jobs = JobSubmissionClient(ray_cluster.dashboard_url, headers={"Authorization": f"Bearer {ray_cluster.token()}"})
+    os.kill(int(ray_jobs.get_job_info(f"{sweep['id']}-1").driver_info.pid), signal.SIGKILL)
+
+    sweep = _wait(admin, sweep["id"])
+    assert sweep["attempt"] == 2
+    history = [(e["to_state"], e["reason"]) for e in admin.http.get(f"/v1/sweeps/{sweep['id']}/events").json()]
+    assert ("RESTARTING", "driver_failed") in history or ("RESTARTING", "driver_lost") in history, history
+    after = _trials(admin, sweep["id"])
+    # The same three trials (Tune restored them: no duplicate), each run to the end; the finished one not again.
+    assert [t["tune_id"] for t in after[:2]] == [t["tune_id"] for t in trials] and len(after) == 3
+    assert [(t["state"], t["iterations"]) for t in after] == [("SUCCEEDED", 3)] * 3, [
+        (t["state"], t["iterations"], t["reason"], t["message"][-500:]) for t in after
+    ]
+    assert sorted(t["config"]["lr.base"] for t in after) == [0.1, 0.2, 0.3]
+    assert admin.http.get(f"/v1/trials/{after[0]['id']}/metrics").json() == first_points
+    assert after[0]["updated_at"] == trials[0]["updated_at"]

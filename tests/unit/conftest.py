@@ -1,0 +1,33 @@
+"""The unit tests' app over a fake cluster; the helpers that drive it are in ``tests.unit.api_helpers``."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from orchestrator.settings import Settings
+from tests.fakes import FakeBackend
+from tests.unit.api_helpers import ADMIN
+
+
+@pytest.fixture
+def backend() -> FakeBackend:
+    return FakeBackend()
+
+
+@pytest.fixture
+def app(database_url, tmp_path, backend):
+    settings = Settings(
+        database_url=database_url, storage=str(tmp_path / "storage"), var_dir=str(tmp_path / "var"),
+        admin_token=ADMIN, workload_packages="allowed_pkg",
+    )
+    application = create_app(settings, backend=backend, run_loops=False)
+    with TestClient(application) as client:
+        application.state.client = client
+        yield application
+
+
+@pytest.fixture
+def client(app) -> TestClient:
+    return app.state.client

@@ -1,0 +1,132 @@
+"""Ray Job entrypoint for one attempt of a sweep.
+
+    python -m workers.sweep_driver --sweep-id ID --attempt N
+
+Fetches the sweep's assignment from the control plane, runs Ray Tune over it (``workers.tuning``) and
+reports the sweep's state and every trial's news. Attempt 2 and later restore Tune's experiment from
+storage: finished trials are not run again, unfinished ones resume from their latest checkpoints.
+Exit status as ``workers.driver`` (``DriverExit``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import traceback
+
+# Tune saves its experiment state (what Tuner.restore reads) at most this often; a trial created after the
+# last save is unknown to the next attempt (its row ends CANCELLED with the sweep).
+os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "2")
+# No CSV/JSON/TensorBoard result files per trial: the control plane keeps the history.
+os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+
+import ray  # noqa: E402
+from ray import tune  # noqa: E402
+
+from workers.driver import FINAL_FLUSH_TIMEOUT_S, MAX_MESSAGE_CHARS, fetch_assignment  # noqa: E402
+from workers.reporter import EventReporter  # noqa: E402
+from workers.spec import DriverExit, StateEvent  # noqa: E402
+from workers.sweep_spec import SweepAssignment  # noqa: E402
+from workers.tuning import (  # noqa: E402
+    REPORTERS,
+    TUNE_EXPERIMENT,
+    TrialEventForwarder,
+    param_space,
+    search_algorithm,
+    sweep_folder,
+    trainable,
+    trial_scheduler,
+)
+
+log = logging.getLogger("workers.sweep_driver")
+
+
+def build_tuner(assignment: SweepAssignment, callbacks: list) -> tune.Tuner:
+    spec, sweep_id = assignment.spec, assignment.sweep_id
+    folder = sweep_folder(assignment.storage_path, sweep_id)
+    fn = trainable(spec, assignment.storage_path, sweep_id)
+    experiment = f"{folder}/{TUNE_EXPERIMENT}"
+    if assignment.attempt > 1 and tune.Tuner.can_restore(experiment):
+        log.info("sweep %s attempt %d: restoring Tune's experiment from %s", sweep_id, assignment.attempt, experiment)
+        # Errored trials stay failed (their error was reported); unfinished ones resume.
+        return tune.Tuner.restore(experiment, trainable=fn, resume_unfinished=True, resume_errored=False)
+    return tune.Tuner(
+        fn,
+        param_space=param_space(spec),
+        tune_config=tune.TuneConfig(
+            metric=spec.metric,
+            mode=spec.mode,
+            search_alg=search_algorithm(spec),
+            scheduler=trial_scheduler(spec),
+            num_samples=spec.num_samples,
+            max_concurrent_trials=spec.max_concurrent_trials,
+        ),
+        run_config=tune.RunConfig(
+            name=TUNE_EXPERIMENT,
+            storage_path=folder,
+            # A trial's worker failures are retried inside it (retries.max_worker_restarts); a trial that
+            # still fails is reported FAILED and the search goes on.
+            failure_config=tune.FailureConfig(max_failures=0),
+            callbacks=callbacks,
+            verbose=1,
+        ),
+    )
+
+
+def run_sweep(assignment: SweepAssignment, control_plane_url: str | None, token: str) -> int:
+    sweep_id, attempt, spec = assignment.sweep_id, assignment.attempt, assignment.spec
+    log.info(
+        "sweep %s attempt %d: %s search, %s scheduler, %d trial(s), %d at a time, %s %s",
+        sweep_id, attempt, spec.algorithm, spec.scheduler.type, spec.total_trials, spec.max_concurrent_trials,
+        spec.mode, spec.metric,
+    )
+    reporter = REPORTERS[sweep_id] = EventReporter(control_plane_url, sweep_id, attempt, token, collection="sweeps")
+    reporter.emit(StateEvent(state="running", reason="sweep_started", message=f"attempt {attempt}: Ray Tune is running"))
+    try:
+        results = build_tuner(assignment, [TrialEventForwarder(sweep_id, spec)]).fit()
+    except Exception as exc:
+        log.error("sweep %s attempt %d: Ray Tune failed:\n%s", sweep_id, attempt, traceback.format_exc())
+        reporter.emit(StateEvent(state="failed", reason="sweep_error", message=f"{type(exc).__name__}: {exc}"[-MAX_MESSAGE_CHARS:]))
+        exit_code = DriverExit.TRAINING_FAILED
+    else:
+        failed = results.num_errors
+        if failed and failed == len(results):
+            first = next(r.error for r in results if r.error is not None)
+            reporter.emit(StateEvent(
+                state="failed", reason="all_trials_failed",
+                message=f"every trial ({failed}) failed; the first: {first}"[-MAX_MESSAGE_CHARS:],
+            ))
+            exit_code = DriverExit.TRAINING_FAILED
+        else:
+            summary = f"{len(results)} trial(s), {failed} failed"
+            reporter.emit(StateEvent(state="succeeded", reason="completed", message=summary, result={"trials": len(results), "failed": failed}))
+            log.info("sweep %s attempt %d succeeded: %s", sweep_id, attempt, summary)
+            exit_code = DriverExit.SUCCEEDED
+    if not reporter.flush(FINAL_FLUSH_TIMEOUT_S):
+        log.error("the control plane did not take the final events within %.0fs", FINAL_FLUSH_TIMEOUT_S)
+    reporter.close()
+    return exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workers.sweep_driver", description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep-id", required=True)
+    parser.add_argument("--attempt", required=True, type=int)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stdout, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    url = os.environ.get("ORCHESTRATOR_URL")
+    token = os.environ.get("ORCHESTRATOR_JOB_TOKEN")
+    if not url or not token:
+        log.error("ORCHESTRATOR_URL and ORCHESTRATOR_JOB_TOKEN must both be set")
+        return DriverExit.MISCONFIGURED
+    assignment = fetch_assignment(url, args.sweep_id, args.attempt, token, "sweeps", SweepAssignment)
+    ray.init()  # inside a Ray Job this joins the job's cluster
+    return run_sweep(assignment, url, token)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""The wire contract of a hyperparameter sweep: what ``POST /v1/sweeps`` takes, what the sweep driver
+receives and what it reports. Plain pydantic, like ``workers.spec``: no ray, no torch.
+
+A sweep runs one training job per trial: ``base`` is a job spec, and every key of ``search_space`` is a
+dotted path into it (``config.hidden``, ``lr.base``, ``batch.per_worker``...) whose value the search
+chooses. Each trial reports once per epoch (its epoch checkpoint), so schedulers count epochs.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from workers.spec import BUILTIN_WORKLOADS, CHECKPOINT_METRICS, CheckpointMetric, JobSpec, StateEvent, _Strict
+
+# Logical CPUs the function trainable (one small actor per running trial, which drives its TorchTrainer)
+# holds. Ray refuses 0; the admission check counts it (RAY-NOTES.md: Tune with Train V2).
+TRIAL_DRIVER_CPU = 0.01
+# Parts of the base spec a search may not touch: what identifies the job, and what the sweep itself decides.
+FIXED_PATHS = ("name", "workload", "labels", "priority", "retries", "checkpoint")
+MAX_TRIALS = 10_000
+
+
+# --- search space --------------------------------------------------------------------------------
+
+
+class Choice(_Strict):
+    """One of ``values``, drawn at random (random, optuna)."""
+
+    type: Literal["choice"]
+    values: list[Any] = Field(min_length=1, max_length=1000)
+
+    def candidates(self) -> list[Any]:
+        return list(self.values)
+
+
+class Grid(_Strict):
+    """Every one of ``values``, each in its own trial (grid; random repeats the grid num_samples times)."""
+
+    type: Literal["grid"]
+    values: list[Any] = Field(min_length=1, max_length=1000)
+
+    def candidates(self) -> list[Any]:
+        return list(self.values)
+
+
+class _Range(_Strict):
+    low: float
+    high: float
+
+    @model_validator(mode="after")
+    def _ordered(self) -> _Range:
+        if not self.low < self.high:
+            raise ValueError(f"low ({self.low:g}) must be below high ({self.high:g})")
+        return self
+
+    def candidates(self) -> list[Any]:
+        """The ends of the range: what a trial may get at the extremes."""
+        return [self.low, self.high]
+
+
+class Uniform(_Range):
+    type: Literal["uniform"]
+
+
+class QUniform(_Range):
+    """Uniform, rounded to a multiple of ``q`` (Tune's ``quniform``)."""
+
+    type: Literal["quniform"]
+    q: float = Field(gt=0)
+
+    def candidates(self) -> list[Any]:
+        return [round(self.low / self.q) * self.q, round(self.high / self.q) * self.q]
+
+
+class LogUniform(_Range):
+    """Uniform in log space: for learning rates and other scales."""
+
+    type: Literal["loguniform"]
+
+    @model_validator(mode="after")
+    def _positive(self) -> LogUniform:
+        if self.low <= 0:
+            raise ValueError(f"loguniform needs low > 0 (got {self.low:g}): a log scale has no zero")
+        return self
+
+
+class RandInt(_Strict):
+    """An integer in ``[low, high)`` (Tune's ``randint``: high is excluded)."""
+
+    type: Literal["randint"]
+    low: int
+    high: int
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RandInt:
+        if not self.low < self.high:
+            raise ValueError(f"randint needs low < high (high is excluded); got [{self.low}, {self.high})")
+        return self
+
+    def candidates(self) -> list[Any]:
+        return [self.low, self.high - 1]
+
+
+Dimension = Annotated[Choice | Grid | Uniform | QUniform | LogUniform | RandInt, Field(discriminator="type")]
+
+
+# --- schedulers ----------------------------------------------------------------------------------
+
+
+class FifoScheduler(_Strict):
+    """Every trial runs all its epochs."""
+
+    type: Literal["fifo"]
+
+
+class AshaScheduler(_Strict):
+    """Asynchronous successive halving: at each rung (grace_period x reduction_factor^k epochs) a trial
+    continues only if it is in the top 1/reduction_factor of the trials that reached that rung."""
+
+    type: Literal["asha"]
+    max_t: int = Field(ge=1, le=100_000, description="Epochs a trial may run at most.")
+    grace_period: int = Field(1, ge=1, le=100_000, description="Epochs every trial runs before it can be stopped.")
+    reduction_factor: float = Field(3.0, gt=1, le=100)
+
+    @model_validator(mode="after")
+    def _grace_within_max(self) -> AshaScheduler:
+        if self.grace_period > self.max_t:
+            raise ValueError(f"grace_period ({self.grace_period}) must be at most max_t ({self.max_t})")
+        return self
+
+
+SchedulerSpec = Annotated[FifoScheduler | AshaScheduler, Field(discriminator="type")]
+
+
+# --- the sweep -----------------------------------------------------------------------------------
+
+
+class SweepSpec(_Strict):
+    """What a user submits to ``POST /v1/sweeps``."""
+
+    name: str = Field("", max_length=128)
+    base: JobSpec = Field(description="The job every trial runs, before the search fills in its paths.")
+    search_space: dict[str, Dimension] = Field(min_length=1, max_length=32)
+    algorithm: Literal["random", "grid", "optuna"] = Field(
+        "random", description="random (Tune's variant generator, seeded), grid (every combination), optuna (TPE)."
+    )
+    scheduler: SchedulerSpec = Field(default_factory=lambda: FifoScheduler(type="fifo"))
+    metric: CheckpointMetric = Field("val_accuracy", description="A metric every epoch checkpoint carries.")
+    mode: Literal["max", "min"] | None = Field(None, description="Default: max for val_accuracy, min for losses.")
+    num_samples: int | None = Field(
+        None, ge=1, le=MAX_TRIALS,
+        description="Trials to sample (random, optuna; default 8). With grid dimensions: repeats of the grid "
+        "(default 1).",
+    )
+    max_concurrent_trials: int = Field(2, ge=1, le=256, description="Trials running at once, never more.")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="Seeds the search: the same seed samples the same configs.")
+    priority: int = Field(0, ge=-1000, le=1000)
+
+    @model_validator(mode="after")
+    def _check(self) -> SweepSpec:
+        if self.mode is None:
+            self.mode = CHECKPOINT_METRICS[self.metric]
+        grids = [path for path, dim in self.search_space.items() if isinstance(dim, Grid)]
+        if self.algorithm == "grid" and len(grids) != len(self.search_space):
+            others = sorted(set(self.search_space) - set(grids))
+            raise ValueError(f"algorithm grid needs every dimension of type grid; not: {others}")
+        if self.algorithm == "optuna" and grids:
+            raise ValueError(f"algorithm optuna samples, it cannot walk a grid ({grids}): use algorithm grid or random")
+        if self.num_samples is None:
+            self.num_samples = 1 if grids else 8
+        if self.total_trials > MAX_TRIALS:
+            raise ValueError(f"the sweep would run {self.total_trials} trials; at most {MAX_TRIALS}")
+        self._check_base()
+        for path, dim in self.search_space.items():
+            check_path(self.base, path, dim)
+        return self
+
+    def _check_base(self) -> None:
+        checkpoint = self.base.checkpoint
+        # One report per epoch is one Tune result: the scheduler's clock and the metric's only source.
+        if checkpoint.every_epochs != 1 or checkpoint.every_steps is not None or checkpoint.wait_for_commit:
+            raise ValueError(
+                "base.checkpoint: a trial checkpoints every epoch and nothing else (every_epochs 1, every_steps "
+                "null, wait_for_commit false): each epoch's checkpoint is the result the search compares"
+            )
+        if isinstance(self.scheduler, AshaScheduler) and "epochs" not in self.search_space:
+            if self.scheduler.max_t > self.base.epochs:
+                raise ValueError(
+                    f"scheduler.max_t ({self.scheduler.max_t}) is more than base.epochs ({self.base.epochs}): "
+                    "no trial runs that long"
+                )
+
+    @property
+    def total_trials(self) -> int:
+        """Trials the sweep runs: the grid's size times num_samples (grid, random), or num_samples (optuna)."""
+        grid = math.prod(len(d.values) for d in self.search_space.values() if isinstance(d, Grid))
+        return grid * (self.num_samples or 1)
+
+    @property
+    def concurrency(self) -> int:
+        return min(self.max_concurrent_trials, self.total_trials)
+
+    def worst_case_trial(self) -> JobSpec:
+        """The base with every ``scaling.*`` dimension at its largest: what one trial may ask of the cluster."""
+        overrides = {}
+        for path, dim in self.search_space.items():
+            if path.startswith("scaling."):
+                values = dim.candidates()
+                overrides[path] = True if any(v is True for v in values) else max(values, key=_as_number)
+        return trial_spec(self.base, overrides)
+
+
+def _as_number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def check_path(base: JobSpec, path: str, dim: Any) -> None:
+    """``path`` names a field of the base spec the search may set, and every value it can take there is valid."""
+    parts = path.split(".")
+    if parts[0] in FIXED_PATHS:
+        raise ValueError(f"search_space[{path!r}]: {parts[0]} is fixed for a sweep (fixed: {', '.join(FIXED_PATHS)})")
+    node: Any = base.model_dump(mode="json")
+    for depth, part in enumerate(parts):
+        # A custom workload's config is free-form: any key under config is the workload's to read.
+        free_form = depth == 1 and parts[0] == "config" and base.workload not in BUILTIN_WORKLOADS
+        if not isinstance(node, dict) or (part not in node and not free_form):
+            known = sorted(node) if isinstance(node, dict) else []
+            raise ValueError(f"search_space[{path!r}]: no field {part!r} in the base spec here (fields: {known})")
+        node = node.get(part)
+    for value in dim.candidates():
+        if path == "strategy" and value == "auto":
+            raise ValueError(f"search_space[{path!r}]: a trial's strategy is ddp or fsdp; search those, not auto")
+        try:
+            trial_spec(base, {path: value})
+        except ValidationError as exc:
+            problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"search_space[{path!r}]: value {value!r} makes an invalid job: {problem}") from None
+
+
+def trial_spec(base: JobSpec, config: dict[str, Any]) -> JobSpec:
+    """The job one trial runs: the base with each dotted path of ``config`` set to its value."""
+    spec = copy.deepcopy(base.model_dump(mode="json"))
+    for path, value in config.items():
+        *parents, leaf = path.split(".")
+        node = spec
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    return JobSpec.model_validate(spec)
+
+
+# --- what the sweep driver receives and reports ---------------------------------------------------
+
+
+class SweepAssignment(BaseModel):
+    """``GET /internal/v1/sweeps/{id}/assignment``: everything a sweep driver needs to run one attempt."""
+
+    sweep_id: str
+    attempt: int
+    spec: SweepSpec
+    storage_path: str = Field(description="The sweep's folder is <storage_path>/<sweep_id>.")
+
+
+TrialReportedState = Literal["pending", "running", "succeeded", "stopped", "failed"]
+
+
+class TrialEvent(_Strict):
+    """One trial's news: it exists (with its config), it reported an epoch, or it ended."""
+
+    type: Literal["trial"] = "trial"
+    trial: str = Field(min_length=1, max_length=64, description="Ray Tune's trial id.")
+    state: TrialReportedState
+    config: dict[str, Any] | None = Field(None, description="The searched values, by path.")
+    epoch: int | None = Field(None, ge=0)
+    step: int | None = Field(None, ge=0)
+    metrics: dict[str, float] = Field(default_factory=dict)
+    checkpoint_path: str | None = Field(None, max_length=4096)
+    message: str = Field("", max_length=20_000)
+
+
+SweepEvent = Annotated[StateEvent | TrialEvent, Field(discriminator="type")]
+
+
+class SweepEventBatch(_Strict):
+    """``POST /internal/v1/sweeps/{id}/events``; idempotent like a job's."""
+
+    attempt: int = Field(ge=1)
+    events: list[SweepEvent] = Field(max_length=1000)
