@@ -126,15 +126,16 @@ def run_attempt(assignment: DriverAssignment, control_plane_url: str | None, tok
         reporter.emit(StateEvent(state="succeeded", result=outcome))
         log.info("job %s attempt %d succeeded: %s", job_id, attempt, outcome)
         exit_code = DriverExit.SUCCEEDED
-    if not reporter.flush(FINAL_FLUSH_TIMEOUT_S):
-        log.error("the control plane did not take the final events within %.0fs", FINAL_FLUSH_TIMEOUT_S)
-    reporter.close()
+    finish_reporting(reporter)
     return exit_code
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workers.driver", description=__doc__.splitlines()[0])
-    parser.add_argument("--job-id", required=True)
+def start_driver(argv: list[str] | None, prog: str, description: str, run_flag: str) -> tuple[str, int, str, str] | None:
+    """The command line and environment every driver (a job's, a sweep's) starts from: logging to stdout,
+    ``--<run_flag> ID --attempt N``, ``ORCHESTRATOR_URL`` and ``ORCHESTRATOR_JOB_TOKEN``. Returns (run id,
+    attempt, url, token), or None (logged) when the environment lacks one of them."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument(f"--{run_flag}", required=True, dest="run_id", metavar="ID")
     parser.add_argument("--attempt", required=True, type=int)
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -144,12 +145,26 @@ def main(argv: list[str] | None = None) -> int:
     token = os.environ.get("ORCHESTRATOR_JOB_TOKEN")
     if not url or not token:
         log.error("ORCHESTRATOR_URL and ORCHESTRATOR_JOB_TOKEN must both be set")
+        return None
+    return args.run_id, args.attempt, url, token
+
+
+def finish_reporting(reporter: EventReporter) -> None:
+    """Deliver what is left (the outcome above all) before the driver exits, then stop the reporter."""
+    if not reporter.flush(FINAL_FLUSH_TIMEOUT_S):
+        log.error("the control plane did not take the final events within %.0fs", FINAL_FLUSH_TIMEOUT_S)
+    reporter.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = start_driver(argv, "python -m workers.driver", __doc__.splitlines()[0], "job-id")
+    if started is None:
         return DriverExit.MISCONFIGURED
-    log.info("job %s attempt %d: fetching the assignment from %s", args.job_id, args.attempt, url)
-    assignment = fetch_assignment(url, args.job_id, args.attempt, token)
+    job_id, attempt, url, token = started
+    log.info("job %s attempt %d: fetching the assignment from %s", job_id, attempt, url)
+    assignment = fetch_assignment(url, job_id, attempt, token)
     ray.init()  # inside a Ray Job this joins the job's cluster
     return run_attempt(assignment, url, token)
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,7 +10,6 @@ Exit status as ``workers.driver`` (``DriverExit``).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -25,7 +24,7 @@ os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 import ray  # noqa: E402
 from ray import tune  # noqa: E402
 
-from workers.driver import FINAL_FLUSH_TIMEOUT_S, MAX_MESSAGE_CHARS, fetch_assignment  # noqa: E402
+from workers.driver import MAX_MESSAGE_CHARS, fetch_assignment, finish_reporting, start_driver  # noqa: E402
 from workers.reporter import EventReporter  # noqa: E402
 from workers.spec import DriverExit, StateEvent  # noqa: E402
 from workers.sweep_spec import SweepAssignment  # noqa: E402
@@ -104,29 +103,18 @@ def run_sweep(assignment: SweepAssignment, control_plane_url: str | None, token:
             reporter.emit(StateEvent(state="succeeded", reason="completed", message=summary, result={"trials": len(results), "failed": failed}))
             log.info("sweep %s attempt %d succeeded: %s", sweep_id, attempt, summary)
             exit_code = DriverExit.SUCCEEDED
-    if not reporter.flush(FINAL_FLUSH_TIMEOUT_S):
-        log.error("the control plane did not take the final events within %.0fs", FINAL_FLUSH_TIMEOUT_S)
-    reporter.close()
+    finish_reporting(reporter)
     return exit_code
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workers.sweep_driver", description=__doc__.splitlines()[0])
-    parser.add_argument("--sweep-id", required=True)
-    parser.add_argument("--attempt", required=True, type=int)
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        stream=sys.stdout, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    url = os.environ.get("ORCHESTRATOR_URL")
-    token = os.environ.get("ORCHESTRATOR_JOB_TOKEN")
-    if not url or not token:
-        log.error("ORCHESTRATOR_URL and ORCHESTRATOR_JOB_TOKEN must both be set")
+    started = start_driver(argv, "python -m workers.sweep_driver", __doc__.splitlines()[0], "sweep-id")
+    if started is None:
         return DriverExit.MISCONFIGURED
-    assignment = fetch_assignment(url, args.sweep_id, args.attempt, token, "sweeps", SweepAssignment)
+    sweep_id, attempt, url, token = started
+    assignment = fetch_assignment(url, sweep_id, attempt, token, "sweeps", SweepAssignment)
     ray.init()  # inside a Ray Job this joins the job's cluster
     return run_sweep(assignment, url, token)
-
 
 if __name__ == "__main__":
     sys.exit(main())

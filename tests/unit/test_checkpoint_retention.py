@@ -10,19 +10,15 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
-from api.app import create_app
 from orchestrator.db.models import Job, utcnow
 from orchestrator.services.retention import RecordedCheckpoint, select_kept
 from orchestrator.services.scheduler import Scheduler
-from orchestrator.settings import Settings
 from orchestrator.storage import CheckpointStorage, StorageError
-from tests.fakes import FakeBackend
+from tests.unit.api_helpers import ADMIN
 from workers.manifest import verify_checkpoint, write_manifest
 from workers.spec import KeepBestSpec
 
-ADMIN = "test-admin-token"
 HEADERS = {"Authorization": f"Bearer {ADMIN}"}
 
 
@@ -66,11 +62,6 @@ def test_ties_go_to_the_newer():
 
 
 @pytest.fixture
-def backend() -> FakeBackend:
-    return FakeBackend()
-
-
-@pytest.fixture
 def storage(tmp_path) -> Path:
     path = tmp_path / "storage"
     path.mkdir()
@@ -78,20 +69,8 @@ def storage(tmp_path) -> Path:
 
 
 @pytest.fixture
-def app(database_url, tmp_path, storage, backend):
-    settings = Settings(
-        database_url=database_url, storage=str(storage), var_dir=str(tmp_path / "var"), admin_token=ADMIN,
-        checkpoint_orphan_grace_s=600,
-    )
-    application = create_app(settings, backend=backend, run_loops=False)
-    with TestClient(application) as client:
-        application.state.client = client
-        yield application
-
-
-@pytest.fixture
-def client(app) -> TestClient:
-    return app.state.client
+def settings_overrides(storage) -> dict:
+    return {"storage": str(storage), "checkpoint_orphan_grace_s": 600, "workload_packages": ""}
 
 
 def start_job(app, backend, **spec) -> tuple[str, str]:

@@ -7,10 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from api.app import create_app
 from orchestrator.db.engine import make_engine, make_session_factory
 from orchestrator.db.migrate import upgrade_head
 from orchestrator.db.models import Checkpoint, Deployment, DeploymentState, Job, JobState
@@ -26,17 +24,12 @@ from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import projects as projects_repo
 from orchestrator.services.scheduler import Scheduler
 from orchestrator.services.serving import ServingReconciler, matches, serving_reservation
-from orchestrator.settings import Settings
 from orchestrator.states import lock_job, set_job_state
 from tests.fakes import FakeBackend
+from tests.unit.api_helpers import ADMIN, auth, make_project
 from workers.spec import JobSpec
 
-ADMIN = "test-admin-token"
 D = DeploymentState
-
-
-def auth(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 # --- the state rules --------------------------------------------------------------------------------------
@@ -74,34 +67,8 @@ def test_deleted_is_final():
 
 
 @pytest.fixture
-def backend() -> FakeBackend:
-    return FakeBackend()
-
-
-@pytest.fixture
-def app(database_url, tmp_path, backend):
-    settings = Settings(
-        database_url=database_url, storage=str(tmp_path / "storage"), var_dir=str(tmp_path / "var"),
-        admin_token=ADMIN, serve_port=8123,
-    )
-    application = create_app(settings, backend=backend, run_loops=False)
-    with TestClient(application) as client:
-        application.state.client = client
-        yield application
-
-
-@pytest.fixture
-def client(app) -> TestClient:
-    return app.state.client
-
-
-def make_project(client, name: str) -> tuple[str, dict[str, str]]:
-    project = client.post("/v1/projects", json={"name": name}, headers=auth(ADMIN)).json()
-    keys = {
-        role: client.post(f"/v1/projects/{project['id']}/keys", json={"role": role}, headers=auth(ADMIN)).json()["key"]
-        for role in ("member", "viewer")
-    }
-    return project["id"], keys
+def settings_overrides() -> dict:
+    return {"serve_port": 8123, "workload_packages": ""}
 
 
 def finished_job(
