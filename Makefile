@@ -19,12 +19,14 @@ install: $(STAMP)
 run: $(STAMP)
 	exec $(BIN)/orchestrator serve
 
-# Unit + integration (one local Ray cluster for the session, SQLite and PostgreSQL), then the chaos
+# Unit tests (no Ray; on both cores), integration (one local Ray cluster for the session, SQLite and
+# PostgreSQL), then the chaos
 # scenarios and the end-to-end test, which start the service themselves (with its own local Ray cluster)
 # and so must not share the machine with another cluster.
 test: $(STAMP)
 	bash scripts/ensure-postgres.sh
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/unit tests/integration -v --timeout 900
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/unit -v -n 2 --timeout 900 --durations 15
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/integration -v --timeout 900 --durations 30
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/chaos -v --timeout 600
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/e2e -v --timeout 900
 

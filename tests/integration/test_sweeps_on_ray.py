@@ -205,7 +205,7 @@ def test_an_optuna_sweep_runs_tpe_over_the_space(admin):
         search_space={"lr.base": {"type": "loguniform", "low": 0.01, "high": 0.3}},
         algorithm="optuna",
         num_samples=2,
-        max_concurrent_trials=1,
+        max_concurrent_trials=2,
         metric="val_loss",
     )
     assert sweep["mode"] == "min"
