@@ -12,7 +12,7 @@ from orchestrator.services.events import DEFAULT_REASON, TARGET_STATE
 from orchestrator.states import IllegalTransition
 from orchestrator.sweep_states import set_sweep_state, set_trial_state
 from workers.spec import StateEvent
-from workers.sweep_spec import SweepEventBatch, SweepSpec, TrialEvent
+from workers.sweep_spec import SweepEventBatch, SweepSpec, TrialEvent, trial_spec
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +57,13 @@ def _apply_trial(session: Session, sweep: Sweep, spec: SweepSpec, event: TrialEv
         changed = True
     if event.state in _TRIAL_TARGET:
         to_state, reason = _TRIAL_TARGET[event.state]
+        message = event.message
+        if event.state == "stopped" and trial.iterations >= trial_spec(spec.base, trial.config).epochs:
+            # The driver judges by Tune's last result, which a restored trial whose Train run had already
+            # finished never gets again; every epoch was recorded here, so it completed.
+            to_state, reason, message = TrialState.SUCCEEDED, "completed", ""
         try:
-            if set_trial_state(trial, to_state, reason, event.message):
+            if set_trial_state(trial, to_state, reason, message):
                 trial.stopped_early = to_state == TrialState.STOPPED
                 changed = True
         except IllegalTransition as exc:  # a late report about a trial that already ended

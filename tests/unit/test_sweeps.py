@@ -200,6 +200,11 @@ def test_trial_events_stream_into_the_trial_table_and_the_best_trial_stays_curre
     assert b["state"] == "STOPPED" and b["best_metric"] == 0.1
     assert client.get(f"/v1/sweeps/{sweep['id']}", headers=auth(ADMIN)).json()["best_trial"]["id"] == b["id"]
     assert post(trial("c", "running"), attempt=2).status_code == 409
+    # A trial that recorded every epoch (4) and is then reported stopped (a restored trial whose Train run had
+    # finished: the driver saw no result) completed.
+    post(*(trial("d", "running", epoch, 0.4) for epoch in range(1, 5)), trial("d", "stopped", message="after 0 of 4"))
+    d = next(t for t in client.get(f"/v1/sweeps/{sweep['id']}/trials", headers=auth(ADMIN)).json() if t["tune_id"] == "d")
+    assert (d["state"], d["stopped_early"], d["iterations"]) == ("SUCCEEDED", False, 4), d
     assert client.get("/v1/trials/nope/metrics", headers=auth(ADMIN)).status_code == 404
     # A running trial's best checkpoint may yet be replaced (and deleted by Ray Train): not deployable.
     deploy = client.post("/v1/deployments", json={"name": "from-a", "source": {"trial_id": trials[0]["id"]}},
