@@ -129,19 +129,24 @@ class JobLabel(Base):
     value: Mapped[str] = mapped_column(String(63))
 
 
-class JobEvent(Base):
-    """State history: one row per transition, written by the one transition function."""
+class _StateHistory:
+    """The columns of one state transition of a run (a job's or a sweep's), written by its transition function."""
 
-    __tablename__ = "job_events"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     from_state: Mapped[JobState | None] = mapped_column(_enum(JobState), default=None)
     to_state: Mapped[JobState] = mapped_column(_enum(JobState))
     reason: Mapped[str] = mapped_column(String(64), default="")
     message: Mapped[str] = mapped_column(Text, default="")
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class JobEvent(_StateHistory, Base):
+    """State history: one row per transition, written by the one transition function."""
+
+    __tablename__ = "job_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
 
 
 class JobMetric(Base):
@@ -297,19 +302,13 @@ class Sweep(Base):
         return f"{self.id}-{self.attempt}"
 
 
-class SweepEvent(Base):
+class SweepEvent(_StateHistory, Base):
     """State history of a sweep, written by its one transition function."""
 
     __tablename__ = "sweep_events"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
-    from_state: Mapped[JobState | None] = mapped_column(_enum(JobState), default=None)
-    to_state: Mapped[JobState] = mapped_column(_enum(JobState))
-    reason: Mapped[str] = mapped_column(String(64), default="")
-    message: Mapped[str] = mapped_column(Text, default="")
-    attempt: Mapped[int] = mapped_column(Integer, default=0)
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class TrialState(enum.StrEnum):
