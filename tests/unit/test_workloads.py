@@ -91,6 +91,24 @@ def test_digits_split_sizes_and_seeding():
     assert len(digits.build({"val_fraction": 0.5}, seed=0).val_dataset) == pytest.approx(1797 / 2, abs=1)
 
 
+def test_the_digits_split_is_kept_on_disk_exactly_as_scikit_learn_made_it(tmp_path, monkeypatch):
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    monkeypatch.setattr(digits.tempfile, "gettempdir", lambda: str(tmp_path))
+    features, labels = load_digits(return_X_y=True)
+    expected = train_test_split(features, labels, test_size=0.25, random_state=3, stratify=labels)
+
+    first = digits.split(3, 0.25)
+    (cached,) = (tmp_path / "orchestrator-cache").glob("digits-*-3-0.25.npz")
+    again = digits.split(3, 0.25)  # from the file this time
+    for ours, theirs, from_file in zip(first, expected, again, strict=True):
+        assert (ours == theirs).all() and (from_file == theirs).all() and from_file.dtype == theirs.dtype
+    cached.write_bytes(b"cut short")  # a damaged file is made again, not trusted
+    assert all((a == b).all() for a, b in zip(digits.split(3, 0.25), expected, strict=True))
+    assert cached.stat().st_size > 1000
+
+
 def test_digits_standardization_is_fitted_on_the_train_split_only():
     workload = digits.build({"batchnorm": True}, seed=3)
     x_train = workload.train_dataset.tensors[0]

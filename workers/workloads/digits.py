@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
 import torch
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 from torch import nn
 from torch.utils.data import TensorDataset
 
@@ -43,11 +47,7 @@ def build_model(config: dict) -> nn.Module:
 
 def build(config: dict, seed: int) -> Workload:
     cfg = DigitsConfig.model_validate(config)
-    features, labels = load_digits(return_X_y=True)
-    # Stratified and seeded: every rank and every attempt sees the same split.
-    x_train, x_val, y_train, y_val = train_test_split(
-        features, labels, test_size=cfg.val_fraction, random_state=seed, stratify=labels
-    )
+    x_train, x_val, y_train, y_val = split(seed, cfg.val_fraction)
     x_train = torch.tensor(x_train, dtype=torch.float32)
     x_val = torch.tensor(x_val, dtype=torch.float32)
 
@@ -62,3 +62,33 @@ def build(config: dict, seed: int) -> Workload:
         train_dataset=TensorDataset(x_train, torch.tensor(y_train, dtype=torch.long)),
         val_dataset=TensorDataset(x_val, torch.tensor(y_val, dtype=torch.long)),
     )
+
+
+def split(seed: int, val_fraction: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(x_train, x_val, y_train, y_val): stratified and seeded, so every rank and attempt sees the same split.
+
+    Kept in a file per machine after the first time: importing scikit-learn costs about a second of CPU in
+    every new worker process, and a worker group restarting after a failure waits for its slowest worker.
+    """
+    version = importlib.metadata.version("scikit-learn")  # a new version may split differently
+    cache = Path(tempfile.gettempdir()) / "orchestrator-cache" / f"digits-{version}-{seed}-{val_fraction!r}.npz"
+    try:
+        with np.load(cache) as arrays:
+            return arrays["x_train"], arrays["x_val"], arrays["y_train"], arrays["y_val"]
+    except (OSError, KeyError, ValueError):  # not there yet (or cut short: written again below)
+        pass
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    features, labels = load_digits(return_X_y=True)
+    x_train, x_val, y_train, y_val = train_test_split(
+        features, labels, test_size=val_fraction, random_state=seed, stratify=labels
+    )
+    try:  # to a private name first, then renamed: a reader never sees half a file
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=cache.parent, suffix=".npz", delete=False) as partial:
+            np.savez(partial, x_train=x_train, x_val=x_val, y_train=y_train, y_val=y_val)
+        os.replace(partial.name, cache)
+    except OSError:  # a read-only or full disk only costs the next process the import
+        pass
+    return x_train, x_val, y_train, y_val
