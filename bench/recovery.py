@@ -69,9 +69,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--kill-at-step", type=int, default=10 * CHECKPOINT_INTERVAL + 5)
+    parser.add_argument(
+        "--setting", action="append", default=[], metavar="ORCHESTRATOR_X=VALUE",
+        help="a service setting for this run (repeatable), e.g. ORCHESTRATOR_TRAIN_PREEMPTION_WATCHER=true",
+    )
     args = parser.parse_args()
 
-    svc = ServiceProcess(Path(tempfile.mkdtemp(prefix="bench-recovery-")))
+    settings = dict(pair.split("=", 1) for pair in args.setting)
+    svc = ServiceProcess(Path(tempfile.mkdtemp(prefix="bench-recovery-")), settings=settings)
     rows = []
     try:
         svc.start()

@@ -36,6 +36,12 @@ class Settings(BaseSettings):
     train_poll_interval_s: float = Field(
         2.0, gt=0, description="RAY_TRAIN_HEALTH_CHECK_INTERVAL_S for drivers: how long ray.train.report blocks."
     )
+    train_preemption_watcher: bool | None = Field(
+        None,
+        description="Ray Train's preemption watcher (RAY_TRAIN_ENABLE_PREEMPTION_WATCHER): an extra actor per "
+        "worker-group start that polls for nodes being drained, e.g. spot nodes about to go. Default: on for a "
+        "cluster at RAY_ADDRESS, off for the local cluster the service starts itself, which is never drained.",
+    )
     start_timeout_s: float = Field(
         600.0,
         gt=0,
@@ -56,6 +62,12 @@ class Settings(BaseSettings):
             return self.public_url.rstrip("/")
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
         return f"http://{host}:{self.port}"
+
+    @property
+    def watch_preemption(self) -> bool:
+        if self.train_preemption_watcher is not None:
+            return self.train_preemption_watcher
+        return self.ray_address is not None
 
     @property
     def storage_path(self) -> str:

@@ -21,13 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_state_dict,
-    set_state_dict,
-)
 
 from workers.distributed import unwrap
 from workers.manifest import write_manifest
@@ -79,6 +72,9 @@ def save_checkpoint(
         "scaler": state.scaler.state_dict(),
     }
     if strategy == "fsdp":
+        import torch.distributed.checkpoint as dcp  # here, not at the top: see workers/distributed.py
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
+
         model_state, optimizer_state = get_state_dict(state.model, state.optimizer)
         dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=directory / SHARDED_DIR)
         if export_full:
@@ -110,6 +106,9 @@ def restore_checkpoint(
             f"checkpoint {directory} was written by a {train_state['strategy']} run; this run uses {strategy}"
         )
     if strategy == "fsdp":
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
         model_state, optimizer_state = get_state_dict(state.model, state.optimizer)
         sharded = {"model": model_state, "optimizer": optimizer_state}
         dcp.load(sharded, checkpoint_id=directory / SHARDED_DIR)

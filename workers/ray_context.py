@@ -10,39 +10,48 @@ import ray.train
 import ray.train.torch
 
 from workers.context import rank0_choice
-from workers.manifest import choose_resume_checkpoint
+from workers.manifest import choose_resume_checkpoint, resolve
 from workers.train_loop import run_training
 
 
 def train_loop_per_worker(config: dict) -> None:
     """Entry point handed to ``TorchTrainer``."""
-    run_training(config, RayContext())
+    run_training(config, RayContext(config.get("start_from")))
 
 
 class RayContext:
-    """Inside ``train_loop_per_worker``: Ray Train has set up the process group and the device."""
+    """Inside ``train_loop_per_worker``: Ray Train has set up the process group and the device.
 
-    def __init__(self) -> None:
+    ``start_from``: a checkpoint (path or URI) a new run starts from when it has none of its own yet
+    (Ray Train V2 has no ``resume_from_checkpoint``); a PBT trial continuing another trial's checkpoint.
+    """
+
+    def __init__(self, start_from: str | None = None) -> None:
         train_context = ray.train.get_context()
         self.rank = train_context.get_world_rank()
         self.world_size = train_context.get_world_size()
         self.device = ray.train.torch.get_device()
+        self.start_from = start_from
 
     @contextlib.contextmanager
     def resume_dir(self) -> Iterator[str | None]:
-        # Ray Train's latest registered checkpoint, if it verifies; else the newest one of the run that
-        # does (a crash may have cut the latest short); else a fresh start. Rank 0 decides for all.
+        # Ray Train's latest registered checkpoint (else start_from), if it verifies; else the newest one
+        # beside it that does (a crash may have cut the latest short); else a fresh start. Rank 0 decides.
         checkpoint = ray.train.get_checkpoint()
-        if checkpoint is None:
+        if checkpoint is not None:
+            filesystem, location = checkpoint.filesystem, checkpoint.path
+        elif self.start_from:
+            filesystem, location = resolve(self.start_from)
+        else:
             yield None
             return
-        chosen = choose_resume_checkpoint(checkpoint.path, checkpoint.filesystem) if self.rank == 0 else None
+        chosen = choose_resume_checkpoint(location, filesystem) if self.rank == 0 else None
         chosen = rank0_choice(chosen)
         if chosen is None:
             yield None
             return
         # A local folder is used as it is; a checkpoint in remote storage is downloaded.
-        with ray.train.Checkpoint(chosen, filesystem=checkpoint.filesystem).as_directory() as local_dir:
+        with ray.train.Checkpoint(chosen, filesystem=filesystem).as_directory() as local_dir:
             yield local_dir
 
     def wait_committed(self, metrics: dict[str, Any]) -> None:

@@ -51,4 +51,6 @@ def driver_env(job_token: str, settings: Settings) -> dict[str, str]:
         "OMP_NUM_THREADS": "1",
         # How often the Train controller polls workers; ray.train.report blocks until it does.
         "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(settings.train_poll_interval_s),
+        # Its actor starts with every worker group, i.e. it competes for the CPU when a group restarts.
+        "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "1" if settings.watch_preemption else "0",
     }

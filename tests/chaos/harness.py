@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +158,7 @@ class ServiceProcess:
     root: Path
     admin_token: str = ADMIN
     num_cpus: int = 2
+    settings: dict[str, str] = field(default_factory=dict)  # more ORCHESTRATOR_* variables (bench arms)
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -207,6 +208,7 @@ class ServiceProcess:
             # Orphaned checkpoint folders of an ended job go at the next sweep: make it soon.
             ORCHESTRATOR_CHECKPOINT_SWEEP_INTERVAL_S="2",
         )
+        env.update(self.settings)
         return env
 
     def api(self) -> Api:
@@ -332,9 +334,12 @@ class ServiceProcess:
 
         return JobSubmissionClient(self.dashboard_url, headers=self.headers())
 
-    def submissions(self, job_id: str) -> list[str]:
-        """Submission ids of the Ray jobs this cluster has for one of our jobs (repeats included)."""
-        return [j.submission_id for j in self.ray_jobs().list_jobs() if (j.metadata or {}).get("job_id") == job_id]
+    def submissions(self, run_id: str) -> list[str]:
+        """Submission ids of the Ray jobs this cluster has for one of our jobs or sweeps (repeats included)."""
+        return [
+            j.submission_id for j in self.ray_jobs().list_jobs()
+            if run_id in ((j.metadata or {}).get("job_id"), (j.metadata or {}).get("sweep_id"))
+        ]
 
     def driver_pid(self, submission_id: str) -> int:
         pid = int(self.ray_jobs().get_job_info(submission_id).driver_info.pid)

@@ -188,6 +188,19 @@ def test_scheduler_admits_by_priority_and_queues_the_rest_with_a_reason(app, cli
     assert env["ORCHESTRATOR_JOB_TOKEN"].startswith("jtk_") and env["OMP_NUM_THREADS"] == "1"
 
 
+@pytest.mark.parametrize(
+    ("overrides", "watcher"),
+    [({}, "0"), ({"ray_address": "ray://head:10001"}, "1"), ({"train_preemption_watcher": True}, "1"),
+     ({"ray_address": "ray://head:10001", "train_preemption_watcher": False}, "0")],
+)
+def test_ray_trains_preemption_watcher_is_on_only_where_nodes_can_be_drained(overrides, watcher):
+    from orchestrator.services.launch import driver_env
+    from orchestrator.settings import Settings
+
+    env = driver_env("jtk_x", Settings(**overrides))
+    assert env["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] == watcher
+
+
 def test_a_job_that_can_never_fit_fails_instead_of_waiting(app, client, backend):
     job = submit(client, ADMIN, scaling={"num_workers": 2}).json()["id"]
     backend.total = {"CPU": 1.0, "GPU": 0.0}  # the cluster shrank after submit
