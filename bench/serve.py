@@ -1,6 +1,6 @@
 """Serving throughput: a deployment on Ray Serve vs the same model in a plain uvicorn + FastAPI app.
 
-    .venv/bin/python bench/serve.py [--requests 600] [--rounds 2]
+    .venv/bin/python bench/serve.py [--requests 600] [--rounds 2] [--python-proxy]
 
 The model is a 6.3M-parameter MLP (``example_workloads.wide_mlp``: 1,024 inputs, two hidden layers
 of 2,048; about 1 ms per sample and 6 ms per batch of 32 on one thread), trained for one epoch through
@@ -11,6 +11,9 @@ same predictor (``workers.serving``). Arms:
   the niceness Ray gives its workers (15), so that on a shared machine both arms yield alike;
 - ``serve``: the service's deployment of the checkpoint, batching off (``batching: null``);
 - ``serve+batch``: the same with ``batching: {"max_batch_size": 32, "wait_ms": 2}``.
+
+The cluster's Serve ingress is HAProxy (Ray Serve's throughput-optimized mode), as the service runs it by
+default; ``--python-proxy`` measures Serve's Python proxy actor instead.
 
 Each request is one row of 1,024 floats in a JSON body. For concurrency 1, 8 and 32 an asyncio client
 (aiohttp, in a process of its own) keeps that many requests in flight until ``--requests`` have answered, after a warm-up; arms
@@ -184,6 +187,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=600, help="measured requests per arm and concurrency")
     parser.add_argument("--warmup", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--python-proxy", action="store_true",
+        help="Serve's Python proxy actor as the ingress instead of HAProxy (ORCHESTRATOR_SERVE_HAPROXY=false)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -195,7 +202,8 @@ def main() -> None:
 
     root = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     cluster = LocalRayCluster(
-        root / "var", gcs_port=free_port(), dashboard_port=free_port(), client_port=free_port(), num_cpus=2, num_gpus=0
+        root / "var", gcs_port=free_port(), dashboard_port=free_port(), client_port=free_port(), num_cpus=2, num_gpus=0,
+        serve_haproxy=not args.python_proxy,
     )
     cluster.start()
     plain = None

@@ -103,6 +103,7 @@ class Service:
             client_port=self.settings.ray_client_port,
             num_cpus=self.settings.ray_num_cpus,
             num_gpus=self.settings.ray_num_gpus,
+            serve_haproxy=self.settings.serve_haproxy,
         )
         cluster.start()
         self.local_cluster = cluster

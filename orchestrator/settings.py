@@ -83,6 +83,11 @@ class Settings(BaseSettings):
     # --- serving (Ray Serve deployments) ---
     serve_host: str = Field("127.0.0.1", description="Where Ray Serve's HTTP proxy listens on the cluster's nodes.")
     serve_port: int = Field(8001, ge=1, le=65535, description="Ray Serve's HTTP proxy port.")
+    serve_haproxy: bool = Field(
+        True,
+        description="The local cluster's Serve ingress: HAProxy straight to the replicas (Ray Serve's "
+        "throughput-optimized mode) instead of Serve's Python proxy. A cluster at RAY_ADDRESS sets this itself.",
+    )
     serve_public_url: str | None = Field(
         None, description="Base URL clients call deployments at (default http://serve_host:serve_port)."
     )

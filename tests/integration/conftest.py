@@ -59,6 +59,27 @@ class Api:
             time.sleep(0.5)
         pytest.fail(f"job {job_id} not in {states} after {timeout_s} s: {self.job(job_id)}")
 
+    def wait_deployment(self, name: str, states: set[str], timeout_s: float = 120) -> dict:
+        """Poll until the deployment is in one of ``states``; FAILED or DELETED, unless asked for, fail at once."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            deployment = self.http.get(f"/v1/deployments/{name}").json()
+            if deployment["state"] in states:
+                return deployment
+            if deployment["state"] in {"FAILED", "DELETED"} - states:
+                pytest.fail(f"deployment ended {deployment['state']} ({deployment['reason']}): {deployment['message']}")
+            time.sleep(0.5)
+        pytest.fail(f"deployment not in {states} after {timeout_s} s: {self.http.get(f'/v1/deployments/{name}').json()}")
+
+
+def remove_serving(api: Api, cluster: LocalRayCluster, name: str) -> None:
+    """Leave the session's cluster as the other tests expect it: no deployment, no Serve processes."""
+    api.http.delete(f"/v1/deployments/{name}")
+    httpx.delete(
+        f"{cluster.dashboard_url}/api/serve/applications/",
+        headers={"Authorization": f"Bearer {cluster.token()}"}, timeout=60,
+    )
+
 
 @pytest.fixture(scope="session")
 def service(ray_cluster, tmp_path_factory) -> Iterator[str]:

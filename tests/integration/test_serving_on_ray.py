@@ -17,7 +17,7 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from tests.integration.conftest import Api
+from tests.integration.conftest import Api, remove_serving
 from workers.checkpoints import load_model_from_checkpoint
 
 pytestmark = pytest.mark.integration
@@ -40,24 +40,7 @@ def trained(member: Api) -> tuple[dict, list[dict]]:
 @pytest.fixture(scope="module")
 def cleanup(member: Api, ray_cluster) -> Iterator[None]:
     yield
-    # Leave the session's cluster as the other tests expect it: no deployment, no Serve processes.
-    member.http.delete(f"/v1/deployments/{NAME}")
-    httpx.delete(
-        f"{ray_cluster.dashboard_url}/api/serve/applications/",
-        headers={"Authorization": f"Bearer {ray_cluster.token()}"}, timeout=60,
-    )
-
-
-def wait_for(member: Api, states: set[str], timeout_s: float = 120) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        deployment = member.http.get(f"/v1/deployments/{NAME}").json()
-        if deployment["state"] in states:
-            return deployment
-        if deployment["state"] in {"FAILED", "DELETED"} - states:
-            pytest.fail(f"deployment ended {deployment['state']}: {deployment['message']}")
-        time.sleep(0.5)
-    pytest.fail(f"deployment not in {states} after {timeout_s} s: {member.http.get(f'/v1/deployments/{NAME}').json()}")
+    remove_serving(member, ray_cluster, NAME)
 
 
 def local_answers(version: dict, config: dict) -> tuple[list[int], torch.Tensor]:
@@ -134,7 +117,7 @@ def test_deploy_update_rollback_and_delete_without_a_failed_request(member, trai
     assert created.status_code == 201, created.text
     best = max(checkpoints, key=lambda c: (c["metrics"]["val_accuracy"], c["step"]))
     assert created.json()["target"]["checkpoint_path"] == best["path"]
-    deployment = wait_for(member, {"HEALTHY"})
+    deployment = member.wait_deployment(NAME, {"HEALTHY"})
     url = deployment["url"]
     assert deployment["serving_version"] == 1 and deployment["serve_status"] == "RUNNING"
     assert [r["state"] for r in deployment["replicas"]] == ["RUNNING"]
@@ -161,7 +144,7 @@ def test_deploy_update_rollback_and_delete_without_a_failed_request(member, trai
         time.sleep(1)
         patched = member.http.patch(f"/v1/deployments/{NAME}", json={"source": {"checkpoint_id": others[0]["id"]}})
         assert patched.status_code == 200 and patched.json()["state"] == "UPDATING", patched.text
-        deployment = wait_for(member, {"HEALTHY"})
+        deployment = member.wait_deployment(NAME, {"HEALTHY"})
         time.sleep(1)
     caller.check(old=1, new=2)
     assert deployment["serving_version"] == 2 and deployment["current"]["checkpoint_path"] == others[0]["path"]
@@ -172,7 +155,7 @@ def test_deploy_update_rollback_and_delete_without_a_failed_request(member, trai
         time.sleep(1)
         rolled = member.http.post(f"/v1/deployments/{NAME}/rollback")
         assert rolled.status_code == 200 and rolled.json()["version"] == 3, rolled.text
-        deployment = wait_for(member, {"HEALTHY"})
+        deployment = member.wait_deployment(NAME, {"HEALTHY"})
         time.sleep(1)
     caller.check(old=2, new=3)
     assert deployment["current"]["checkpoint_path"] == v1["checkpoint_path"]
@@ -184,7 +167,7 @@ def test_deploy_update_rollback_and_delete_without_a_failed_request(member, trai
     (Path(broken["path"]) / "model.pt").write_bytes(b"not a state dict")
     with Caller(url) as caller:
         member.http.patch(f"/v1/deployments/{NAME}", json={"source": {"checkpoint_id": broken["id"]}})
-        deployment = wait_for(member, {"UNHEALTHY"}, timeout_s=180)
+        deployment = member.wait_deployment(NAME, {"UNHEALTHY"}, timeout_s=180)
         time.sleep(2)
     failed = [r for r in caller.results if r[1] != 200]
     assert not failed and {r[2] for r in caller.results} == {3}, failed[:3]

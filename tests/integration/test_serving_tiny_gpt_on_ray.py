@@ -7,14 +7,13 @@ prompt always gets the same text), of the requested length; bad bodies are 4xx, 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 import torch
 
-from tests.integration.conftest import Api
+from tests.integration.conftest import Api, remove_serving
 from workers.checkpoints import load_model_from_checkpoint
 
 pytestmark = pytest.mark.integration
@@ -43,24 +42,7 @@ def trained(member: Api, tmp_path_factory) -> dict:
 @pytest.fixture(scope="module")
 def cleanup(member: Api, ray_cluster) -> Iterator[None]:
     yield
-    # Leave the session's cluster as the other tests expect it: no deployment, no Serve processes.
-    member.http.delete(f"/v1/deployments/{NAME}")
-    httpx.delete(
-        f"{ray_cluster.dashboard_url}/api/serve/applications/",
-        headers={"Authorization": f"Bearer {ray_cluster.token()}"}, timeout=60,
-    )
-
-
-def wait_healthy(member: Api, timeout_s: float = 120) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        deployment = member.http.get(f"/v1/deployments/{NAME}").json()
-        if deployment["state"] == "HEALTHY":
-            return deployment
-        if deployment["state"] in {"FAILED", "UNHEALTHY", "DELETED"}:
-            pytest.fail(f"deployment went {deployment['state']} ({deployment['reason']}): {deployment['message']}")
-        time.sleep(0.5)
-    pytest.fail(f"deployment not HEALTHY after {timeout_s} s: {member.http.get(f'/v1/deployments/{NAME}').json()}")
+    remove_serving(member, ray_cluster, NAME)
 
 
 def local_greedy(model: torch.nn.Module, prompt: str, new_tokens: int, context: int) -> str:
@@ -82,7 +64,7 @@ def test_tiny_gpt_deployment_generates_the_local_models_text(member, trained, cl
     job = trained
     created = member.http.post("/v1/deployments", json={"name": NAME, "source": {"job_id": job["id"]}})
     assert created.status_code == 201, created.text
-    deployment = wait_healthy(member)
+    deployment = member.wait_deployment(NAME, {"HEALTHY"})
     url, current = deployment["url"], deployment["current"]
     assert deployment["workload"] == "tiny_gpt" and current["job_id"] == job["id"]
     described = httpx.get(url, timeout=30).json()

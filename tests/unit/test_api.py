@@ -201,6 +201,19 @@ def test_ray_trains_preemption_watcher_is_on_only_where_nodes_can_be_drained(ove
     assert env["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] == watcher
 
 
+def test_each_local_cluster_gets_its_own_haproxy_files_and_ports(tmp_path, monkeypatch):
+    from orchestrator.backend import local_cluster
+
+    monkeypatch.setattr(local_cluster.tempfile, "gettempdir", lambda: str(tmp_path))
+    first, second = local_cluster.serve_haproxy_env(6390), local_cluster.serve_haproxy_env(6391)
+    assert first["RAY_SERVE_ENABLE_HA_PROXY"] == first["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == "1"
+    assert first["RAY_SERVE_HAPROXY_SOCKET_PATH"] == str(tmp_path / "haproxy-serve-6390" / "admin.sock")
+    assert (tmp_path / "haproxy-serve-6390").is_dir() and len(first["RAY_SERVE_HAPROXY_SOCKET_PATH"]) < 108
+    for key in ("RAY_SERVE_HAPROXY_CONFIG_FILE_LOC", "RAY_SERVE_HAPROXY_SOCKET_PATH", "RAY_SERVE_HAPROXY_STATS_PORT"):
+        assert first[key] != second[key], key
+    assert first["RAY_SERVE_HAPROXY_STATS_PORT"] != first["RAY_SERVE_HAPROXY_METRICS_PORT"]
+
+
 def test_a_job_that_can_never_fit_fails_instead_of_waiting(app, client, backend):
     job = submit(client, ADMIN, scaling={"num_workers": 2}).json()["id"]
     backend.total = {"CPU": 1.0, "GPU": 0.0}  # the cluster shrank after submit

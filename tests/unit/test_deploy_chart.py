@@ -396,6 +396,16 @@ def test_ray_auth_can_be_turned_off_explicitly():
     assert "WARNING" in notes(values)
 
 
+def test_every_ray_container_runs_serves_haproxy_ingress_unless_turned_off():
+    values = values_file("external-db-values.yaml")
+    for setting, expected in ((None, "1"), (False, None)):
+        chosen = values if setting is None else values | {"ray": {"serveHaproxy": setting}}
+        for _, template in ray_pod_templates(one(render(chosen), "RayCluster")):
+            env = container_env(template["spec"]["containers"][0])
+            for name in ("RAY_SERVE_ENABLE_HA_PROXY", "RAY_SERVE_THROUGHPUT_OPTIMIZED"):
+                assert (env[name]["value"] if name in env else None) == expected, (setting, name)
+
+
 def test_every_ray_pod_shares_the_checkpoint_storage(rendered):
     name, values, objects = rendered
     storage = one(objects, "ConfigMap")["data"]["ORCHESTRATOR_STORAGE"]

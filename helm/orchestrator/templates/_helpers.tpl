@@ -112,6 +112,12 @@ upgrade keeps generated tokens), else a new random one. Call with (list $ "key" 
   value: "0"
 - name: RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S
   value: "5"
+{{- if .Values.ray.serveHaproxy }}
+- name: RAY_SERVE_ENABLE_HA_PROXY
+  value: "1"
+- name: RAY_SERVE_THROUGHPUT_OPTIMIZED
+  value: "1"
+{{- end }}
 {{- if eq .Values.ray.auth.mode "disabled" }}
 - name: RAY_AUTH_MODE
   value: disabled
