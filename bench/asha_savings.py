@@ -1,12 +1,12 @@
 """What ASHA saves over FIFO on the same seeded search: trial-epochs used and best accuracy reached.
 
-    .venv/bin/python bench/asha_savings.py [--trials 16] [--epochs 16] [--seed 3]
+    .venv/bin/python bench/asha_savings.py [--trials 16] [--epochs 16] [--seed 3] [--reduction-factor 4]
 
 The service runs as a user runs it (``orchestrator serve`` in a subprocess with its own 2-CPU local Ray
 cluster; ``tests/chaos/harness.py``). Two sweeps over the same space with the same seed (so Tune's seeded
 random search samples the same configurations; the bench checks they match) run one after the other,
 two 2-worker digits trials at a time: one with the FIFO scheduler (every trial runs every epoch), one with
-ASHA (max_t = epochs, grace period 1, reduction factor 4). Printed: total trial-epochs and the best
+ASHA (max_t = epochs, grace period 1, reduction factor 4 unless told). Printed: total trial-epochs and the best
 val_accuracy of each, and ASHA's over FIFO's.
 
 Target: ASHA uses <= 1/3 of FIFO's trial-epochs and reaches >= 0.99 of its best val_accuracy.
@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--epochs", type=int, default=16)
     parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--reduction-factor", type=int, default=4, help="ASHA keeps the top 1/this at each rung")
     args = parser.parse_args()
 
     svc = ServiceProcess(Path(tempfile.mkdtemp(prefix="bench-asha-")))
@@ -77,7 +78,7 @@ def main() -> None:
         api = svc.api()
         fifo = run_sweep(api, {"type": "fifo"}, args.trials, args.epochs, args.seed)
         asha = run_sweep(
-            api, {"type": "asha", "max_t": args.epochs, "grace_period": 1, "reduction_factor": 4},
+            api, {"type": "asha", "max_t": args.epochs, "grace_period": 1, "reduction_factor": args.reduction_factor},
             args.trials, args.epochs, args.seed,
         )
     finally:

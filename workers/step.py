@@ -4,6 +4,7 @@ micro-batches with gradient accumulation, autocast, loss scaling, clipping."""
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -54,6 +55,22 @@ def make_optimizer(params: Iterable[nn.Parameter], spec: OptimizerSpec, lr: floa
 def warmup_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
     """Linear ramp up to the full rate: step ``i`` (from 0) runs at ``(i + 1) / warmup_steps`` of it."""
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: min(1.0, (i + 1) / max(warmup_steps, 1)))
+
+
+def adopt_lr(state: TrainState, lr: float) -> bool:
+    """Make ``lr`` the schedule's full rate after a checkpoint was loaded into ``state``, keeping where
+    the schedule is (its step, hence the warmup factor). Loading restores the rate the checkpoint was
+    written with; a run that resumes another's checkpoint with a new rate (PBT) must train at its own.
+    Returns False (and changes nothing) when the rates already agree: an exact resume stays exact."""
+    scheduler = state.scheduler
+    if all(math.isclose(base, lr, rel_tol=1e-12) for base in scheduler.base_lrs):
+        return False
+    for group, base in zip(state.optimizer.param_groups, scheduler.base_lrs):
+        group["lr"] *= lr / base  # the same point of the warmup ramp, at the new rate
+        group["initial_lr"] = lr
+    scheduler.base_lrs = [lr] * len(scheduler.base_lrs)
+    scheduler._last_lr = [group["lr"] for group in state.optimizer.param_groups]  # what get_last_lr() reports
+    return True
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:

@@ -37,6 +37,7 @@ from workers.tuning import (  # noqa: E402
     sweep_folder,
     trainable,
     trial_scheduler,
+    tune_checkpoint_config,
 )
 
 log = logging.getLogger("workers.sweep_driver")
@@ -68,6 +69,7 @@ def build_tuner(assignment: SweepAssignment, callbacks: list) -> tune.Tuner:
             # A trial's worker failures are retried inside it (retries.max_worker_restarts); a trial that
             # still fails is reported FAILED and the search goes on.
             failure_config=tune.FailureConfig(max_failures=0),
+            checkpoint_config=tune_checkpoint_config(spec),
             callbacks=callbacks,
             verbose=1,
         ),

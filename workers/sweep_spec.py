@@ -133,7 +133,30 @@ class AshaScheduler(_Strict):
         return self
 
 
-SchedulerSpec = Annotated[FifoScheduler | AshaScheduler, Field(discriminator="type")]
+# PBT clones a trial's checkpoint into another trial and goes on with a changed config: only values that
+# leave every tensor's shape alone may change, so the weights and optimizer state still fit. The
+# learning-rate settings do (the loop applies a changed rate after it restores the optimizer);
+# config.* (the model), batch.* and scaling.* (the data order, the world size) do not.
+PBT_MUTABLE_PREFIX = "lr."
+
+
+class PbtScheduler(_Strict):
+    """Population based training: every ``perturbation_interval`` epochs, a trial in the bottom
+    ``quantile_fraction`` of the running trials continues from the checkpoint of one in the top
+    quantile, with that trial's config and each ``mutate`` value perturbed (x0.8 or x1.2, or resampled
+    from its search-space dimension with ``resample_probability``)."""
+
+    type: Literal["pbt"]
+    perturbation_interval: int = Field(ge=1, le=100_000, description="Epochs between two exploit decisions.")
+    mutate: list[str] | None = Field(
+        None, min_length=1, max_length=32,
+        description="search_space paths PBT perturbs; lr.* only. Default: every lr.* path of the search space.",
+    )
+    quantile_fraction: float = Field(0.25, gt=0, le=0.5, description="Share of trials that clone / are cloned.")
+    resample_probability: float = Field(0.25, ge=0, le=1)
+
+
+SchedulerSpec = Annotated[FifoScheduler | AshaScheduler | PbtScheduler, Field(discriminator="type")]
 
 
 # --- the sweep -----------------------------------------------------------------------------------
@@ -192,6 +215,41 @@ class SweepSpec(_Strict):
                 raise ValueError(
                     f"scheduler.max_t ({self.scheduler.max_t}) is more than base.epochs ({self.base.epochs}): "
                     "no trial runs that long"
+                )
+        if isinstance(self.scheduler, PbtScheduler):
+            self._check_pbt(self.scheduler)
+
+    def _check_pbt(self, pbt: PbtScheduler) -> None:
+        if self.algorithm == "optuna":
+            raise ValueError(
+                "scheduler pbt: algorithm optuna cannot be used with it (Ray Tune refuses a search algorithm beside "
+                "PBT, which picks the next configs itself): use algorithm random or grid for the first configs"
+            )
+        if "epochs" in self.search_space:
+            raise ValueError("scheduler pbt: epochs cannot be searched with it (a trial that clones another takes its epochs)")
+        if pbt.perturbation_interval >= self.base.epochs:
+            raise ValueError(
+                f"scheduler.perturbation_interval ({pbt.perturbation_interval}) must be below base.epochs "
+                f"({self.base.epochs}): no trial would ever be perturbed"
+            )
+        mutable = [path for path in self.search_space if path.startswith(PBT_MUTABLE_PREFIX)]
+        if pbt.mutate is None:
+            if not mutable:
+                raise ValueError(
+                    f"scheduler pbt: the search space has no {PBT_MUTABLE_PREFIX}* path to mutate "
+                    f"(paths: {sorted(self.search_space)}); add one, e.g. lr.base"
+                )
+            pbt.mutate = mutable
+        for path in pbt.mutate:
+            if not path.startswith(PBT_MUTABLE_PREFIX):
+                raise ValueError(
+                    f"scheduler.mutate[{path!r}]: only {PBT_MUTABLE_PREFIX}* paths may be mutated: a trial continues "
+                    "from another's checkpoint, so the model's shapes, the batch and the workers must stay as they are"
+                )
+            if path not in self.search_space:
+                raise ValueError(
+                    f"scheduler.mutate[{path!r}]: not a search_space path (paths: {sorted(self.search_space)}); "
+                    "PBT perturbs within the path's search-space dimension"
                 )
 
     @property

@@ -24,7 +24,7 @@ from workers.distributed import all_reduce_sum, unwrap
 from workers.reporter import EventReporter
 from workers.rng import rank_seed, seed_everything
 from workers.spec import JobSpec, MetricsEvent, StateEvent, TrainingPlan
-from workers.step import TrainState, autocast, build_train_state, optimizer_step
+from workers.step import TrainState, adopt_lr, autocast, build_train_state, optimizer_step
 from workers.workloads import Workload, load_workload
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,8 @@ class _Loop:
             directory, rank=self.ctx.rank, strategy=self.plan.strategy, state=self.state
         )
         log.info("resuming from %s at epoch %d, step %d", directory, position.epoch, position.step)
+        if adopt_lr(self.state, self.plan.lr):  # another run's checkpoint, this run's rate (PBT)
+            log.info("training on at this run's learning rate %.6g, not the checkpoint's", self.plan.lr)
         if position.epoch_steps >= self.batches.steps_per_epoch:  # taken at an epoch's end
             position = Position(position.epoch + 1, 0, position.step)
         elif epoch_loss is not None:

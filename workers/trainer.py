@@ -25,9 +25,11 @@ def build_trainer(
     token: str,
     checkpoint_config: CheckpointConfig | None = None,
     extra_callbacks: Sequence[UserCallback] = (),
+    start_from: str | None = None,
 ) -> JobTrainer:
     """``control_plane_url=None`` makes every reporter only log (scripts, tests, sweep trials).
-    ``checkpoint_config``: Ray Train's retention, for runs the control plane's retention doesn't keep (trials)."""
+    ``checkpoint_config``: Ray Train's retention, for runs the control plane's retention doesn't keep (trials).
+    ``start_from``: a checkpoint the run starts from while it has none of its own (``RayContext``)."""
     # Ray Train would refuse to start on a run snapshot that names checkpoints retention deleted.
     forget_deleted_checkpoints(storage_path, job_id)
     scaling = spec.scaling
@@ -43,6 +45,7 @@ def build_trainer(
             "token": token,
             "spec": spec.model_dump(mode="json"),
             "plan": plan.model_dump(mode="json"),
+            "start_from": start_from,
         },
         scaling_config=ScalingConfig(
             num_workers=scaling.num_workers, use_gpu=scaling.use_gpu, resources_per_worker=resources

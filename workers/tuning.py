@@ -4,20 +4,30 @@ Each trial is a function trainable that fits a ``TorchTrainer`` (``workers.train
 same runtime as a job: DDP/FSDP, checkpoints, worker restarts by cause) with Ray Train's
 ``TuneReportCallback``: every epoch checkpoint becomes one Tune result, which the scheduler compares
 (``time_attr`` is our ``epoch``, which keeps counting when a trial resumes from its checkpoint).
+
+Population based training needs more: Tune checkpoints it can hand from one trial to another, which
+``TuneReportCallback`` does not make (it passes the Train checkpoint's path as a metric). A PBT trial fits
+its trainer in a thread while ``CheckpointForwarder`` (in the Train controller) hands it each epoch's
+metrics and checkpoint, which the trial reports to Tune as a Tune checkpoint (a copy). A trial that PBT
+restarts from another's checkpoint with a perturbed learning rate starts a new Train run from a copy of it.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
+import pyarrow.fs
 import ray.tune
 from ray import tune
-from ray.train import CheckpointConfig
+from ray.train import Checkpoint, CheckpointConfig, UserCallback
 from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY, TuneReportCallback
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTraining, TrialScheduler
 from ray.tune.search import BasicVariantGenerator, Searcher
+from ray.util.queue import Empty, Queue
 
+from workers.manifest import resolve
 from workers.reporter import EventReporter
 from workers.spec import CHECKPOINT_METRICS, JobSpec, TrainingPlan
 from workers.sweep_spec import (
@@ -26,6 +36,7 @@ from workers.sweep_spec import (
     Choice,
     Grid,
     LogUniform,
+    PbtScheduler,
     QUniform,
     RandInt,
     SweepSpec,
@@ -39,6 +50,12 @@ log = logging.getLogger(__name__)
 
 TUNE_EXPERIMENT = "tune"  # <storage>/<sweep>/tune: Tune's experiment state, for Tuner.restore
 TRIALS_FOLDER = "trials"  # <storage>/<sweep>/trials/<trial>: each trial's Ray Train run and checkpoints
+# Tune checkpoints kept per PBT trial (entries of Tune's list, not folders): a trial is cloned from its latest,
+# and PBT warns at 2 or fewer (one could be deleted before the trial cloning it copies it). Ray 2.60 registers
+# a checkpoint twice when PBT saves a trial in the top quantile (its own save, then the result's), so 8
+# entries keep at least 4 epochs; deleting such a double a second time logs a FileNotFoundError from Tune.
+PBT_TUNE_CHECKPOINTS = 8
+START_FOLDER = "start"  # <trials>/<run>/start: the copy of the checkpoint a cloned trial's new run starts from
 
 
 def sweep_folder(storage_path: str, sweep_id: str) -> str:
@@ -85,16 +102,71 @@ def trial_scheduler(spec: SweepSpec) -> TrialScheduler:
             grace_period=spec.scheduler.grace_period,
             reduction_factor=spec.scheduler.reduction_factor,
         )
+    if isinstance(spec.scheduler, PbtScheduler):
+        return pbt_scheduler(spec, spec.scheduler)
     return FIFOScheduler()
 
 
-def run_trial(config: dict[str, Any], *, base: dict, trials_storage: str, metric: str, mode: str, keep: int) -> None:
-    """The function trainable: one trial is one Ray Train run, named after Tune's trial id, so a trial that
-    Tune restarts (a new sweep driver) resumes that run's latest checkpoint."""
-    spec = trial_spec(JobSpec.model_validate(base), config)
-    trial_id = ray.tune.get_context().get_trial_id()
-    trainer = build_trainer(
-        job_id=trial_id,
+def pbt_scheduler(spec: SweepSpec, pbt: PbtScheduler) -> PopulationBasedTraining:
+    space = param_space(spec)
+    mutations: dict[str, Any] = {}
+    for path in pbt.mutate or ():
+        dim = spec.search_space[path]
+        # Tune multiplies a value drawn from a range and shifts one from a list: values to pick are a list.
+        mutations[path] = list(dim.values) if isinstance(dim, (Choice, Grid)) else space[path]
+    return EpochBoundPbt(
+        epochs=spec.base.epochs,
+        time_attr="epoch",
+        perturbation_interval=pbt.perturbation_interval,
+        hyperparam_mutations=mutations,
+        quantile_fraction=pbt.quantile_fraction,
+        resample_probability=pbt.resample_probability,
+        custom_explore_fn=KeepInRange(spec, mutations),
+    )
+
+
+class EpochBoundPbt(PopulationBasedTraining):
+    """Tune's PBT, left out of a trial's last epoch: saved there, a trial would be a donor with no epoch left,
+    and a trial cloned from it would end at once, its own history stopping where it was (PBT can't search
+    ``epochs``, so every trial has the same last one)."""
+
+    def __init__(self, *, epochs: int, **kwargs):
+        super().__init__(**kwargs)
+        self.epochs = epochs
+
+    def on_trial_result(self, tune_controller, trial, result: dict[str, Any]) -> str:
+        if result.get("epoch", 0) >= self.epochs:
+            return TrialScheduler.CONTINUE
+        return super().on_trial_result(tune_controller, trial, result)
+
+
+class KeepInRange:
+    """PBT's explore step, after Tune's: a value multiplied by 1.2 or 0.8 stays within its dimension's
+    range, where the spec checked that every value makes a valid job. A class: Tune pickles it."""
+
+    def __init__(self, spec: SweepSpec, mutations: dict[str, Any]):
+        self.bounds: dict[str, tuple[float, float]] = {}
+        for path in mutations:
+            dim = spec.search_space[path]
+            if isinstance(dim, RandInt):
+                self.bounds[path] = (dim.low, dim.high - 1)  # high is excluded
+            elif isinstance(dim, (Uniform, QUniform, LogUniform)):
+                self.bounds[path] = (dim.low, dim.high)
+
+    def __call__(self, config: dict[str, Any]) -> dict[str, Any]:
+        for path, (low, high) in self.bounds.items():
+            if path in config:
+                config[path] = min(max(config[path], low), high)
+        return config
+
+
+def _trainer(
+    spec: JobSpec, run_name: str, trials_storage: str, metric: str, mode: str, keep: int,
+    callback: UserCallback, start_from: str | None = None,
+):
+    """One Train run of a trial, as a job's (``build_trainer``), with ``callback`` passing its epochs to Tune."""
+    return build_trainer(
+        job_id=run_name,
         attempt=1,
         spec=spec,
         plan=TrainingPlan.fixed(spec),
@@ -105,9 +177,117 @@ def run_trial(config: dict[str, Any], *, base: dict, trials_storage: str, metric
         checkpoint_config=CheckpointConfig(
             num_to_keep=keep, checkpoint_score_attribute=metric, checkpoint_score_order=mode
         ),
-        extra_callbacks=[TuneReportCallback()],
+        extra_callbacks=[callback],
+        start_from=start_from,
     )
-    trainer.fit()
+
+
+def run_trial(
+    config: dict[str, Any], *, base: dict, trials_storage: str, metric: str, mode: str, keep: int, pbt: bool = False
+) -> None:
+    """The function trainable: one trial is one Ray Train run, named after Tune's trial id, so a trial that
+    Tune restarts (a new sweep driver) resumes that run's latest checkpoint. PBT trials: ``run_pbt_trial``."""
+    spec = trial_spec(JobSpec.model_validate(base), config)
+    trial_id = ray.tune.get_context().get_trial_id()
+    if pbt:
+        run_pbt_trial(spec, trial_id, trials_storage, metric, mode, keep)
+        return
+    trainer = _trainer(spec, trial_id, trials_storage, metric, mode, keep, TuneReportCallback())
+    result = trainer.fit()
+    # A sweep driver killed after the trial's last epoch but before it passed that epoch on restores this
+    # trial, whose Train run has finished and reports nothing more: hand Tune the run's final result once
+    # again. When Tune already had it, the control plane merges the repeat (a point per trial and epoch).
+    if "epoch" in (result.metrics or {}):
+        tune.report(_tune_result(result.metrics, result.checkpoint))
+
+
+def run_pbt_trial(spec: JobSpec, trial_id: str, trials_storage: str, metric: str, mode: str, keep: int) -> None:
+    """A PBT trial: reports every epoch to Tune with a Tune checkpoint, which PBT may clone into another trial.
+
+    Started with a Tune checkpoint (PBT cloned another trial into this one, or a new sweep driver restored
+    the trial), it starts a new Train run (``<trial>-<n>``; its own name would resume its own old run) from
+    a copy of that checkpoint: the donor's Tune retention may delete the original before the run reads it.
+    """
+    run_name, start_from = trial_id, None
+    cloned = tune.get_checkpoint()
+    if cloned is not None:
+        run_name = _next_run_name(trials_storage, trial_id)
+        start_from = f"{trials_storage.rstrip('/')}/{run_name}/{START_FOLDER}"
+        _copy_folder(cloned, start_from)
+        log.info("trial %s: new Train run %s from %s", trial_id, run_name, cloned.path)
+    results = Queue(maxsize=1, actor_options={"num_cpus": 0})  # owned by this trial: gone with it
+    trainer = _trainer(spec, run_name, trials_storage, metric, mode, keep, CheckpointForwarder(results), start_from)
+    _fit_and_report(trainer, results)
+
+
+class CheckpointForwarder(UserCallback):
+    """Runs in the Train controller: hands each epoch's metrics and checkpoint to the trial's thread. The
+    queue holds one: the run goes on at the pace Tune takes its results, as with ``TuneReportCallback``."""
+
+    def __init__(self, results: Queue):
+        self.results = results
+
+    def after_report(self, run_context, metrics: list[dict[str, Any]], checkpoint: Checkpoint | None) -> None:
+        if checkpoint is not None:  # every trial report is an epoch checkpoint (SweepSpec checks)
+            self.results.put((metrics[0], checkpoint))
+
+
+def _fit_and_report(trainer, results: Queue) -> None:
+    """Fit in a thread; report what ``CheckpointForwarder`` hands over to Tune from this (the trial's) thread."""
+    errors: list[BaseException] = []
+
+    def fit() -> None:
+        try:
+            trainer.fit()
+        except BaseException as exc:  # raised again in the trial's thread, where Tune sees it
+            errors.append(exc)
+
+    runner = threading.Thread(target=fit, name="trial-fit", daemon=True)
+    runner.start()
+    # fit() returns after the controller's last after_report has put its item: nothing is left behind.
+    while runner.is_alive() or not results.empty():
+        try:
+            metrics, checkpoint = results.get(timeout=1)
+        except Empty:
+            continue
+        # Tune copies the checkpoint into the trial's own folder: the one PBT clones.
+        tune.report(
+            _tune_result(metrics, checkpoint),
+            checkpoint=ray.tune.Checkpoint(checkpoint.path, filesystem=checkpoint.filesystem),
+        )
+    if errors:
+        raise errors[0]
+
+
+def _tune_result(metrics: dict[str, Any], checkpoint: Checkpoint | None) -> dict[str, Any]:
+    """An epoch's metrics as Tune gets them: with the Train checkpoint's path, as ``TuneReportCallback`` does."""
+    return {**metrics, CHECKPOINT_PATH_KEY: checkpoint.path} if checkpoint is not None else dict(metrics)
+
+
+def _next_run_name(trials_storage: str, trial_id: str) -> str:
+    """``<trial>-<n>``, n one more than any such run already in storage."""
+    fs, root = resolve(trials_storage)
+    entries = fs.get_file_info(pyarrow.fs.FileSelector(root.rstrip("/"), allow_not_found=True))
+    prefix = f"{trial_id}-"
+    taken = [
+        int(e.base_name[len(prefix):]) for e in entries
+        if e.base_name.startswith(prefix) and e.base_name[len(prefix):].isdigit()
+    ]
+    return f"{prefix}{max(taken, default=0) + 1}"
+
+
+def _copy_folder(checkpoint: Checkpoint, destination: str) -> None:
+    fs, path = resolve(destination)
+    pyarrow.fs.copy_files(
+        checkpoint.path, path, source_filesystem=checkpoint.filesystem, destination_filesystem=fs
+    )
+
+
+def tune_checkpoint_config(spec: SweepSpec) -> tune.CheckpointConfig | None:
+    """Only PBT trials make Tune checkpoints (every epoch): keep a few per trial."""
+    if isinstance(spec.scheduler, PbtScheduler):
+        return tune.CheckpointConfig(num_to_keep=PBT_TUNE_CHECKPOINTS)
+    return None
 
 
 def trainable(spec: SweepSpec, storage_path: str, sweep_id: str):
@@ -118,6 +298,7 @@ def trainable(spec: SweepSpec, storage_path: str, sweep_id: str):
         metric=spec.metric,
         mode=spec.mode,
         keep=spec.base.checkpoint.keep,
+        pbt=isinstance(spec.scheduler, PbtScheduler),
     )
     # The trial's own actor only drives its TorchTrainer; the workers hold the real resources.
     return tune.with_resources(fn, {"CPU": TRIAL_DRIVER_CPU})

@@ -49,6 +49,12 @@ def _apply_trial(session: Session, sweep: Sweep, spec: SweepSpec, event: TrialEv
     if trial is None:
         trial = sweeps_repo.add_trial(session, sweep.id, event.trial, event.config or {})
         changed = True
+    elif event.config and event.config != trial.config:
+        # PBT continued the trial from another's checkpoint with that trial's config, perturbed: the trial
+        # trains on under the new config (its metric history goes on; its earlier points stay).
+        log.info("trial %s: config %s -> %s", trial.tune_id, trial.config, event.config)
+        trial.config = dict(event.config)
+        changed = True
     if event.epoch is not None and event.metrics:
         sweeps_repo.record_trial_metric(session, trial, event.epoch, event.step or 0, event.metrics)
         trial.iterations = max(trial.iterations, event.epoch)
@@ -59,8 +65,9 @@ def _apply_trial(session: Session, sweep: Sweep, spec: SweepSpec, event: TrialEv
         to_state, reason = _TRIAL_TARGET[event.state]
         message = event.message
         if event.state == "stopped" and trial.iterations >= trial_spec(spec.base, trial.config).epochs:
-            # The driver judges by Tune's last result, which a restored trial whose Train run had already
-            # finished never gets again; every epoch was recorded here, so it completed.
+            # A backstop: the driver judges by Tune's last result, and a restored trial whose Train run had
+            # already finished reports it once more (workers/tuning.py: run_trial); should that result
+            # still be missing, every epoch was recorded here, so the trial completed.
             to_state, reason, message = TrialState.SUCCEEDED, "completed", ""
         try:
             if set_trial_state(trial, to_state, reason, message):

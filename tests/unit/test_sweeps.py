@@ -13,6 +13,8 @@ from workers.sweep_spec import SweepSpec, trial_spec
 
 BASE = {"workload": "digits", "epochs": 4, "scaling": {"num_workers": 2, "cpus_per_worker": 0.5}}
 LR = {"lr.base": {"type": "loguniform", "low": 1e-3, "high": 0.3}}
+HIDDEN = {"config.hidden": {"type": "choice", "values": [16, 32]}}
+PBT = {"type": "pbt", "perturbation_interval": 1}
 
 
 def sweep_spec(**fields) -> dict:
@@ -38,7 +40,19 @@ def sweep_spec(**fields) -> dict:
         ({"algorithm": "grid"}, "algorithm grid needs every dimension of type grid"),
         ({"scheduler": {"type": "asha", "max_t": 2, "grace_period": 3}}, "grace_period (3) must be at most max_t (2)"),
         ({"scheduler": {"type": "asha", "max_t": 10}}, "scheduler.max_t (10) is more than base.epochs (4)"),
-        ({"scheduler": {"type": "pbt"}}, "scheduler"),
+        ({"scheduler": {"type": "pbt"}}, "perturbation_interval\n  Field required"),
+        ({"scheduler": PBT | {"perturbation_interval": 4}}, "scheduler.perturbation_interval (4) must be below base.epochs (4)"),
+        ({"scheduler": PBT | {"quantile_fraction": 0.6}}, "quantile_fraction"),
+        ({"scheduler": PBT, "algorithm": "optuna"}, "scheduler pbt: algorithm optuna cannot be used with it"),
+        ({"scheduler": PBT, "search_space": {**LR, "epochs": {"type": "choice", "values": [3, 4]}}}, "epochs cannot be searched"),
+        ({"scheduler": PBT, "search_space": HIDDEN}, "the search space has no lr.* path to mutate"),
+        ({"scheduler": PBT | {"mutate": ["config.hidden"]}, "search_space": {**LR, **HIDDEN}},
+         "scheduler.mutate['config.hidden']: only lr.* paths may be mutated"),
+        ({"scheduler": PBT | {"mutate": ["batch.per_worker"]},
+          "search_space": {**LR, "batch.per_worker": {"type": "choice", "values": [16, 32]}}},
+         "scheduler.mutate['batch.per_worker']: only lr.* paths may be mutated"),
+        ({"scheduler": PBT | {"mutate": ["lr.warmup_steps"]}}, "scheduler.mutate['lr.warmup_steps']: not a search_space path"),
+        ({"scheduler": PBT, "base": {**BASE, "checkpoint": {"every_epochs": 2}}}, "a trial checkpoints every epoch"),
         ({"base": {**BASE, "checkpoint": {"every_steps": 5}}}, "a trial checkpoints every epoch"),
         ({"search_space": {}}, "search_space"),
         ({"search_space": {"strategy": {"type": "choice", "values": ["ddp", "auto"]}}}, "search those, not auto"),
@@ -90,6 +104,62 @@ def test_the_search_space_in_ray_tune_terms():
     samples = [space["lr.base"].sample() for _ in range(200)]
     assert 1e-3 <= min(samples) and max(samples) <= 0.3
     assert all(0 <= space["lr.warmup_steps"].sample() < 10 for _ in range(50))
+
+
+def test_a_pbt_sweep_mutates_its_learning_rate_paths_within_their_ranges():
+    from ray.tune.schedulers import PopulationBasedTraining
+    from ray.tune.search.sample import Float
+
+    from workers.tuning import PBT_TUNE_CHECKPOINTS, trial_scheduler, tune_checkpoint_config
+
+    space = {**LR, **HIDDEN, "lr.warmup_steps": {"type": "choice", "values": [0, 5, 10]}}
+    spec = SweepSpec.model_validate(sweep_spec(scheduler=PBT | {"perturbation_interval": 2}, search_space=space))
+    # By default every lr.* path mutates; config.hidden only varies the first population.
+    assert spec.scheduler.mutate == ["lr.base", "lr.warmup_steps"]
+    assert (spec.scheduler.quantile_fraction, spec.scheduler.resample_probability) == (0.25, 0.25)
+    scheduler = trial_scheduler(spec)
+    assert isinstance(scheduler, PopulationBasedTraining)
+    assert (scheduler._time_attr, scheduler._perturbation_interval) == ("epoch", 2)
+    mutations = scheduler._hyperparam_mutations
+    assert set(mutations) == {"lr.base", "lr.warmup_steps"}
+    assert isinstance(mutations["lr.base"], Float) and mutations["lr.warmup_steps"] == [0, 5, 10]
+    # x1.2 or x0.8 never leaves the range the spec checked.
+    keep = scheduler._custom_explore_fn
+    assert keep({"lr.base": 0.36, "lr.warmup_steps": 5}) == {"lr.base": 0.3, "lr.warmup_steps": 5}
+    assert keep({"lr.base": 0.0008})["lr.base"] == 1e-3 and keep({"lr.base": 0.01})["lr.base"] == 0.01
+    assert tune_checkpoint_config(spec).num_to_keep == PBT_TUNE_CHECKPOINTS > 2  # PBT warns at 2 or fewer
+    assert tune_checkpoint_config(SweepSpec.model_validate(sweep_spec())) is None  # others make no Tune checkpoints
+    # A grid for the first population is fine; explicit mutate paths are kept.
+    grid = SweepSpec.model_validate(sweep_spec(
+        algorithm="grid", search_space={"lr.base": {"type": "grid", "values": [0.01, 0.1]}},
+        scheduler=PBT | {"mutate": ["lr.base"], "resample_probability": 0},
+    ))
+    assert trial_scheduler(grid)._hyperparam_mutations == {"lr.base": [0.01, 0.1]}
+
+
+def test_pbt_leaves_a_trials_last_epoch_alone():
+    from ray.tune.schedulers import TrialScheduler
+
+    from workers.tuning import trial_scheduler
+
+    spec = SweepSpec.model_validate(sweep_spec(scheduler=PBT | {"perturbation_interval": 1}, search_space=LR))
+    scheduler = trial_scheduler(spec)
+    last = {"epoch": spec.base.epochs, spec.metric: 0.9}
+    # No controller is needed to answer it: neither saved as a donor with no epoch left nor cloned into.
+    assert scheduler.on_trial_result(None, object(), last) == TrialScheduler.CONTINUE
+    assert not scheduler._trial_state
+    with pytest.raises(Exception):  # an earlier epoch goes to Tune's PBT, which needs the trial it knows
+        scheduler.on_trial_result(None, object(), {**last, "epoch": spec.base.epochs - 1})
+
+
+def test_a_cloned_pbt_trial_starts_a_new_train_run(tmp_path):
+    from workers.tuning import _next_run_name
+
+    for name in ("t_00001", "t_00001-1", "t_00001-3", "t_00001-x", "t_000011-7", "t_00002-9"):
+        (tmp_path / name).mkdir()
+    assert _next_run_name(str(tmp_path), "t_00001") == "t_00001-4"
+    assert _next_run_name(str(tmp_path), "t_00003") == "t_00003-1"
+    assert _next_run_name(str(tmp_path / "missing"), "t_00001") == "t_00001-1"
 
 
 def test_a_sweep_reserves_its_concurrent_trials():
@@ -147,6 +217,7 @@ def test_a_submitted_sweep_is_queued_then_admitted_as_a_sweep_driver(app, client
         ({"metric": "bleu"}, "metric"),
         ({"max_concurrent_trials": 5}, "max_concurrent_trials"),  # 5 x 1.01 CPU: never fits 4
         ({"base": {**BASE, "scaling": {"num_workers": 8}}}, "base"),
+        ({"scheduler": PBT | {"mutate": ["config.hidden"]}, "search_space": {**LR, **HIDDEN}}, "only lr.* paths"),
     ],
 )
 def test_bad_sweeps_answer_422_with_the_reason_and_store_nothing(client, fields, loc):
@@ -210,6 +281,28 @@ def test_trial_events_stream_into_the_trial_table_and_the_best_trial_stays_curre
     deploy = client.post("/v1/deployments", json={"name": "from-a", "source": {"trial_id": trials[0]["id"]}},
                          headers=auth(ADMIN))
     assert deploy.status_code == 422 and "is RUNNING" in deploy.json()["detail"][0]["msg"], deploy.text
+
+
+def test_a_pbt_exploit_changes_the_trials_config_and_its_history_goes_on(app, client, backend):
+    sweep = post_sweep(client, scheduler=PBT).json()
+    assert sweep["spec"]["scheduler"]["mutate"] == ["lr.base"]  # the default, filled in
+    tick(app)
+    headers = driver_token(backend, f"{sweep['id']}-1")
+
+    def trial(lr, epoch=None, accuracy=None):
+        event = {"type": "trial", "trial": "p_00000", "state": "running", "config": {"lr.base": lr}}
+        if epoch is not None:
+            event |= {"epoch": epoch, "step": epoch * 10, "metrics": {"val_accuracy": accuracy}}
+        return event
+
+    # Epochs 1-2 at a poor rate; then PBT clones a better trial's epoch-2 checkpoint with its rate x1.2.
+    events = [trial(1e-5), trial(1e-5, 1, 0.1), trial(1e-5, 2, 0.12), trial(0.36), trial(0.36, 3, 0.9)]
+    response = client.post(f"/internal/v1/sweeps/{sweep['id']}/events", json={"attempt": 1, "events": events}, headers=headers)
+    assert response.status_code == 200, response.text
+    (stored,) = client.get(f"/v1/sweeps/{sweep['id']}/trials", headers=auth(ADMIN)).json()
+    assert (stored["config"], stored["iterations"], stored["best_metric"]) == ({"lr.base": 0.36}, 3, 0.9)
+    points = client.get(f"/v1/trials/{stored['id']}/metrics", headers=auth(ADMIN)).json()
+    assert [(p["epoch"], p["values"]["val_accuracy"]) for p in points] == [(1, 0.1), (2, 0.12), (3, 0.9)]
 
 
 def test_cancel_ends_the_sweep_and_its_open_trials(app, client, backend):

@@ -138,6 +138,38 @@ def test_resumed_run_continues_at_the_next_epoch(first_run, tmp_path):
     assert all(torch.equal(resumed[key], original[key]) for key in original)
 
 
+def test_a_run_resuming_a_checkpoint_written_at_another_rate_trains_at_its_own(first_run, tmp_path):
+    # PBT: another trial's checkpoint (rate 0.025), this trial's rate (0.2 for batch 64 -> 0.1 for 32).
+    config = loop_config(lr={"base": 0.2, "warmup_steps": 20})
+    ctx = LocalContext(tmp_path, resume_from=first_run.ctx.checkpoints[1])  # saved after epoch 2
+    reporter = RecordingReporter()
+    run_training(config, ctx, reporter)
+    assert [e.epoch for e in epoch_events(reporter)] == [3]  # the epochs go on
+    rates = [e.values["lr"] for e in step_events(reporter)]
+    assert rates and rates == pytest.approx([0.1] * len(rates))
+    state = torch.load(ctx.checkpoints[-1] / "train_state.pt", weights_only=True)
+    assert state["scheduler"]["base_lrs"] == [pytest.approx(0.1)]
+    assert state["optimizer"]["param_groups"][0]["initial_lr"] == pytest.approx(0.1)
+
+
+def test_adopting_a_rate_keeps_the_warmup_position():
+    from workers.step import TrainState, adopt_lr, warmup_schedule
+
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    state = TrainState(model, optimizer, warmup_schedule(optimizer, 10), torch.amp.GradScaler("cpu", enabled=False))
+    for _ in range(3):
+        optimizer.step()
+        state.scheduler.step()
+    assert state.scheduler.get_last_lr() == [pytest.approx(0.04)]  # 4/10 of 0.1
+    assert not adopt_lr(state, 0.1)  # the same rate: nothing changes (an exact resume)
+    assert adopt_lr(state, 0.2)
+    assert state.scheduler.get_last_lr() == [pytest.approx(0.08)] and optimizer.param_groups[0]["lr"] == pytest.approx(0.08)
+    optimizer.step()
+    state.scheduler.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1)  # 5/10 of 0.2
+
+
 def test_checkpoint_every_n_epochs_every_n_steps_and_after_the_last(tmp_path):
     config = loop_config(checkpoint={"every_epochs": 2, "every_steps": 30})
     ctx = LocalContext(tmp_path)

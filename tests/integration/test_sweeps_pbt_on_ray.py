@@ -1,0 +1,65 @@
+"""Population based training on the real local Ray cluster: a poor trial takes over a good one's checkpoint
+with a perturbed copy of its learning rate, and trains on from there."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.test_sweeps_on_ray import _base, _submit, _trials, _wait, _wait_no_train_workers
+
+pytestmark = pytest.mark.integration
+
+# Seed 10 samples lr.base 0.31 and 9.5e-05 from this range: one trial learns digits in an epoch, the other
+# barely moves. The test finds out which is which from their metrics, not from this comment.
+SPACE = {"lr.base": {"type": "loguniform", "low": 1e-5, "high": 0.5}}
+SEED = 10
+EPOCHS = 4
+
+
+def test_pbt_clones_the_good_trial_into_the_poor_one(admin, ray_cluster):
+    first_config: dict[str, float] = {}  # trial id -> its lr.base when the control plane first saw it
+
+    def watch(_sweep):
+        for trial in _trials(admin, sweep["id"]):
+            first_config.setdefault(trial["tune_id"], trial["config"]["lr.base"])
+
+    sweep = _submit(
+        admin,
+        name="pbt-digits",
+        # Epochs of ~3 s (2 per worker: ~360 steps): PBT clones only a trial that was on top when it reported
+        # while the other had a score, into one that reports after that with an epoch left. Short epochs
+        # (~0.7 s at 8 per worker) let one trial's first three reach Tune before the other's first.
+        base=_base(epochs=EPOCHS, batch={"per_worker": 2}),
+        search_space=SPACE,
+        algorithm="random",
+        seed=SEED,
+        num_samples=2,
+        max_concurrent_trials=2,
+        # Perturb only (x0.8 or x1.2), never resample: the cloned rate stays next to the good one.
+        scheduler={"type": "pbt", "perturbation_interval": 1, "quantile_fraction": 0.5, "resample_probability": 0},
+    )
+    sweep = _wait(admin, sweep["id"], timeout_s=300, on_poll=watch)
+    assert sweep["trials"]["SUCCEEDED"] == 2, sweep
+    _wait_no_train_workers(ray_cluster)
+
+    trials = _trials(admin, sweep["id"])
+    history = {t["tune_id"]: admin.http.get(f"/v1/trials/{t['id']}/metrics").json() for t in trials}
+    first_accuracy = {tune_id: points[0]["values"]["val_accuracy"] for tune_id, points in history.items()}
+    good, poor = sorted(trials, key=lambda t: first_accuracy[t["tune_id"]], reverse=True)
+    assert first_accuracy[good["tune_id"]] > 0.8 and first_accuracy[poor["tune_id"]] < 0.5, first_accuracy
+
+    # The good trial is never cloned: it keeps its rate. The poor one now has the good one's, perturbed.
+    good_lr = good["config"]["lr.base"]
+    assert first_config[good["tune_id"]] == good_lr
+    assert first_config[poor["tune_id"]] < 1e-3, first_config
+    assert poor["config"]["lr.base"] in (pytest.approx(min(good_lr * 1.2, 0.5)), pytest.approx(good_lr * 0.8)), poor
+
+    # Its history goes on through the clone (from the good trial's epoch, which may be one either side of
+    # its own), up to the last epoch, the last ones at the good trial's level.
+    points = history[poor["tune_id"]]
+    epochs = [p["epoch"] for p in points]
+    assert epochs[0] == 1 and epochs[-1] == EPOCHS and epochs == sorted(set(epochs)), points
+    assert points[-1]["values"]["val_accuracy"] > 0.8, points
+    assert poor["iterations"] == EPOCHS and poor["best_metric"] > 0.8
+    # The trial's best checkpoint is one of its own Train runs' (a new run after the clone).
+    assert poor["checkpoint_path"] and f"/{poor['tune_id']}-" in poor["checkpoint_path"], poor["checkpoint_path"]
