@@ -9,9 +9,13 @@ from collections.abc import Iterator
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend
-from orchestrator.db.models import Job, Sweep
+from orchestrator.db.models import Job, Sweep, utcnow
 from orchestrator.services.log_archive import LogArchive
 from orchestrator.states import TERMINAL
+
+# A driver reports the job's end, then shuts down (Ray Train's last lines, Ray's "[repeated Nx]" summary):
+# a follow waits this long at most for its process to exit, so the stream ends with everything it printed.
+DRIVER_EXIT_GRACE_S = 30.0
 
 
 def read_logs(backend: ClusterBackend, archive: LogArchive, job: Job | Sweep, attempt: int | None = None) -> str:
@@ -50,7 +54,7 @@ def follow_logs(
             job = session.get(Job, job_id)
             if job is None:
                 return
-            finished = job.state in TERMINAL
+            finished = job.state in TERMINAL and _driver_exited(backend, job)
             text = read_logs(backend, archive, job)
         if len(text) < sent:
             sent = 0  # a new attempt started a new log
@@ -60,3 +64,16 @@ def follow_logs(
         if finished:
             return
         time.sleep(poll_s)
+
+
+def _driver_exited(backend: ClusterBackend, job: Job) -> bool:
+    """Whether the ended job's current attempt prints nothing more: its Ray job has finished (or Ray lost
+    it), or the grace since the job ended has passed."""
+    if job.attempt == 0 or job.finished_at is None:
+        return True
+    if (utcnow() - job.finished_at).total_seconds() > DRIVER_EXIT_GRACE_S:
+        return True
+    try:
+        return backend.info(f"{job.id}-{job.attempt}").status.finished
+    except BackendUnavailable:
+        return True  # no live copy to wait for: the archive is what there is

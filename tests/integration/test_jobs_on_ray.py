@@ -65,10 +65,11 @@ def test_digits_job_trains_to_95_percent_and_reports_everything(member, ray_clus
     history = [(e["from_state"], e["to_state"]) for e in member.http.get(f"/v1/jobs/{job_id}/events").json()]
     assert history == [(None, "QUEUED"), ("QUEUED", "STARTING"), ("STARTING", "RUNNING"), ("RUNNING", "SUCCEEDED")]
 
+    # A finished job's follow returns everything its driver printed (it waits for the driver to exit) and ends.
+    followed = member.http.get(f"/v1/jobs/{job_id}/logs", params={"follow": "true"}).text
     logs = member.http.get(f"/v1/jobs/{job_id}/logs").text
     assert job_id in logs and "RayTrainWorker" in logs  # driver output and forwarded worker output
-    followed = member.http.get(f"/v1/jobs/{job_id}/logs", params={"follow": "true"}).text
-    assert followed == logs  # a finished job's follow returns everything and ends
+    assert followed == logs
 
     assert len(_ray_submissions_of(ray_cluster, job_id)) == 1
 

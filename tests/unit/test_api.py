@@ -333,6 +333,31 @@ def test_logs_of_a_started_job(app, client, backend):
     assert client.get(f"/v1/jobs/{job}/logs", headers=auth(ADMIN)).text == f"log of {job}-1\n"
 
 
+def test_following_an_ended_job_waits_for_its_driver_to_exit(app, client, backend, monkeypatch):
+    from orchestrator.services import logs as logs_service
+
+    job, token = _started_job(app, client, backend)
+    printed = [f"log of {job}-1\n"]
+    monkeypatch.setattr(backend, "logs", lambda submission_id: "".join(printed))
+    done = {"attempt": 1, "events": [{"type": "state", "state": "running"}, {"type": "state", "state": "succeeded"}]}
+    client.post(f"/internal/v1/jobs/{job}/events", json=done, headers=auth(token))
+    assert client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()["state"] == "SUCCEEDED"
+
+    service = app.state.service
+    stream = logs_service.follow_logs(service.sessions, backend, service.log_archive, job, poll_s=0)
+    assert next(stream) == printed[0]
+    printed.append("driver shutting down\n")  # the job has ended; its driver still runs and prints
+    assert next(stream) == "driver shutting down\n"
+    printed.append("[repeated 3x across cluster]\n")
+    backend.runs[f"{job}-1"] = RunStatus.SUCCEEDED  # the driver exited
+    assert list(stream) == ["[repeated 3x across cluster]\n"]  # its last words, then the stream ends
+
+    # A driver that never exits holds a follow no longer than the grace after the job ended.
+    backend.runs[f"{job}-1"] = RunStatus.RUNNING
+    monkeypatch.setattr(logs_service, "DRIVER_EXIT_GRACE_S", 0)
+    assert "".join(logs_service.follow_logs(service.sessions, backend, service.log_archive, job, poll_s=0)) == "".join(printed)
+
+
 def archive_logs(app):
     service = app.state.service
     LogArchiver(service.sessions, service.backend, service.log_archive).tick()
