@@ -46,7 +46,9 @@ class KeyCreated(KeyOut):
     key: str = Field(description="The key itself. It is shown only in this response.")
 
 
-class JobOut(_FromORM):
+class _RunOut(BaseModel):
+    """What a job and a sweep both have: one Ray job per attempt, through the same lifecycle."""
+
     id: str
     project_id: str
     name: str
@@ -56,20 +58,29 @@ class JobOut(_FromORM):
     message: str
     attempt: int
     priority: int
-    labels: dict[str, str]
     spec: dict[str, Any]
-    plan: dict[str, Any] | None = Field(description="Strategy that runs (auto resolved, with the reason), global batch, scaled LR.")
-    latest_metrics: dict[str, Any] | None
-    result: dict[str, Any] | None
     created_at: datetime
     updated_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
 
     @classmethod
+    def _common(cls, run: Job | Sweep) -> dict[str, Any]:
+        return {name: getattr(run, name) for name in _RunOut.model_fields}
+
+
+class JobOut(_RunOut):
+    labels: dict[str, str]
+    plan: dict[str, Any] | None = Field(description="Strategy that runs (auto resolved, with the reason), global batch, scaled LR.")
+    latest_metrics: dict[str, Any] | None
+    result: dict[str, Any] | None
+
+    @classmethod
     def of(cls, job: Job) -> JobOut:
-        data = {name: getattr(job, name) for name in cls.model_fields if name != "labels"}
-        return cls(**data, labels={label.key: label.value for label in job.labels})
+        return cls(
+            **cls._common(job), labels={label.key: label.value for label in job.labels},
+            plan=job.plan, latest_metrics=job.latest_metrics, result=job.result,
+        )
 
 
 class JobPage(BaseModel):
@@ -208,32 +219,16 @@ class BestTrialOut(BaseModel):
     checkpoint_path: str | None
 
 
-class SweepOut(BaseModel):
-    id: str
-    project_id: str
-    name: str
-    workload: str
-    state: JobState
-    reason: str
-    message: str
-    attempt: int
-    priority: int
-    spec: dict[str, Any]
+class SweepOut(_RunOut):
     metric: str
     mode: str
     total_trials: int = Field(description="Trials the sweep runs in all.")
     trials: dict[str, int] = Field(description="How many trials are in each state.")
     best_trial: BestTrialOut | None = Field(description="The best trial so far by the sweep's metric.")
-    created_at: datetime
-    updated_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
 
     @classmethod
     def of(cls, sweep: Sweep, counts: dict[str, int], best: Trial | None) -> SweepOut:
         spec = sweep.spec
-        fields = ("id", "project_id", "name", "workload", "state", "reason", "message", "attempt", "priority", "spec",
-                  "created_at", "updated_at", "started_at", "finished_at")
         best_out = None
         if best is not None and best.best_metric is not None:
             best_out = BestTrialOut(
@@ -241,7 +236,7 @@ class SweepOut(BaseModel):
                 checkpoint_path=best.checkpoint_path,
             )
         return cls(
-            **{name: getattr(sweep, name) for name in fields},
+            **cls._common(sweep),
             metric=spec["metric"], mode=spec["mode"], total_trials=SweepSpec.model_validate(spec).total_trials,
             trials=counts, best_trial=best_out,
         )
