@@ -9,6 +9,7 @@ from ray.train.torch import TorchTrainer
 
 from workers.callbacks import RunEventForwarder
 from workers.failures import CauseAwareFailurePolicy, failure_policy
+from workers.group_start import WaitForFreedResources, without_unused_datasets_callback
 from workers.ray_context import train_loop_per_worker
 from workers.run_snapshot import forget_deleted_checkpoints
 from workers.spec import JobSpec, TrainingPlan
@@ -58,7 +59,11 @@ def build_trainer(
             # keep_best) deletes them, storage first, then its database (orchestrator/services/retention.py).
             checkpoint_config=checkpoint_config or CheckpointConfig(num_to_keep=None),
             failure_config=FailureConfig(max_failures=spec.retries.max_worker_restarts),
-            callbacks=[RunEventForwarder(control_plane_url, job_id, attempt, token), *extra_callbacks],
+            callbacks=[
+                RunEventForwarder(control_plane_url, job_id, attempt, token),
+                WaitForFreedResources(),
+                *extra_callbacks,
+            ],
         ),
     )
     trainer.retry_app_errors = spec.retries.retry_app_errors
@@ -67,7 +72,8 @@ def build_trainer(
 
 
 class JobTrainer(TorchTrainer):
-    """A ``TorchTrainer`` whose worker failures are retried by cause (``workers.failures``)."""
+    """A ``TorchTrainer`` whose worker failures are retried by cause (``workers.failures``) and whose
+    worker groups start without an idle Ray Data actor (``workers.group_start``)."""
 
     retry_app_errors: bool = False
     reporter_args: tuple = (None, "", 0, "")  # EventReporter(url, job_id, attempt, token)
@@ -78,3 +84,6 @@ class JobTrainer(TorchTrainer):
 
         with failure_policy(make_policy):
             return super().fit()
+
+    def _create_default_callbacks(self) -> list:
+        return without_unused_datasets_callback(super()._create_default_callbacks(), self.datasets)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 
+import httpx
 import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
 
@@ -40,6 +42,21 @@ def _submissions(ray_cluster, job_id: str) -> list[str]:
     return [j.submission_id for j in _ray_jobs(ray_cluster).list_jobs() if (j.metadata or {}).get("job_id") == job_id]
 
 
+def _state(ray_cluster, resource: str, **equal: str) -> list[dict]:
+    """Ray's State API (``/api/v0/<resource>``, detail on), filtered on ``key == value`` pairs."""
+    params = {"detail": "true", "limit": 1000, "filter_keys": [], "filter_predicates": [], "filter_values": []}
+    for key, value in equal.items():
+        params["filter_keys"].append(key)
+        params["filter_predicates"].append("=")
+        params["filter_values"].append(value)
+    response = httpx.get(
+        f"{ray_cluster.dashboard_url}/api/v0/{resource}", params=params, timeout=30,
+        headers={"Authorization": f"Bearer {ray_cluster.token()}"},
+    )
+    response.raise_for_status()
+    return response.json()["data"]["result"]["result"]
+
+
 def test_an_exception_in_the_training_code_fails_at_once_with_its_traceback(member, ray_cluster):
     job_id = _submit(member, "app-error", {"fail_after_samples": 100}, retries={"max_worker_restarts": 3})
     job = _wait_terminal(member, job_id)
@@ -62,7 +79,7 @@ def test_out_of_memory_is_never_retried_even_when_errors_are(member, ray_cluster
     assert _submissions(ray_cluster, job_id) == [f"{job_id}-1"]
 
 
-def test_a_transient_error_is_retried_when_the_spec_asks_for_it(member, tmp_path):
+def test_a_transient_error_is_retried_when_the_spec_asks_for_it(member, ray_cluster, tmp_path):
     marker = tmp_path / "failed-once"
     job_id = _submit(
         member, "transient-error", {"fail_after_samples": 100, "fail_once_marker": str(marker)},
@@ -73,6 +90,14 @@ def test_a_transient_error_is_retried_when_the_spec_asks_for_it(member, tmp_path
     assert marker.exists()
     restarts = [h for h in _history(member, job_id) if h[0] == "RESTARTING"]
     assert restarts == [("RESTARTING", "app_error", 1)] and job["attempt"] == 1
+    # How the worker group was started again (workers.group_start): two groups of two workers, no idle
+    # Ray Data actor with either, and each group's placement group placed on the GCS's first try (without
+    # the wait for the first group's resources, the second one's first try fails and waits for a retry).
+    ray_job = _ray_jobs(ray_cluster).get_job_info(f"{job_id}-1").job_id
+    actors = Counter(a["class_name"] for a in _state(ray_cluster, "actors", job_id=ray_job))
+    assert actors["RayTrainWorker"] == 4 and actors["DatasetManager"] == 0, actors
+    groups = _state(ray_cluster, "placement_groups", creator_job_id=ray_job)
+    assert [g["stats"]["scheduling_attempt"] for g in groups] == [1, 1], [g["stats"] for g in groups]
 
 
 def test_a_job_stuck_starting_fails_with_start_timeout_and_its_ray_job_is_stopped(member, ray_cluster):
