@@ -22,6 +22,8 @@ from typing import Any
 
 import httpx
 
+from tests.ray_state import state_api
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # the venv's bin: `orchestrator` is its console script
 ADMIN = "chaos-admin-token"
@@ -311,23 +313,12 @@ class ServiceProcess:
     # --- the cluster, through its own APIs ----------------------------------------------------------
 
     def alive_nodes(self) -> list[dict]:
-        response = httpx.get(
-            f"{self.dashboard_url}/api/v0/nodes", headers=self.headers(), timeout=10,
-            params={"filter_keys": "state", "filter_predicates": "=", "filter_values": "ALIVE"},
-        )
-        response.raise_for_status()
-        return response.json()["data"]["result"]["result"]
+        return state_api(self.dashboard_url, self.token(), "nodes", state="ALIVE")
 
     def train_worker_pids(self) -> list[int]:
         """Pids of the cluster's live RayTrainWorker actors (State API)."""
-        response = httpx.get(
-            f"{self.dashboard_url}/api/v0/actors", headers=self.headers(), timeout=10,
-            params={"filter_keys": "class_name", "filter_predicates": "=", "filter_values": "RayTrainWorker",
-                    "detail": "true", "limit": 1000},
-        )
-        response.raise_for_status()
-        actors = response.json()["data"]["result"]["result"]
-        return sorted(int(a["pid"]) for a in actors if a.get("state") == "ALIVE" and a.get("pid"))
+        actors = state_api(self.dashboard_url, self.token(), "actors", class_name="RayTrainWorker", state="ALIVE")
+        return sorted(int(a["pid"]) for a in actors if a.get("pid"))
 
     def ray_jobs(self):
         from ray.job_submission import JobSubmissionClient

@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from tests.conftest import free_port
+from tests.ray_state import state_api
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "deploy" / "local-cluster.sh"
@@ -64,17 +65,6 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _state_api(dashboard: str, token: str, resource: str, **filters: str) -> list[dict]:
-    params: list[tuple[str, str]] = [("limit", "10000"), ("detail", "true")]
-    for key, value in filters.items():
-        params += [("filter_keys", key), ("filter_predicates", "="), ("filter_values", value)]
-    response = httpx.get(
-        f"{dashboard}/api/v0/{resource}", params=params, headers={"Authorization": f"Bearer {token}"}, timeout=30
-    )
-    response.raise_for_status()
-    return response.json()["data"]["result"]["result"]
-
-
 def test_a_two_worker_job_spans_both_ray_nodes_and_stop_leaves_nothing(tmp_path):
     state = tmp_path / "local-cluster"
     database = f"orch_e2e_{uuid.uuid4().hex[:12]}"
@@ -99,7 +89,7 @@ def test_a_two_worker_job_spans_both_ray_nodes_and_stop_leaves_nothing(tmp_path)
         assert set(pids) == {"head", "worker", "api"}
         token = (state / "ray" / "auth_token").read_text().strip()
 
-        nodes = _state_api(dashboard, token, "nodes", state="ALIVE")
+        nodes = state_api(dashboard, token, "nodes", state="ALIVE")
         assert len(nodes) == 2 and all(n["resources_total"]["CPU"] == 1.0 for n in nodes), nodes
         # The Ray dashboard is behind the token: no token, no answer.
         assert httpx.get(f"{dashboard}/api/v0/nodes", timeout=10).status_code in (401, 403)
@@ -120,7 +110,7 @@ def test_a_two_worker_job_spans_both_ray_nodes_and_stop_leaves_nothing(tmp_path)
         ray_job = httpx.get(
             f"{dashboard}/api/jobs/{job_id}-{job['attempt']}", headers={"Authorization": f"Bearer {token}"}, timeout=30
         ).json()
-        workers = _state_api(dashboard, token, "actors", class_name="RayTrainWorker", job_id=ray_job["job_id"])
+        workers = state_api(dashboard, token, "actors", class_name="RayTrainWorker", job_id=ray_job["job_id"])
         assert len(workers) == 2, workers
         assert {w["node_id"] for w in workers} == {n["node_id"] for n in nodes}, (workers, nodes)
     finally:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-import httpx
 import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 from tests.integration.conftest import START_TIMEOUT_S
+from tests.ray_state import state_api
 
 pytestmark = pytest.mark.integration
 
@@ -40,21 +40,6 @@ def _ray_jobs(ray_cluster) -> JobSubmissionClient:
 
 def _submissions(ray_cluster, job_id: str) -> list[str]:
     return [j.submission_id for j in _ray_jobs(ray_cluster).list_jobs() if (j.metadata or {}).get("job_id") == job_id]
-
-
-def _state(ray_cluster, resource: str, **equal: str) -> list[dict]:
-    """Ray's State API (``/api/v0/<resource>``, detail on), filtered on ``key == value`` pairs."""
-    params = {"detail": "true", "limit": 1000, "filter_keys": [], "filter_predicates": [], "filter_values": []}
-    for key, value in equal.items():
-        params["filter_keys"].append(key)
-        params["filter_predicates"].append("=")
-        params["filter_values"].append(value)
-    response = httpx.get(
-        f"{ray_cluster.dashboard_url}/api/v0/{resource}", params=params, timeout=30,
-        headers={"Authorization": f"Bearer {ray_cluster.token()}"},
-    )
-    response.raise_for_status()
-    return response.json()["data"]["result"]["result"]
 
 
 def test_an_exception_in_the_training_code_fails_at_once_with_its_traceback(member, ray_cluster):
@@ -94,9 +79,11 @@ def test_a_transient_error_is_retried_when_the_spec_asks_for_it(member, ray_clus
     # Ray Data actor with either, and each group's placement group placed on the GCS's first try (without
     # the wait for the first group's resources, the second one's first try fails and waits for a retry).
     ray_job = _ray_jobs(ray_cluster).get_job_info(f"{job_id}-1").job_id
-    actors = Counter(a["class_name"] for a in _state(ray_cluster, "actors", job_id=ray_job))
+    actors = Counter(a["class_name"] for a in state_api(ray_cluster.dashboard_url, ray_cluster.token(), "actors", job_id=ray_job))
     assert actors["RayTrainWorker"] == 4 and actors["DatasetManager"] == 0, actors
-    groups = _state(ray_cluster, "placement_groups", creator_job_id=ray_job)
+    groups = state_api(
+        ray_cluster.dashboard_url, ray_cluster.token(), "placement_groups", creator_job_id=ray_job
+    )
     assert [g["stats"]["scheduling_attempt"] for g in groups] == [1, 1], [g["stats"] for g in groups]
 
 

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from tests.integration.conftest import remove_serving
+from tests.ray_state import state_api
 
 pytestmark = pytest.mark.integration
 
@@ -59,15 +60,7 @@ def _trials(api, sweep_id: str) -> list[dict]:
 
 
 def _alive_train_workers(cluster) -> int:
-    response = httpx.get(
-        f"{cluster.dashboard_url}/api/v0/actors",
-        headers={"Authorization": f"Bearer {cluster.token()}"},
-        params={"filter_keys": "class_name", "filter_predicates": "=", "filter_values": "RayTrainWorker",
-                "detail": "true", "limit": 1000},
-        timeout=10,
-    )
-    response.raise_for_status()
-    return sum(1 for a in response.json()["data"]["result"]["result"] if a.get("state") == "ALIVE")
+    return len(state_api(cluster.dashboard_url, cluster.token(), "actors", class_name="RayTrainWorker", state="ALIVE"))
 
 
 def _wait_no_train_workers(cluster, timeout_s: float = 30) -> None:
