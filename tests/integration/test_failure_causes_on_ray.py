@@ -79,11 +79,10 @@ def test_a_transient_error_is_retried_when_the_spec_asks_for_it(member, ray_clus
     # Ray Data actor with either, and each group's placement group placed on the GCS's first try (without
     # the wait for the first group's resources, the second one's first try fails and waits for a retry).
     ray_job = _ray_jobs(ray_cluster).get_job_info(f"{job_id}-1").job_id
-    actors = Counter(a["class_name"] for a in state_api(ray_cluster.dashboard_url, ray_cluster.token(), "actors", job_id=ray_job))
+    cluster = (ray_cluster.dashboard_url, ray_cluster.token())
+    actors = Counter(a["class_name"] for a in state_api(*cluster, "actors", job_id=ray_job))
     assert actors["RayTrainWorker"] == 4 and actors["DatasetManager"] == 0, actors
-    groups = state_api(
-        ray_cluster.dashboard_url, ray_cluster.token(), "placement_groups", creator_job_id=ray_job
-    )
+    groups = state_api(*cluster, "placement_groups", creator_job_id=ray_job)
     assert [g["stats"]["scheduling_attempt"] for g in groups] == [1, 1], [g["stats"] for g in groups]
 
 

@@ -12,8 +12,8 @@ from ray.train.v2._internal.execution.callback import WorkerGroupCallback
 from ray.train.v2._internal.execution.worker_group.worker_group import WorkerGroup
 from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
-from workers.group_start import WaitForFreedResources, wait_until_available, without_unused_datasets_callback
 from orchestrator.planner import plan_job
+from workers.group_start import WaitForFreedResources, wait_until_available, without_unused_datasets_callback
 from workers.spec import JobSpec
 from workers.trainer import build_trainer
 
