@@ -22,36 +22,40 @@ class FakeBackend:
     # An applied application starts DEPLOYING; a test moves it on with serve_settle().
     serve_applied: list[dict] = field(default_factory=list)
     serve_apps: dict[str, ServeApp] = field(default_factory=dict)
+    # Every backend method the control plane called, in order, recorded before the call can raise
+    # (``available=False``): what a test checks to know whether Ray was asked at all.
+    asked: list[str] = field(default_factory=list)
 
     def capacity(self, fresh: bool = False) -> ClusterCapacity:
-        self._check()
+        self._check("capacity")
         total = self.total if fresh or self.cached_total is None else self.cached_total
         return ClusterCapacity(total=dict(total), largest_node=dict(total))
 
     def submit(self, submission_id, entrypoint, env_vars, metadata) -> None:
-        self._check()
+        self._check("submit")
         self.submitted.append((submission_id, entrypoint, dict(env_vars)))
         self.runs.setdefault(submission_id, RunStatus.PENDING)
 
     def info(self, submission_id) -> RunInfo:
-        self._check()
+        self._check("info")
         return RunInfo(self.runs.get(submission_id, RunStatus.MISSING), "fake", self.exit_codes.get(submission_id))
 
     def stop(self, submission_id) -> None:
-        self._check()
+        self._check("stop")
         self.stopped.append(submission_id)
         if submission_id in self.runs and not self.runs[submission_id].finished:
             self.runs[submission_id] = RunStatus.STOPPED
 
     def logs(self, submission_id) -> str | None:
+        self.asked.append("logs")
         return f"log of {submission_id}\n" if submission_id in self.runs else None
 
     def serve_status(self) -> ServeStatus:
-        self._check()
+        self._check("serve_status")
         return ServeStatus(running=bool(self.serve_applied), apps=dict(self.serve_apps), http_port=None)
 
     def apply_serve(self, config: dict) -> None:
-        self._check()
+        self._check("apply_serve")
         self.serve_applied.append(config)
         wanted = {app["name"]: app for app in config["applications"]}
         for name in list(self.serve_apps):
@@ -71,6 +75,7 @@ class FakeBackend:
             deployment_message="", replicas=running, target_replicas=replicas,
         )
 
-    def _check(self) -> None:
+    def _check(self, method: str) -> None:
+        self.asked.append(method)
         if not self.available:
             raise BackendUnavailable("fake cluster is down")

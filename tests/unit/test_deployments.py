@@ -463,13 +463,18 @@ def test_an_unreachable_cluster_changes_nothing(app, client, backend, tmp_path):
     job_id, _ = finished_job(app, tmp_path)
     deploy(client, name="digits", source={"job_id": job_id})
     backend.available = False
+    backend.asked.clear()
     reconcile(app)  # logs and waits for the next tick
+    # Serve's status was asked for (and raised); with no answer, no config is pushed at a dead cluster.
+    assert backend.asked == ["serve_status"]
     assert backend.serve_applied == [] and get(client, "digits")["state"] == "DEPLOYING"
 
 
 def test_nothing_deployed_means_serve_is_never_asked(app, backend):
-    backend.available = False  # would raise if asked
+    backend.available = False  # every call raises, but is still recorded in backend.asked
+    backend.asked.clear()
     reconcile(app)
+    assert backend.asked == []  # not even Serve's status
     assert backend.serve_applied == []
 
 
