@@ -1,6 +1,7 @@
 """The control plane's view of checkpoint storage (``ORCHESTRATOR_STORAGE``, Ray Train's storage_path).
 
-A job's run folder is ``<storage>/<job id>/``; Ray Train writes its checkpoints there as
+A run folder is ``<storage>/<job id>/`` for a job and ``<storage>/<sweep id>/trials/<run>`` for a sweep
+trial's Train run (the ``job_id`` arguments below take either); Ray Train writes its checkpoints there as
 ``checkpoint_*`` folders, next to files of its own (its run snapshot and the like, never touched here).
 This module lists those folders, tells how old one is, and deletes one, through ``pyarrow.fs``, so a
 local folder and a URI (``s3://bucket/runs``) behave alike. No Ray here: only orchestrator/backend
@@ -91,6 +92,15 @@ class CheckpointStorage:
         except OSError as exc:
             log.warning("checkpoint storage %s is unreachable: %s", self.storage_path, exc)
             return False
+
+    def list_folders(self, relative: str) -> list[str]:
+        """Names of the folders in ``<storage>/<relative>`` (none if it does not exist)."""
+        selector = pyarrow.fs.FileSelector(self.run_dir(relative), allow_not_found=True)
+        try:
+            entries = self.fs.get_file_info(selector)
+        except OSError as exc:
+            raise StorageError(f"cannot list {self.run_dir(relative)}: {exc}") from exc
+        return sorted(e.base_name for e in entries if e.type == pyarrow.fs.FileType.Directory)
 
     def list_checkpoints(self, job_id: str) -> dict[str, StoredCheckpoint]:
         """The ``checkpoint_*`` folders in the job's run folder by name (none if it has no folder).

@@ -22,6 +22,20 @@ TRIAL_DRIVER_CPU = 0.01
 # Parts of the base spec a search may not touch: what identifies the job, and what the sweep itself decides.
 FIXED_PATHS = ("name", "workload", "labels", "priority", "retries", "checkpoint")
 MAX_TRIALS = 10_000
+# <storage>/<sweep id>/trials/<run>: each trial's Ray Train runs and their checkpoints. A run is named
+# after Tune's trial id, or <trial id>-<n> for the n-th new run of a PBT trial (workers.tuning).
+TRIALS_FOLDER = "trials"
+
+
+def trials_folder(sweep_id: str) -> str:
+    """A sweep's trial runs, relative to the storage path."""
+    return f"{sweep_id}/{TRIALS_FOLDER}"
+
+
+def is_trial_run(tune_id: str, run_name: str) -> bool:
+    """Whether ``run_name`` is one of trial ``tune_id``'s Train runs."""
+    suffix = run_name.removeprefix(f"{tune_id}-")
+    return run_name == tune_id or (suffix != run_name and suffix.isdigit())
 
 
 # --- search space --------------------------------------------------------------------------------

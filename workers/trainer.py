@@ -24,12 +24,10 @@ def build_trainer(
     storage_path: str,
     control_plane_url: str | None,
     token: str,
-    checkpoint_config: CheckpointConfig | None = None,
     extra_callbacks: Sequence[UserCallback] = (),
     start_from: str | None = None,
 ) -> JobTrainer:
     """``control_plane_url=None`` makes every reporter only log (scripts, tests, sweep trials).
-    ``checkpoint_config``: Ray Train's retention, for runs the control plane's retention doesn't keep (trials).
     ``start_from``: a checkpoint the run starts from while it has none of its own (``RayContext``)."""
     # Ray Train would refuse to start on a run snapshot that names checkpoints retention deleted.
     forget_deleted_checkpoints(storage_path, job_id)
@@ -55,9 +53,9 @@ def build_trainer(
         run_config=RunConfig(
             name=job_id,
             storage_path=storage_path,
-            # Ray Train keeps every checkpoint; the control plane's retention (checkpoint.keep and
-            # keep_best) deletes them, storage first, then its database (orchestrator/services/retention.py).
-            checkpoint_config=checkpoint_config or CheckpointConfig(num_to_keep=None),
+            # Ray Train keeps every checkpoint, a job's and a sweep trial's; the control plane's retention
+            # deletes them, storage first, then its database (orchestrator/checkpoint_policy.py).
+            checkpoint_config=CheckpointConfig(num_to_keep=None),
             failure_config=FailureConfig(max_failures=spec.retries.max_worker_restarts),
             callbacks=[
                 RunEventForwarder(control_plane_url, job_id, attempt, token),

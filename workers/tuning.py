@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow.fs
 import ray.tune
 from ray import tune
-from ray.train import Checkpoint, CheckpointConfig, UserCallback
+from ray.train import Checkpoint, UserCallback
 from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY, TuneReportCallback
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTraining, TrialScheduler
 from ray.tune.search import BasicVariantGenerator, Searcher
@@ -43,13 +43,13 @@ from workers.sweep_spec import (
     TrialEvent,
     Uniform,
     trial_spec,
+    trials_folder,
 )
 from workers.trainer import build_trainer
 
 log = logging.getLogger(__name__)
 
 TUNE_EXPERIMENT = "tune"  # <storage>/<sweep>/tune: Tune's experiment state, for Tuner.restore
-TRIALS_FOLDER = "trials"  # <storage>/<sweep>/trials/<trial>: each trial's Ray Train run and checkpoints
 # Tune checkpoints kept per PBT trial (entries of Tune's list, not folders): a trial is cloned from its latest,
 # and PBT warns at 2 or fewer (one could be deleted before the trial cloning it copies it). Ray 2.60 registers
 # a checkpoint twice when PBT saves a trial in the top quantile (its own save, then the result's), so 8
@@ -160,11 +160,10 @@ class KeepInRange:
         return config
 
 
-def _trainer(
-    spec: JobSpec, run_name: str, trials_storage: str, metric: str, mode: str, keep: int,
-    callback: UserCallback, start_from: str | None = None,
-):
-    """One Train run of a trial, as a job's (``build_trainer``), with ``callback`` passing its epochs to Tune."""
+def _trainer(spec: JobSpec, run_name: str, trials_storage: str, callback: UserCallback, start_from: str | None = None):
+    """One Train run of a trial, as a job's (``build_trainer``), with ``callback`` passing its epochs to Tune.
+    Ray Train keeps every checkpoint, as for a job: the control plane's retention deletes what the trial
+    does not keep (``orchestrator.services.trial_retention``), so it never advertises a deleted folder."""
     return build_trainer(
         job_id=run_name,
         attempt=1,
@@ -173,26 +172,20 @@ def _trainer(
         storage_path=trials_storage,
         control_plane_url=None,  # a trial's news reaches the control plane through Tune (TrialEventForwarder)
         token="",
-        # No control-plane retention for trials: Ray keeps the best `keep` by the sweep's metric.
-        checkpoint_config=CheckpointConfig(
-            num_to_keep=keep, checkpoint_score_attribute=metric, checkpoint_score_order=mode
-        ),
         extra_callbacks=[callback],
         start_from=start_from,
     )
 
 
-def run_trial(
-    config: dict[str, Any], *, base: dict, trials_storage: str, metric: str, mode: str, keep: int, pbt: bool = False
-) -> None:
+def run_trial(config: dict[str, Any], *, base: dict, trials_storage: str, pbt: bool = False) -> None:
     """The function trainable: one trial is one Ray Train run, named after Tune's trial id, so a trial that
     Tune restarts (a new sweep driver) resumes that run's latest checkpoint. PBT trials: ``run_pbt_trial``."""
     spec = trial_spec(JobSpec.model_validate(base), config)
     trial_id = ray.tune.get_context().get_trial_id()
     if pbt:
-        run_pbt_trial(spec, trial_id, trials_storage, metric, mode, keep)
+        run_pbt_trial(spec, trial_id, trials_storage)
         return
-    trainer = _trainer(spec, trial_id, trials_storage, metric, mode, keep, TuneReportCallback())
+    trainer = _trainer(spec, trial_id, trials_storage, TuneReportCallback())
     result = trainer.fit()
     # A sweep driver killed after the trial's last epoch but before it passed that epoch on restores this
     # trial, whose Train run has finished and reports nothing more: hand Tune the run's final result once
@@ -201,7 +194,7 @@ def run_trial(
         tune.report(_tune_result(result.metrics, result.checkpoint))
 
 
-def run_pbt_trial(spec: JobSpec, trial_id: str, trials_storage: str, metric: str, mode: str, keep: int) -> None:
+def run_pbt_trial(spec: JobSpec, trial_id: str, trials_storage: str) -> None:
     """A PBT trial: reports every epoch to Tune with a Tune checkpoint, which PBT may clone into another trial.
 
     Started with a Tune checkpoint (PBT cloned another trial into this one, or a new sweep driver restored
@@ -216,7 +209,7 @@ def run_pbt_trial(spec: JobSpec, trial_id: str, trials_storage: str, metric: str
         _copy_folder(cloned, start_from)
         log.info("trial %s: new Train run %s from %s", trial_id, run_name, cloned.path)
     results = Queue(maxsize=1, actor_options={"num_cpus": 0})  # owned by this trial: gone with it
-    trainer = _trainer(spec, run_name, trials_storage, metric, mode, keep, CheckpointForwarder(results), start_from)
+    trainer = _trainer(spec, run_name, trials_storage, CheckpointForwarder(results), start_from)
     _fit_and_report(trainer, results)
 
 
@@ -294,10 +287,7 @@ def trainable(spec: SweepSpec, storage_path: str, sweep_id: str):
     fn = tune.with_parameters(
         run_trial,
         base=spec.base.model_dump(mode="json"),
-        trials_storage=f"{sweep_folder(storage_path, sweep_id)}/{TRIALS_FOLDER}",
-        metric=spec.metric,
-        mode=spec.mode,
-        keep=spec.base.checkpoint.keep,
+        trials_storage=f"{storage_path.rstrip('/')}/{trials_folder(sweep_id)}",
         pbt=isinstance(spec.scheduler, PbtScheduler),
     )
     # The trial's own actor only drives its TorchTrainer; the workers hold the real resources.

@@ -14,7 +14,7 @@ from orchestrator.services.sweep_events import apply_sweep_events
 from orchestrator.states import lock_job
 from orchestrator.sweep_states import lock_sweep
 from workers.spec import DriverAssignment, EventBatch, JobSpec, TrainingPlan
-from workers.sweep_spec import SweepAssignment, SweepEventBatch, SweepSpec
+from workers.sweep_spec import SweepAssignment, SweepEventBatch, SweepSpec, TrialEvent
 
 router = APIRouter(prefix="/internal/v1/jobs", tags=["internal"])
 sweeps_router = APIRouter(prefix="/internal/v1/sweeps", tags=["internal"])
@@ -74,9 +74,15 @@ def sweep_assignment(
 
 
 @sweeps_router.post("/{sweep_id}/events")
-def post_sweep_events(sweep_id: str, batch: SweepEventBatch, session: SessionDep, credentials: BearerDep) -> dict[str, int]:
+def post_sweep_events(
+    sweep_id: str, batch: SweepEventBatch, session: SessionDep, service: ServiceDep, credentials: BearerDep
+) -> dict[str, int]:
     sweep = _check_token(lock_sweep(session, sweep_id), credentials)
     _current_attempt(sweep, batch.attempt)
     applied = apply_sweep_events(session, sweep, batch)
     session.commit()
+    with_checkpoints = {e.trial for e in batch.events if isinstance(e, TrialEvent) and e.checkpoint_path}
+    if with_checkpoints:
+        # After the commit, as for a job: storage is never touched with the sweep row locked.
+        service.checkpoints.trials.after_recording(sweep_id, with_checkpoints)
     return {"received": len(batch.events), "applied": applied}

@@ -338,7 +338,8 @@ class Trial(Base):
     latest_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     best_metric: Mapped[float | None] = mapped_column(default=None)  # the sweep's metric, best epoch
     best_epoch: Mapped[int | None] = mapped_column(Integer, default=None)
-    checkpoint_path: Mapped[str | None] = mapped_column(String(4096), default=None)  # of the best epoch
+    # The best epoch (by the sweep's metric; ties: the later) that still has a checkpoint, and its folder
+    checkpoint_path: Mapped[str | None] = mapped_column(String(4096), default=None)
     stopped_early: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
@@ -356,4 +357,7 @@ class TrialMetric(Base):
     epoch: Mapped[int] = mapped_column(Integer)
     step: Mapped[int] = mapped_column(Integer, default=0)
     values: Mapped[dict[str, Any]]
+    # The epoch's committed checkpoint while storage still holds it: the control plane's retention
+    # (orchestrator/services/retention.py) clears it when it deletes the folder.
+    checkpoint_path: Mapped[str | None] = mapped_column(String(4096), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

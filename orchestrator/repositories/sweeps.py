@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import JobState, Sweep, SweepEvent, Trial, TrialMetric, TrialState
@@ -111,18 +112,62 @@ def trial_counts(session: Session, sweep_id: str) -> dict[str, int]:
     return counts
 
 
-def record_trial_metric(session: Session, trial: Trial, epoch: int, step: int, values: dict[str, Any]) -> None:
+def record_trial_metric(
+    session: Session, trial: Trial, epoch: int, step: int, values: dict[str, Any], checkpoint_path: str | None = None
+) -> None:
     """Idempotent on (trial, epoch): a re-sent point merges into the stored one."""
     point = session.scalars(
         select(TrialMetric).where(TrialMetric.trial_id == trial.id, TrialMetric.epoch == epoch)
     ).one_or_none()
     if point is None:
-        session.add(TrialMetric(trial_id=trial.id, epoch=epoch, step=step, values=dict(values)))
+        session.add(TrialMetric(trial_id=trial.id, epoch=epoch, step=step, values=dict(values), checkpoint_path=checkpoint_path))
     else:
         point.values = {**point.values, **values}
+        if checkpoint_path:
+            point.checkpoint_path = checkpoint_path
 
 
 def list_trial_metrics(session: Session, trial_id: str) -> list[TrialMetric]:
     return list(
         session.scalars(select(TrialMetric).where(TrialMetric.trial_id == trial_id).order_by(TrialMetric.epoch))
     )
+
+
+def trial_checkpoints(session: Session, trial_id: str) -> list[TrialMetric]:
+    """The trial's epochs that still have a checkpoint, oldest first."""
+    return list(
+        session.scalars(
+            select(TrialMetric)
+            .where(TrialMetric.trial_id == trial_id, TrialMetric.checkpoint_path.is_not(None))
+            .order_by(TrialMetric.epoch)
+        )
+    )
+
+
+def sweep_checkpoints(session: Session, sweep_id: str) -> list[tuple[Trial, TrialMetric]]:
+    """Every trial epoch of the sweep that still has a checkpoint."""
+    rows = session.execute(
+        select(Trial, TrialMetric)
+        .join(TrialMetric, TrialMetric.trial_id == Trial.id)
+        .where(Trial.sweep_id == sweep_id, TrialMetric.checkpoint_path.is_not(None))
+        .order_by(Trial.number, TrialMetric.epoch)
+    )
+    return [(trial, point) for trial, point in rows]
+
+
+def forget_trial_checkpoints(session: Session, trial_id: str, paths: set[str]) -> int:
+    """Clear the checkpoint of the trial's epochs whose folder is one of ``paths`` (deleted or gone)."""
+    points = [p for p in trial_checkpoints(session, trial_id) if p.checkpoint_path in paths]
+    for point in points:
+        point.checkpoint_path = None
+    session.flush()
+    return len(points)
+
+
+def sweeps_for_checkpoint_upkeep(session: Session, finished_since: datetime | None) -> list[tuple[str, JobState]]:
+    """``(id, state)`` of the sweeps that ever started and are active or finished since ``finished_since``
+    (every sweep that ever started when it is None)."""
+    query = select(Sweep.id, Sweep.state).where(Sweep.attempt >= 1).order_by(Sweep.created_at, Sweep.id)
+    if finished_since is not None:
+        query = query.where(or_(Sweep.state.in_(ACTIVE), Sweep.finished_at >= finished_since))
+    return [(sweep_id, state) for sweep_id, state in session.execute(query)]

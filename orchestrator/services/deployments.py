@@ -10,12 +10,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend
+from orchestrator.checkpoint_policy import best_first
 from orchestrator.db.models import Checkpoint, Deployment, DeploymentEvent, DeploymentState, Job, Sweep
 from orchestrator.deployment_spec import (
     AutoscalingSpec,
@@ -38,6 +40,7 @@ from workers.spec import is_custom_workload
 from workers.sweep_spec import SweepSpec, trial_spec
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 D = DeploymentState
 # Built-ins with a predictor in workers.serving; a custom workload is served as a classifier of rows
@@ -109,48 +112,63 @@ def resolve_source(session: Session, source: SourceSpec, project_scope: str | No
 
 
 def _resolve_trial(session: Session, trial_id: str, project_scope: str | None) -> ResolvedSource:
-    """A sweep trial's best checkpoint (by the sweep's metric: Ray Train keeps it, see workers.tuning)."""
+    """The trial's best checkpoint that storage still holds, by the sweep's metric (ties: the later epoch,
+    ``orchestrator.checkpoint_policy``); the control plane's retention keeps it (``trial_retention``)."""
     loc = ("source", "trial_id")
     trial = sweeps_repo.get_trial(session, trial_id, project_scope)
     if trial is None:
         raise SpecRejected(loc, f"no trial {trial_id} (GET /v1/sweeps/{{id}}/trials lists a sweep's trials)")
-    if not trial.checkpoint_path:
-        raise SpecRejected(loc, f"trial {trial_id} ({trial.state}) has no checkpoint yet: it reports one per epoch")
     if trial.state not in TRIAL_TERMINAL:
-        raise SpecRejected(loc, f"trial {trial_id} is {trial.state}: while it trains, Ray Train may still replace "
+        raise SpecRejected(loc, f"trial {trial_id} is {trial.state}: while it trains, retention may still replace "
                            "its best checkpoint and delete the old one; deploy it once it has ended")
     sweep = session.get(Sweep, trial.sweep_id)
     if sweep.workload not in SERVABLE_WORKLOADS and not is_custom_workload(sweep.workload):
         raise SpecRejected(loc, f"trial {trial_id} ran workload {sweep.workload!r}: serving supports "
                            f"{', '.join(SERVABLE_WORKLOADS)} and custom workloads")
-    _check_folder(trial.checkpoint_path, loc)
-    spec = trial_spec(SweepSpec.model_validate(sweep.spec).base, trial.config)
-    point = next((p for p in sweeps_repo.list_trial_metrics(session, trial.id) if p.epoch == trial.best_epoch), None)
+    sweep_spec = SweepSpec.model_validate(sweep.spec)
+    points = sweeps_repo.trial_checkpoints(session, trial.id)
+    ranked = best_first(points, sweep_spec.metric, sweep_spec.mode or "max", metrics=lambda p: p.values,
+                        order=lambda p: p.epoch)
+    point = _first_usable(ranked, lambda p: p.checkpoint_path, loc,
+                          f"trial {trial_id} ({trial.state}) has no checkpoint left to deploy")
+    spec = trial_spec(sweep_spec.base, trial.config)
     return ResolvedSource(
         checkpoint_id=None,
-        checkpoint_path=trial.checkpoint_path,
+        checkpoint_path=point.checkpoint_path,
         job_id=None,
         workload=sweep.workload,
         config=dict(spec.config),
         checkpoint={
-            "attempt": 1, "epoch": trial.best_epoch or 0, "step": point.step if point else 0,
-            "metrics": dict(point.values) if point else {}, "sweep_id": sweep.id, "trial_id": trial.id,
+            "attempt": 1, "epoch": point.epoch, "step": point.step, "metrics": dict(point.values),
+            "sweep_id": sweep.id, "trial_id": trial.id,
         },
     )
 
 
 def _pick(job: Job, checkpoints: list[Checkpoint], select_by: str) -> Checkpoint:
-    if not checkpoints:
-        raise SpecRejected(("source", "job_id"), f"job {job.id} ({job.state}) has no committed checkpoint to deploy")
-    latest = max(checkpoints, key=lambda c: (c.step, c.id))
-    if select_by == "latest":
-        return latest
-    metric, higher_is_better = selection_metric(job)
-    scored = [c for c in checkpoints if isinstance((c.metrics or {}).get(metric), (int, float))]
-    if not scored:
-        return latest
-    sign = 1 if higher_is_better else -1
-    return max(scored, key=lambda c: (sign * c.metrics[metric], c.step, c.id))  # ties: the latest
+    """The job's best (ties: the newer, ``orchestrator.checkpoint_policy``) or latest checkpoint whose
+    folder still holds a model; if it doesn't, the next one."""
+    newest_first = sorted(checkpoints, key=lambda c: c.id, reverse=True)
+    candidates = newest_first
+    if select_by != "latest":
+        metric, higher_is_better = selection_metric(job)
+        ranked = best_first(checkpoints, metric, "max" if higher_is_better else "min",
+                            metrics=lambda c: c.metrics, order=lambda c: c.id)
+        candidates = ranked + [c for c in newest_first if c not in ranked]  # unscored ones: newest first
+    return _first_usable(candidates, lambda c: c.path, ("source", "job_id"),
+                         f"job {job.id} ({job.state}) has no committed checkpoint to deploy")
+
+
+def _first_usable(candidates: list[T], path_of: Callable[[T], str], loc: tuple[str, ...], none_left: str) -> T:
+    """The first candidate whose checkpoint folder holds a model; SpecRejected when none does."""
+    problems = []
+    for candidate in candidates:
+        try:
+            _check_folder(path_of(candidate), loc)
+            return candidate
+        except SpecRejected as exc:
+            problems.append(str(exc))
+    raise SpecRejected(loc, none_left + (f" ({'; '.join(problems[:3])})" if problems else ""))
 
 
 def selection_metric(job: Job) -> tuple[str, bool]:

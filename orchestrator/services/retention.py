@@ -4,7 +4,9 @@ Ray Train keeps every checkpoint it writes (``num_to_keep=None``); the control p
 
 - **Retention.** A job keeps its newest ``checkpoint.keep`` checkpoints (newest = most recently
   recorded, which is the order Ray Train registered them in) plus, with ``checkpoint.keep_best``, the
-  best ``count`` by the metric (checkpoints without it don't count). The latest is never deleted.
+  best ``count`` by the metric (checkpoints without it don't count; ties: the newer). The latest is
+  never deleted. The rule is ``orchestrator.checkpoint_policy``, which sweep trials share
+  (``orchestrator.services.trial_retention``).
   Whatever else is recorded is deleted from storage first, then from the database, so the database
   never forgets a folder that is still there; if a delete fails the row stays and it is tried again.
 - **Sweeper.** ``checkpoint_*`` folders in a job's run folder that the database does not list (Ray
@@ -30,56 +32,28 @@ its commit) and, with the sweeper, every ``checkpoint_sweep_interval_s`` in the 
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from orchestrator.checkpoint_policy import RecordedCheckpoint, select_kept
 from orchestrator.db.models import Job, JobState, utcnow
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.repositories import jobs as jobs_repo
+from orchestrator.repositories import sweeps as sweeps_repo
+from orchestrator.services.trial_retention import TrialCheckpointJanitor
 from orchestrator.settings import Settings
 from orchestrator.states import TERMINAL
 from orchestrator.storage import CheckpointStorage, StorageError
-from workers.spec import CheckpointSpec, KeepBestSpec
+from workers.spec import CheckpointSpec
 
 log = logging.getLogger(__name__)
 
 # A finished job's run folder is swept for this long after it ends: a stopped run's workers may still
 # be finishing a save when the job is already CANCELLED.
 RECHECK_FINISHED = timedelta(hours=1)
-
-
-@dataclass(frozen=True)
-class RecordedCheckpoint:
-    id: int
-    path: str
-    step: int
-    metrics: dict[str, Any] = field(default_factory=dict)
-
-
-def select_kept(checkpoints: Sequence[RecordedCheckpoint], keep: int, keep_best: KeepBestSpec | None) -> set[int]:
-    """Ids of the checkpoints retention keeps: the newest ``keep`` (by id, the order they were recorded
-    in) and the best ``keep_best.count`` by its metric (ties: the newer). The latest is always kept."""
-    ordered = sorted(checkpoints, key=lambda c: c.id)
-    kept = {c.id for c in ordered[-max(keep, 1):]}
-    if keep_best is not None:
-        sign = 1.0 if keep_best.mode == "max" else -1.0
-        scored = [(sign * value, c.id) for c in ordered if (value := _score(c.metrics, keep_best.metric)) is not None]
-        kept |= {checkpoint_id for _, checkpoint_id in sorted(scored, reverse=True)[: keep_best.count]}
-    return kept
-
-
-def _score(metrics: dict[str, Any], metric: str) -> float | None:
-    value = metrics.get(metric)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 class CheckpointJanitor:
@@ -96,13 +70,15 @@ class CheckpointJanitor:
         # The events endpoint and the loop may look at the same job at once; one at a time keeps the
         # sweeper from taking a folder retention is deleting for one that vanished on its own.
         self._busy = threading.RLock()
+        # Sweep trials' checkpoints: the same rule, their own records.
+        self.trials = TrialCheckpointJanitor(sessions, storage)
 
     # --- the background loop ------------------------------------------------------------------------
 
     def tick(self) -> None:
-        """Retention and sweeping for every active or recently finished job (every started job on the
-        first tick, for jobs that ended while the service was down), and for every job whose checkpoints
-        live deployments stopped referencing since the last tick."""
+        """Retention and sweeping for every active or recently finished job and sweep (every started one
+        on the first tick, for those that ended while the service was down), and for every job whose
+        checkpoints live deployments stopped referencing since the last tick."""
         if not self.storage.available():
             return
         since = None if not self._swept_everything else utcnow() - RECHECK_FINISHED
@@ -116,6 +92,13 @@ class CheckpointJanitor:
                 self._released.discard(job_id)
             except StorageError as exc:
                 log.warning("checkpoint upkeep of job %s: %s; trying again later", job_id, exc)
+        with self.sessions() as session:
+            sweeps = sweeps_repo.sweeps_for_checkpoint_upkeep(session, since)
+        for sweep_id, state in sweeps:
+            try:
+                self.trials.upkeep(sweep_id, finished=state in TERMINAL)
+            except StorageError as exc:
+                log.warning("checkpoint upkeep of sweep %s: %s; trying again later", sweep_id, exc)
         self._swept_everything = True
 
     def _released_jobs(self, session: Session, listed: set[str]) -> list[tuple[str, JobState]]:

@@ -6,7 +6,8 @@ import logging
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db.models import Sweep, Trial, TrialState
+from orchestrator.checkpoint_policy import best_first, score
+from orchestrator.db.models import Sweep, Trial, TrialMetric, TrialState
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.events import DEFAULT_REASON, TARGET_STATE
 from orchestrator.states import IllegalTransition
@@ -39,7 +40,7 @@ def apply_sweep_events(session: Session, sweep: Sweep, batch: SweepEventBatch) -
                 )
             except IllegalTransition as exc:
                 log.info("ignoring reported state: %s", exc)
-    _update_best(session, sweep, spec)
+    update_best_trial(session, sweep, spec)
     return applied
 
 
@@ -56,10 +57,12 @@ def _apply_trial(session: Session, sweep: Sweep, spec: SweepSpec, event: TrialEv
         trial.config = dict(event.config)
         changed = True
     if event.epoch is not None and event.metrics:
-        sweeps_repo.record_trial_metric(session, trial, event.epoch, event.step or 0, event.metrics)
+        sweeps_repo.record_trial_metric(
+            session, trial, event.epoch, event.step or 0, event.metrics, event.checkpoint_path
+        )
         trial.iterations = max(trial.iterations, event.epoch)
         trial.latest_metrics = {**event.metrics, "epoch": event.epoch}
-        _consider_best_epoch(trial, spec, event)
+        refresh_trial_best(session, trial, spec)
         changed = True
     if event.state in _TRIAL_TARGET:
         to_state, reason = _TRIAL_TARGET[event.state]
@@ -78,22 +81,38 @@ def _apply_trial(session: Session, sweep: Sweep, spec: SweepSpec, event: TrialEv
     return changed
 
 
-def _consider_best_epoch(trial: Trial, spec: SweepSpec, event: TrialEvent) -> None:
-    value = event.metrics.get(spec.metric)
-    if value is None:
+def refresh_trial_best(session: Session, trial: Trial, spec: SweepSpec) -> None:
+    """The trial's best epoch by the sweep's metric (ties: the later, ``orchestrator.checkpoint_policy``)
+    among the epochs whose checkpoint is still kept, with that checkpoint: what a deployment of the trial
+    loads. Only when none is left, the best epoch of all, with no checkpoint."""
+    session.flush()
+    points = sweeps_repo.list_trial_metrics(session, trial.id)
+    kept = [p for p in points if p.checkpoint_path]
+    ranked = best_first(kept or points, spec.metric, spec.mode or "max", metrics=_values, order=_epoch)
+    if not ranked:
         return
-    if trial.best_metric is None or _better(value, trial.best_metric, spec.mode):
-        trial.best_metric, trial.best_epoch = value, event.epoch
-        trial.checkpoint_path = event.checkpoint_path
+    best = ranked[0]
+    trial.best_metric, trial.best_epoch = score(best.values, spec.metric), best.epoch
+    trial.checkpoint_path = best.checkpoint_path
+
+
+def _values(point: TrialMetric) -> dict:
+    return point.values
+
+
+def _epoch(point: TrialMetric) -> int:
+    return point.epoch
 
 
 def _better(value: float, than: float, mode: str | None) -> bool:
     return value > than if mode == "max" else value < than
 
 
-def _update_best(session: Session, sweep: Sweep, spec: SweepSpec) -> None:
+def update_best_trial(session: Session, sweep: Sweep, spec: SweepSpec) -> None:
     session.flush()
     scored = [t for t in sweeps_repo.list_trials(session, sweep.id) if t.best_metric is not None]
+    # A trial with a checkpoint left beats one without: the best trial is the one to deploy.
+    scored = [t for t in scored if t.checkpoint_path] or scored
     if not scored:
         return
     # Ties go to the trial that got there first (the lower number).
