@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.db.models import Job, utcnow
-from orchestrator.services.retention import RecordedCheckpoint, select_kept
+from orchestrator.checkpoint_policy import RecordedCheckpoint, select_kept
 from orchestrator.services.scheduler import Scheduler
 from orchestrator.storage import CheckpointStorage, StorageError
 from tests.unit.api_helpers import ADMIN
