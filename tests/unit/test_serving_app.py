@@ -1,15 +1,16 @@
 """The Serve application's model code without Ray: loading checkpoints, the predictors' input checks,
-and the replica's HTTP answers (4xx with what is expected, never a 500, for a bad body)."""
+and the replica's answers to HTTP requests (4xx with what is expected, never a 500, for a bad body)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
+import pickle
 
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 from starlette.requests import Request
+from starlette.testclient import TestClient
 
 from workers.serving import (
     MAX_ROWS,
@@ -110,12 +111,16 @@ def test_tiny_gpt_generates_text_from_a_prompt():
             predictor.parse(body)
 
 
-def _request(method: str, body: bytes = b"") -> Request:
-    async def receive():
-        return {"type": "http.request", "body": body, "more_body": False}
+def over_http(replica) -> TestClient:
+    """An HTTP client of ``replica`` as Serve's proxy hands it requests (a deployment without an ingress):
+    each request as a Starlette ``Request`` to ``__call__``, whose ``Response`` is sent back as it is.
+    Requests go through an HTTP client (httpx) and the ASGI interface; no Ray, no socket."""
 
-    scope = {"type": "http", "method": method, "path": "/digits", "headers": [], "query_string": b""}
-    return Request(scope, receive)
+    async def asgi(scope, receive, send):
+        response = await replica(Request(scope, receive))
+        await response(scope, receive, send)
+
+    return TestClient(asgi, follow_redirects=False)
 
 
 def test_the_replica_answers_over_http_and_bad_bodies_are_4xx(digits_checkpoint):
@@ -123,10 +128,12 @@ def test_the_replica_answers_over_http_and_bad_bodies_are_4xx(digits_checkpoint)
     replica = ModelServer.func_or_class(path, "digits", DIGITS_CONFIG, deployment="digits")
     # Unbatched: @serve.batch needs a running replica (batching is covered on Ray: integration test, bench).
     replica.reconfigure({"version": 3, "max_batch_size": 1, "batch_wait_timeout_s": 0.0, "threads": 1})
+    http = over_http(replica)
 
     def call(method: str, body: bytes = b"") -> tuple[int, dict]:
-        response = asyncio.run(replica(_request(method, body)))
-        return response.status_code, json.loads(response.body)
+        response = http.request(method, "/digits", content=body, headers={"content-type": "application/json"})
+        assert response.headers.get("content-type") == "application/json", response.headers
+        return response.status_code, response.json()
 
     row = [float(i % 17) for i in range(64)]
     status, answer = call("POST", json.dumps({"inputs": [row]}).encode())
@@ -145,7 +152,8 @@ def test_a_checkpoint_that_does_not_load_fails_the_replica(tmp_path):
     folder = tmp_path / "broken"
     folder.mkdir()
     (folder / "model.pt").write_bytes(b"garbage")
-    with pytest.raises(Exception):
+    # torch.load(weights_only=True) refuses bytes that are no checkpoint: the replica never starts.
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
         ModelServer.func_or_class(str(folder), "digits", DIGITS_CONFIG)
     with pytest.raises(ValueError, match="serving supports"):
         ModelServer.func_or_class(str(folder), "spirals", {})
