@@ -26,6 +26,7 @@ run: $(STAMP)
 test: $(STAMP)
 	bash scripts/ensure-postgres.sh
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/unit -v -n 2 --timeout 900 --durations 15
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/security -v -n 2 --timeout 900
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/integration -v --timeout 900 --durations 30
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/chaos -v --timeout 600
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/e2e -v --timeout 900

@@ -45,14 +45,14 @@ def current_principal(credentials: BearerDep, service: ServiceDep) -> Principal:
     secret = credentials.credentials
     admin_token = service.settings.admin_token
     if admin_token and secrets_equal(secret, admin_token):
-        return Principal(Role.ADMIN, project_id=None)
+        return Principal(Role.ADMIN, project_id=None, cluster_wide=True)
     # Its own short session: on SQLite every transaction holds the write lock (see db/engine.py), so
     # nothing may keep one open for the length of a request, let alone a streamed response.
     with service.sessions() as session:
         key = projects_repo.find_api_key(session, secret)
     if key is None:
         raise _unauthorized("unknown API key")
-    return Principal(key.role, project_id=key.project_id, key_id=key.id)
+    return Principal(key.role, project_id=key.project_id, key_id=key.id, cluster_wide=key.cluster_wide)
 
 
 CurrentKey = Annotated[Principal, Depends(current_principal)]
@@ -70,16 +70,30 @@ def admin(principal: CurrentKey) -> Principal:
     return principal
 
 
+def cluster_admin(principal: CurrentKey) -> Principal:
+    if not principal.is_cluster_admin:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN, "this needs a cluster-wide admin key (ORCHESTRATOR_ADMIN_TOKEN); a project's "
+            "admin key acts in its own project only",
+        )
+    return principal
+
+
 WriterKey = Annotated[Principal, Depends(writer)]
 AdminKey = Annotated[Principal, Depends(admin)]
+ClusterAdminKey = Annotated[Principal, Depends(cluster_admin)]
 
 
 def target_project(session, principal: Principal, project_id: str | None) -> str:
-    """Members submit into their own project; admins into ?project_id= or their key's project."""
+    """Keys submit into their own project; cluster-wide admins into ?project_id= or the default project."""
     if project_id is None:
         return principal.project_id or projects_repo.ensure_default_project(session).id
-    if not principal.is_admin and project_id != principal.project_id:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no project {project_id}")
-    if projects_repo.get_project(session, project_id) is None:
+    return visible_project(session, principal, project_id)
+
+
+def visible_project(session, principal: Principal, project_id: str) -> str:
+    """``project_id`` if the caller may act in it; another project is simply not found (404)."""
+    scope = principal.project_scope()
+    if (scope is not None and project_id != scope) or projects_repo.get_project(session, project_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no project {project_id}")
     return project_id

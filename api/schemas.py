@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.db.models import Deployment, DeploymentState, Job, JobState, Role, Sweep, Trial, TrialState
 from workers.sweep_spec import SweepSpec
@@ -31,6 +31,20 @@ class KeyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     role: Role
     name: str = Field("", max_length=64)
+    scope: Literal["project", "cluster"] = Field(
+        "project", description="Always 'project': a key made under a project acts in that project only."
+    )
+
+    @field_validator("scope")
+    @classmethod
+    def _project_only(cls, scope: str) -> str:
+        if scope != "project":
+            raise ValueError(
+                "a key made under a project acts in that project only, whatever its role; cluster-wide admin "
+                "is not made through a project route: it is the ORCHESTRATOR_ADMIN_TOKEN of the service's "
+                "environment (docs/security.md)"
+            )
+        return scope
 
 
 class KeyOut(_FromORM):
@@ -39,6 +53,7 @@ class KeyOut(_FromORM):
     name: str
     role: Role
     prefix: str
+    cluster_wide: bool = Field(description="Acts on every project (only the key the first start prints).")
     created_at: datetime
 
 
@@ -205,9 +220,12 @@ class TrialOut(_FromORM):
     best_metric: float | None = Field(description="The sweep's metric at the trial's best epoch.")
     best_epoch: int | None
     stopped_early: bool = Field(description="Stopped by the scheduler (ASHA) before its last epoch.")
-    checkpoint_path: str | None = Field(description="The checkpoint of the best epoch.")
+    checkpoint_path: str | None = Field(
+        description="The checkpoint of the best epoch (ties: the later) among those retention keeps: a folder that exists."
+    )
     created_at: datetime
     updated_at: datetime
+    started_at: datetime | None = Field(None, description="When the sweep driver reported the trial running.")
     finished_at: datetime | None
 
 
@@ -246,4 +264,7 @@ class TrialMetricOut(_FromORM):
     epoch: int
     step: int
     values: dict[str, Any]
+    checkpoint_path: str | None = Field(
+        None, description="The epoch's checkpoint while retention keeps it (the trial's latest and best); null once deleted."
+    )
     created_at: datetime

@@ -57,6 +57,8 @@ def set_trial_state(trial: Trial, to_state: TrialState, reason: str, message: st
     changed = transition(
         None, trial, to_state, reason, message, rules=TRIAL_RULES, subject=f"trial {trial.id}", history=None
     )
+    if changed and to_state == TrialState.RUNNING and trial.started_at is None:
+        trial.started_at = trial.updated_at
     if changed and to_state in TRIAL_TERMINAL:
         trial.finished_at = trial.updated_at
     return changed

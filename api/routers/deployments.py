@@ -43,13 +43,13 @@ def create_deployment(
     session: SessionDep,
     service: ServiceDep,
     principal: WriterKey,
-    project_id: Annotated[str | None, Query(description="Admins only: the project to deploy in.")] = None,
+    project_id: Annotated[str | None, Query(description="Cluster-wide admins only: the project to deploy in.")] = None,
 ) -> DeploymentOut:
     """Serve a job's best (or latest) checkpoint, or a given checkpoint, at `route_prefix` on Ray Serve."""
     settings = ops.new_settings(body, service.settings)
     ops.check_resources(settings["resources"], service.backend)  # asks Ray: before the transaction starts
     target = target_project(session, principal, project_id)
-    resolved = ops.resolve_source(session, body.source, None if principal.is_admin else target)
+    resolved = ops.resolve_source(session, body.source, principal.project_scope())
     deployment = ops.create_deployment(session, target, body, resolved, settings)
     session.commit()
     return DeploymentOut.of(deployment, service.settings.serve_url)

@@ -33,7 +33,7 @@ def create_job(
     principal: WriterKey,
     response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
-    project_id: Annotated[str | None, Query(description="Admins only: the project to run in.")] = None,
+    project_id: Annotated[str | None, Query(description="Cluster-wide admins only: the project to run in.")] = None,
 ) -> JobOut:
     """Submit a training job. A repeated `Idempotency-Key` returns the job the first request made."""
     plan = check_runnable(spec, service.settings, service.backend)  # asks Ray: before the transaction starts

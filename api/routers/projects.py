@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, status
 from sqlalchemy.exc import IntegrityError
 
-from api.deps import AdminKey, CurrentKey, SessionDep
+from api.deps import AdminKey, ClusterAdminKey, CurrentKey, SessionDep, visible_project
 from api.schemas import KeyCreate, KeyCreated, KeyOut, ProjectCreate, ProjectOut
 from orchestrator.repositories import projects as projects_repo
 
@@ -11,7 +11,7 @@ router = APIRouter(prefix="/v1/projects", tags=["projects"])
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
-def create_project(body: ProjectCreate, session: SessionDep, _: AdminKey) -> ProjectOut:
+def create_project(body: ProjectCreate, session: SessionDep, _: ClusterAdminKey) -> ProjectOut:
     try:
         project = projects_repo.create_project(session, body.name)
         session.commit()
@@ -27,9 +27,9 @@ def list_projects(session: SessionDep, principal: CurrentKey) -> list[ProjectOut
 
 
 @router.post("/{project_id}/keys", status_code=status.HTTP_201_CREATED)
-def create_key(project_id: str, body: KeyCreate, session: SessionDep, _: AdminKey) -> KeyCreated:
-    if projects_repo.get_project(session, project_id) is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no project {project_id}")
+def create_key(project_id: str, body: KeyCreate, session: SessionDep, principal: AdminKey) -> KeyCreated:
+    """A key for this project, acting in it only (a project's admin key makes keys for its own project)."""
+    visible_project(session, principal, project_id)
     key, secret = projects_repo.create_api_key(session, project_id, body.role, body.name)
     session.commit()
     return KeyCreated(**KeyOut.model_validate(key).model_dump(), key=secret)

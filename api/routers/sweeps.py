@@ -40,7 +40,7 @@ def create_sweep(
     session: SessionDep,
     service: ServiceDep,
     principal: WriterKey,
-    project_id: Annotated[str | None, Query(description="Admins only: the project to run in.")] = None,
+    project_id: Annotated[str | None, Query(description="Cluster-wide admins only: the project to run in.")] = None,
 ) -> SweepOut:
     """Start a search over the base job's hyperparameters; every trial is a distributed training run."""
     spec = check_sweep_runnable(spec, service.settings, service.backend)  # asks Ray: before the transaction

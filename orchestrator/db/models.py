@@ -77,6 +77,9 @@ class ApiKey(Base):
     # sha256 of the key: keys are 256-bit random strings, so a fast hash is enough (no password stretching).
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     prefix: Mapped[str] = mapped_column(String(16), default="")
+    # A key acts in its project only, whatever its role. Cluster-wide (every project, making projects) is
+    # only the admin key the first start prints when no ORCHESTRATOR_ADMIN_TOKEN is set; no route makes one.
+    cluster_wide: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -343,6 +346,7 @@ class Trial(Base):
     stopped_early: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(default=None)  # when the driver reported it running
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
 
 

@@ -35,10 +35,15 @@ def ensure_default_project(session: Session) -> Project:
     return get_project_by_name(session, DEFAULT_PROJECT) or create_project(session, DEFAULT_PROJECT)
 
 
-def create_api_key(session: Session, project_id: str, role: Role, name: str = "") -> tuple[ApiKey, str]:
+def create_api_key(
+    session: Session, project_id: str, role: Role, name: str = "", cluster_wide: bool = False
+) -> tuple[ApiKey, str]:
     """Returns the row and the plaintext key, which is never stored and never shown again."""
     secret = generate_secret()
-    key = ApiKey(project_id=project_id, role=role, name=name, key_hash=hash_secret(secret), prefix=secret[:10])
+    key = ApiKey(
+        project_id=project_id, role=role, name=name, key_hash=hash_secret(secret), prefix=secret[:10],
+        cluster_wide=cluster_wide,
+    )
     session.add(key)
     session.flush()
     return key, secret
@@ -48,5 +53,6 @@ def find_api_key(session: Session, secret: str) -> ApiKey | None:
     return session.scalars(select(ApiKey).where(ApiKey.key_hash == hash_secret(secret))).one_or_none()
 
 
-def any_admin_key(session: Session) -> bool:
-    return session.scalars(select(ApiKey.id).where(ApiKey.role == Role.ADMIN).limit(1)).first() is not None
+def any_cluster_admin_key(session: Session) -> bool:
+    query = select(ApiKey.id).where(ApiKey.role == Role.ADMIN, ApiKey.cluster_wide.is_(True)).limit(1)
+    return session.scalars(query).first() is not None

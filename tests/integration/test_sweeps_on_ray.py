@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -21,6 +22,7 @@ import torch
 
 from tests.integration.conftest import remove_serving
 from tests.ray_state import state_api
+from tests.trial_checkpoints import assert_trial_checkpoints_agree
 
 pytestmark = pytest.mark.integration
 
@@ -57,6 +59,34 @@ def _trials(api, sweep_id: str) -> list[dict]:
     response = api.http.get(f"/v1/sweeps/{sweep_id}/trials")
     response.raise_for_status()
     return response.json()
+
+
+def _trials_dir(sweep: dict) -> Path:
+    """``<storage>/<sweep>/trials``, from the best trial's checkpoint (``<trials>/<run>/checkpoint_*``)."""
+    return Path(sweep["best_trial"]["checkpoint_path"]).parent.parent
+
+
+def _most_at_once(trials: list[dict]) -> int:
+    """The most trials running at one time, from the start and end the control plane recorded for each."""
+    edges = sorted([(datetime.fromisoformat(t["started_at"]), 1) for t in trials if t["started_at"]]
+                   + [(datetime.fromisoformat(t["finished_at"]), -1) for t in trials if t["finished_at"]])
+    running = most = 0
+    for _, step in edges:  # an end and a start at the same instant: the end first
+        running += step
+        most = max(most, running)
+    return most
+
+
+def _deploy_and_check(api, cluster, name: str, trial: dict) -> dict:
+    """Deploy the trial (its best checkpoint that exists) and wait until Serve runs it; removed afterwards."""
+    response = api.http.post("/v1/deployments", json={"name": name, "source": {"trial_id": trial["id"]}})
+    assert response.status_code == 201, response.text
+    try:
+        deployment = api.wait_deployment(name, {"HEALTHY"})
+        assert deployment["current"]["checkpoint_path"] == trial["checkpoint_path"]
+        return deployment
+    finally:
+        remove_serving(api, cluster, name)
 
 
 def _alive_train_workers(cluster) -> int:
@@ -118,6 +148,8 @@ def test_asha_stops_the_poor_trials_early_and_frees_their_workers(admin, ray_clu
     counts = sweep["trials"]
     assert counts["STOPPED"] == len([t for t in trials if t["state"] == "STOPPED"]) >= 2
     assert counts["SUCCEEDED"] + counts["STOPPED"] == 4
+    # Every checkpoint a trial names exists and verifies, and storage holds exactly those (stopped trials too).
+    assert_trial_checkpoints_agree(admin.http, sweep["id"], _trials_dir(sweep))
 
 
 def test_the_best_trial_deploys_to_ray_serve(admin, ray_cluster, asha_sweep):
@@ -153,19 +185,43 @@ def test_a_grid_sweep_runs_exactly_the_grid_two_trials_at_a_time(admin, ray_clus
         max_concurrent_trials=2,
     )
     assert sweep["total_trials"] == 4
-    most_workers, most_running = 0, 0
+    most_workers = 0
 
-    def watch(polled):
-        nonlocal most_workers, most_running
+    def watch(_polled):
+        nonlocal most_workers
         most_workers = max(most_workers, _alive_train_workers(ray_cluster))
-        most_running = max(most_running, polled["trials"]["RUNNING"])
 
     sweep = _wait(admin, sweep["id"], on_poll=watch)
-    # Never more than two trials, nor more workers than two trials have; none left once it is over.
-    assert most_running == 2 and 0 < most_workers <= 2 * SEARCH_TRIAL_SCALING["num_workers"]
+    trials = _trials(admin, sweep["id"])
+    # Never more than two trials (by the times recorded for each: a poll could miss an overlap), nor more
+    # workers than two trials have (an upper bound, which a missed poll cannot break); none left at the end.
+    assert _most_at_once(trials) == 2, [(t["started_at"], t["finished_at"]) for t in trials]
+    assert 0 < most_workers <= 2 * SEARCH_TRIAL_SCALING["num_workers"]
     _wait_no_train_workers(ray_cluster)
-    configs = sorted(tuple(t["config"][p] for p in space) for t in _trials(admin, sweep["id"]))
+    configs = sorted(tuple(t["config"][p] for p in space) for t in trials)
     assert configs == sorted(itertools.product(*space.values()))
+
+
+def test_a_trial_whose_epochs_tie_deploys_the_checkpoint_it_names(admin, ray_cluster):
+    """The bug this guards: Ray Train kept the later of tied epochs and the trial named the earlier one,
+    deleted, so deploying the trial failed. A rate of 1e-9 moves no prediction: every epoch's val_accuracy
+    is the same, and with keep 1 only the latest and the best (by the tie rule, the same one) are kept."""
+    sweep = _submit(
+        admin,
+        name="fifo-tie",
+        base=_base(epochs=3, scaling=SEARCH_TRIAL_SCALING, checkpoint={"keep": 1}),
+        search_space={"lr.base": {"type": "grid", "values": [1e-9]}},
+        algorithm="grid",
+    )
+    sweep = _wait(admin, sweep["id"])
+    (trial,) = _trials(admin, sweep["id"])
+    points = admin.http.get(f"/v1/trials/{trial['id']}/metrics").json()
+    assert len({p["values"]["val_accuracy"] for p in points}) == 1 and len(points) == 3, points  # a certain tie
+    assert (trial["best_epoch"], sweep["best_trial"]["epoch"]) == (3, 3)
+    assert [p["epoch"] for p in points if p["checkpoint_path"]] == [3]
+    assert_trial_checkpoints_agree(admin.http, sweep["id"], _trials_dir(sweep))
+    deployment = _deploy_and_check(admin, ray_cluster, "fifo-tie", trial)
+    assert deployment["current"]["checkpoint"]["epoch"] == 3
 
 
 def test_a_seeded_random_sweep_samples_the_same_configs_again_and_cancel_stops_every_trial(admin, ray_cluster):

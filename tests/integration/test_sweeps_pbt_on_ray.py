@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_sweeps_on_ray import _base, _submit, _trials, _wait, _wait_no_train_workers
+from tests.integration.test_sweeps_on_ray import (
+    _base,
+    _deploy_and_check,
+    _submit,
+    _trials,
+    _trials_dir,
+    _wait,
+    _wait_no_train_workers,
+)
+from tests.trial_checkpoints import assert_trial_checkpoints_agree
 
 pytestmark = pytest.mark.integration
 
@@ -63,3 +72,7 @@ def test_pbt_clones_the_good_trial_into_the_poor_one(admin, ray_cluster):
     assert poor["iterations"] == EPOCHS and poor["best_metric"] > 0.8
     # The trial's best checkpoint is one of its own Train runs' (a new run after the clone).
     assert poor["checkpoint_path"] and f"/{poor['tune_id']}-" in poor["checkpoint_path"], poor["checkpoint_path"]
+    # Retention keeps what the cloned trial names, across its runs; storage holds exactly what is recorded;
+    # and the cloned trial deploys from its new run's checkpoint.
+    assert_trial_checkpoints_agree(admin.http, sweep["id"], _trials_dir(sweep))
+    _deploy_and_check(admin, ray_cluster, "pbt-clone", poor)
