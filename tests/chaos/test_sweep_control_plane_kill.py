@@ -1,5 +1,6 @@
 """kill -9 of the control plane while a sweep runs: the next start adopts the sweep and its running driver;
-trial news reported while it was down arrives, no trial is duplicated, max_concurrent_trials holds."""
+trial news reported while it was down arrives, no trial is duplicated, max_concurrent_trials holds, and
+the trials' checkpoints in storage are exactly those the database records."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from tests.chaos.harness import Api, wait_until
 from tests.chaos.test_control_plane_kill import DOWN_S
+from tests.trial_checkpoints import assert_trial_checkpoints_agree
 
 pytestmark = pytest.mark.chaos
 
@@ -61,3 +63,7 @@ def test_control_plane_kill_while_a_sweep_runs(service):
         epochs = [p["epoch"] for p in api.http.get(f"/v1/trials/{trial['id']}/metrics").json()]
         assert epochs == list(range(1, EPOCHS + 1)), (trial["tune_id"], epochs)
     assert most_running <= SWEEP["max_concurrent_trials"]
+    # As the job scenarios check: storage holds exactly the checkpoints the database records, each one
+    # verifies, each trial names its best kept one, and each trial's last epoch arrived with the metrics Ray
+    # Train recorded for it (the news buffered while the control plane was down, unchanged).
+    assert_trial_checkpoints_agree(api.http, sweep_id, service.storage / sweep_id / "trials")
