@@ -10,7 +10,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from orchestrator.auth import Principal, secrets_equal
-from orchestrator.db.models import Role
+from orchestrator.db.models import Role, utcnow
 from orchestrator.repositories import projects as projects_repo
 from orchestrator.service import Service
 
@@ -43,16 +43,22 @@ def current_principal(credentials: BearerDep, service: ServiceDep) -> Principal:
     if credentials is None:
         raise _unauthorized("missing 'Authorization: Bearer <key>' header")
     secret = credentials.credentials
-    admin_token = service.settings.admin_token
-    if admin_token and secrets_equal(secret, admin_token):
+    # The environment's tokens (several while one is rotated), each compared in constant time.
+    if sum(secrets_equal(secret, token) for token in service.settings.admin_tokens):
         return Principal(Role.ADMIN, project_id=None, cluster_wide=True)
+    now = utcnow()
     # Its own short session: on SQLite every transaction holds the write lock (see db/engine.py), so
     # nothing may keep one open for the length of a request, let alone a streamed response.
     with service.sessions() as session:
         key = projects_repo.find_api_key(session, secret)
-    if key is None:
-        raise _unauthorized("unknown API key")
-    return Principal(key.role, project_id=key.project_id, key_id=key.id, cluster_wide=key.cluster_wide)
+        if key is None:
+            raise _unauthorized("unknown API key (it may have been revoked)")
+        if key.expires_at is not None and key.expires_at <= now:
+            raise _unauthorized(f"this API key expired at {key.expires_at.isoformat()}")
+        principal = Principal(key.role, project_id=key.project_id, key_id=key.id, cluster_wide=key.cluster_wide)
+        if projects_repo.record_key_use(session, key, now):  # at most once a minute per key
+            session.commit()
+    return principal
 
 
 CurrentKey = Annotated[Principal, Depends(current_principal)]

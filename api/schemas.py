@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.db.models import Deployment, DeploymentState, Job, JobState, Role, Sweep, Trial, TrialState
 from workers.sweep_spec import SweepSpec
@@ -34,6 +34,8 @@ class KeyCreate(BaseModel):
     scope: Literal["project", "cluster"] = Field(
         "project", description="Always 'project': a key made under a project acts in that project only."
     )
+    expires_at: datetime | None = Field(None, description="When the key stops working (UTC if no zone given).")
+    expires_in_days: int | None = Field(None, ge=1, le=3650, description="Or: it stops working this many days on.")
 
     @field_validator("scope")
     @classmethod
@@ -46,6 +48,28 @@ class KeyCreate(BaseModel):
             )
         return scope
 
+    @field_validator("expires_at")
+    @classmethod
+    def _in_the_future(cls, expires_at: datetime | None) -> datetime | None:
+        if expires_at is None:
+            return None
+        if expires_at.tzinfo is None:
+            expires_at = expires_at.replace(tzinfo=UTC)
+        if expires_at <= datetime.now(UTC):
+            raise ValueError("expires_at is in the past")
+        return expires_at
+
+    @model_validator(mode="after")
+    def _one_expiry(self) -> KeyCreate:
+        if self.expires_at is not None and self.expires_in_days is not None:
+            raise ValueError("give expires_at or expires_in_days, not both")
+        return self
+
+    def expiry(self, now: datetime) -> datetime | None:
+        if self.expires_in_days is not None:
+            return now + timedelta(days=self.expires_in_days)
+        return self.expires_at
+
 
 class KeyOut(_FromORM):
     id: str
@@ -55,6 +79,8 @@ class KeyOut(_FromORM):
     prefix: str
     cluster_wide: bool = Field(description="Acts on every project (only the key the first start prints).")
     created_at: datetime
+    expires_at: datetime | None = Field(description="None: it does not expire.")
+    last_used_at: datetime | None = Field(description="Recorded at most once a minute; None: never used.")
 
 
 class KeyCreated(KeyOut):

@@ -112,7 +112,7 @@ class Service:
     def _bootstrap_keys(self) -> None:
         with self.sessions.begin() as session:
             project = projects_repo.ensure_default_project(session)
-            if self.settings.admin_token or projects_repo.any_cluster_admin_key(session):
+            if self.settings.admin_tokens or projects_repo.any_cluster_admin_key(session):
                 return
             _, secret = projects_repo.create_api_key(
                 session, project.id, Role.ADMIN, name="bootstrap", cluster_wide=True

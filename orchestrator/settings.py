@@ -17,7 +17,12 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535)
     storage: str = Field("./var/storage", description="Checkpoint and run storage (Ray Train storage_path).")
     var_dir: str = Field("./var", description="Local state the service owns: Ray token, logs.")
-    admin_token: str | None = Field(None, description="Accepted as an admin key when set (bootstrap).")
+    admin_token: str | None = Field(
+        None,
+        description="Cluster-wide admin token(s) (bootstrap). Comma-separated to rotate: set 'new,old', restart "
+        "the control plane (nothing is lost: jobs and keys live in the database), move clients to the new "
+        "token, then drop the old one.",
+    )
     # RAY_ADDRESS keeps Ray's own name: the dashboard address of an existing cluster to use.
     ray_address: str | None = Field(None, validation_alias=AliasChoices("RAY_ADDRESS"))
     ray_gcs_port: int = Field(6390, description="GCS port of the local cluster the service starts.")
@@ -51,6 +56,10 @@ class Settings(BaseSettings):
     log_archive_interval_s: float = Field(
         5.0, gt=0, description="How often running jobs' output is copied to <storage>/<job>/logs/."
     )
+
+    @cached_property
+    def admin_tokens(self) -> tuple[str, ...]:
+        return tuple(t.strip() for t in (self.admin_token or "").split(",") if t.strip())
 
     @cached_property
     def allowed_workload_packages(self) -> frozenset[str]:

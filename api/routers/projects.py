@@ -5,6 +5,7 @@ from sqlalchemy.exc import IntegrityError
 
 from api.deps import AdminKey, ClusterAdminKey, CurrentKey, SessionDep, visible_project
 from api.schemas import KeyCreate, KeyCreated, KeyOut, ProjectCreate, ProjectOut
+from orchestrator.db.models import utcnow
 from orchestrator.repositories import projects as projects_repo
 
 router = APIRouter(prefix="/v1/projects", tags=["projects"])
@@ -30,6 +31,25 @@ def list_projects(session: SessionDep, principal: CurrentKey) -> list[ProjectOut
 def create_key(project_id: str, body: KeyCreate, session: SessionDep, principal: AdminKey) -> KeyCreated:
     """A key for this project, acting in it only (a project's admin key makes keys for its own project)."""
     visible_project(session, principal, project_id)
-    key, secret = projects_repo.create_api_key(session, project_id, body.role, body.name)
+    key, secret = projects_repo.create_api_key(
+        session, project_id, body.role, body.name, expires_at=body.expiry(utcnow())
+    )
     session.commit()
     return KeyCreated(**KeyOut.model_validate(key).model_dump(), key=secret)
+
+
+@router.get("/{project_id}/keys")
+def list_keys(project_id: str, session: SessionDep, principal: AdminKey) -> list[KeyOut]:
+    """The project's keys (never a secret or its hash): for the project's admins and cluster-wide admins."""
+    visible_project(session, principal, project_id)
+    keys = projects_repo.list_api_keys(session, project_id, cluster_wide=principal.is_cluster_admin)
+    return [KeyOut.model_validate(key) for key in keys]
+
+
+@router.delete("/{project_id}/keys/{key_id}", status_code=status.HTTP_204_NO_CONTENT)
+def revoke_key(project_id: str, key_id: str, session: SessionDep, principal: AdminKey) -> None:
+    """Revoke a key: it answers 401 from the next request on. A cluster-wide key only by a cluster-wide admin."""
+    visible_project(session, principal, project_id)
+    if not projects_repo.delete_api_key(session, project_id, key_id, cluster_wide=principal.is_cluster_admin):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no key {key_id} in project {project_id}")
+    session.commit()

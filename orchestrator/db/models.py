@@ -81,6 +81,9 @@ class ApiKey(Base):
     # only the admin key the first start prints when no ORCHESTRATOR_ADMIN_TOKEN is set; no route makes one.
     cluster_wide: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(default=None)  # None: never; past it the key is 401
+    # Written at most once a minute per key (repositories/projects.py), not on every request.
+    last_used_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class Job(Base):

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from sqlalchemy import select
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from orchestrator.auth import generate_secret, hash_secret
@@ -35,14 +37,19 @@ def ensure_default_project(session: Session) -> Project:
     return get_project_by_name(session, DEFAULT_PROJECT) or create_project(session, DEFAULT_PROJECT)
 
 
+# How stale a key's last_used_at may get: a key is written at most this often, not on every request.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
 def create_api_key(
-    session: Session, project_id: str, role: Role, name: str = "", cluster_wide: bool = False
+    session: Session, project_id: str, role: Role, name: str = "", cluster_wide: bool = False,
+    expires_at: datetime | None = None,
 ) -> tuple[ApiKey, str]:
     """Returns the row and the plaintext key, which is never stored and never shown again."""
     secret = generate_secret()
     key = ApiKey(
         project_id=project_id, role=role, name=name, key_hash=hash_secret(secret), prefix=secret[:10],
-        cluster_wide=cluster_wide,
+        cluster_wide=cluster_wide, expires_at=expires_at,
     )
     session.add(key)
     session.flush()
@@ -51,6 +58,38 @@ def create_api_key(
 
 def find_api_key(session: Session, secret: str) -> ApiKey | None:
     return session.scalars(select(ApiKey).where(ApiKey.key_hash == hash_secret(secret))).one_or_none()
+
+
+def list_api_keys(session: Session, project_id: str, cluster_wide: bool) -> list[ApiKey]:
+    """A project's keys, oldest first; the cluster-wide ones only when ``cluster_wide`` (for their admins)."""
+    query = select(ApiKey).where(ApiKey.project_id == project_id).order_by(ApiKey.created_at, ApiKey.id)
+    if not cluster_wide:
+        query = query.where(ApiKey.cluster_wide.is_(False))
+    return list(session.scalars(query))
+
+
+def delete_api_key(session: Session, project_id: str, key_id: str, cluster_wide: bool) -> bool:
+    """Revoke: the row goes, so the key is unknown from the next request on. False if there was none."""
+    query = delete(ApiKey).where(ApiKey.project_id == project_id, ApiKey.id == key_id)
+    if not cluster_wide:
+        query = query.where(ApiKey.cluster_wide.is_(False))
+    return session.execute(query).rowcount > 0
+
+
+def record_key_use(session: Session, key: ApiKey, now: datetime) -> bool:
+    """Set ``last_used_at`` if it is older than LAST_USED_RESOLUTION; False (and no write) otherwise.
+
+    The condition is repeated in the UPDATE, so concurrent requests of one key write it once.
+    """
+    stale = now - LAST_USED_RESOLUTION
+    if key.last_used_at is not None and key.last_used_at > stale:
+        return False
+    query = (
+        update(ApiKey)
+        .where(ApiKey.id == key.id, or_(ApiKey.last_used_at.is_(None), ApiKey.last_used_at <= stale))
+        .values(last_used_at=now)
+    )
+    return session.execute(query).rowcount > 0
 
 
 def any_cluster_admin_key(session: Session) -> bool:

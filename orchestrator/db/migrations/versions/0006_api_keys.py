@@ -1,4 +1,5 @@
-"""api keys: cluster-wide is a kind of key of its own (a project's admin key acts in its project only)
+"""api keys: cluster-wide is a kind of key of its own (a project's admin key acts in its project only);
+a key's expiry and when it was last used
 
 Revision ID: 0006
 Revises: 0005
@@ -18,6 +19,8 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table('api_keys') as batch:
         batch.add_column(sa.Column('cluster_wide', sa.Boolean(), nullable=False, server_default=sa.false()))
+        batch.add_column(sa.Column('expires_at', sa.DateTime(timezone=True), nullable=True))
+        batch.add_column(sa.Column('last_used_at', sa.DateTime(timezone=True), nullable=True))
     # Until now every admin key acted on every project. Only the key the service itself printed at its
     # first start (admin, named 'bootstrap', in the default project) keeps that; every other key is
     # confined to its project from here on.
@@ -29,4 +32,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     with op.batch_alter_table('api_keys') as batch:
+        batch.drop_column('last_used_at')
+        batch.drop_column('expires_at')
         batch.drop_column('cluster_wide')
