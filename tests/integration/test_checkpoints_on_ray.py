@@ -58,3 +58,29 @@ def test_storage_and_the_database_list_the_same_whole_checkpoints(member):
         time.sleep(0.5)
     assert _stored(run_dir) == paths == sorted(c["path"] for c in _recorded(member, job_id))
     assert (run_dir / "checkpoint_manager_snapshot.json").is_file()  # Ray's own files stay
+
+
+def test_tied_epochs_keep_the_newest_and_best_deploys_it(member, ray_cluster):
+    """Ties go to the newer checkpoint in retention and in "best" alike: with keep 1 and keep_best 1, a job
+    whose epochs all tie (a rate of 1e-9 moves no prediction) keeps only its last checkpoint, and "best"
+    names that one, which exists."""
+    from tests.integration.conftest import remove_serving
+
+    checkpoint = {"keep": 1, "keep_best": {"metric": "val_accuracy", "count": 1}}
+    response = member.submit(name="tie", epochs=3, checkpoint=checkpoint, lr={"base": 1e-9},
+                             scaling={"num_workers": 1, "cpus_per_worker": 0.9})
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    member.wait(job_id, {"SUCCEEDED"}, timeout_s=300)
+    accuracies = {p["values"]["val_accuracy"] for p in member.http.get(f"/v1/jobs/{job_id}/metrics").json()
+                  if "val_accuracy" in p["values"]}
+    assert len(accuracies) == 1, accuracies  # a certain tie
+    recorded = _recorded(member, job_id)
+    assert [c["epoch"] for c in recorded] == [3]
+    assert _stored(Path(recorded[0]["path"]).parent) == [recorded[0]["path"]]
+    response = member.http.post("/v1/deployments", json={"name": "job-tie", "source": {"job_id": job_id}})
+    try:
+        assert response.status_code == 201, response.text
+        assert response.json()["target"]["checkpoint_id"] == recorded[0]["id"]
+    finally:
+        remove_serving(member, ray_cluster, "job-tie")
