@@ -342,3 +342,6 @@ def test_a_killed_sweep_driver_resumes_without_rerunning_finished_trials(admin, 
     assert sorted(t["config"]["lr.base"] for t in after) == [0.1, 0.2, 0.3]
     assert admin.http.get(f"/v1/trials/{after[0]['id']}/metrics").json() == first_points
     assert after[0]["updated_at"] == trials[0]["updated_at"]
+    # The restored trials' checkpoints: each named one exists and is its best kept epoch, storage holds
+    # exactly the recorded ones, and every trial's last epoch is the one its Train run recorded.
+    assert_trial_checkpoints_agree(admin.http, sweep["id"], trials_folder)
