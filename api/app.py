@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request, status
 from fastapi.responses import JSONResponse
 
+from api.limits import BodySizeLimit
 from api.routers import deployments, health, internal, jobs, plan, projects, sweeps
 from orchestrator.backend import ClusterBackend
 from orchestrator.service import Service
@@ -35,6 +36,13 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
+    settings = service.settings
+    app.add_middleware(
+        BodySizeLimit,
+        max_mb=settings.max_body_mb,
+        setting="ORCHESTRATOR_MAX_BODY_MB",
+        larger={"/internal/": (settings.max_internal_body_mb, "ORCHESTRATOR_MAX_INTERNAL_BODY_MB")},
+    )
     for router in (
         health.router, projects.router, jobs.router, sweeps.router, sweeps.trials_router, deployments.router,
         plan.router, internal.router, internal.sweeps_router,

@@ -33,6 +33,15 @@ class Settings(BaseSettings):
     public_url: str | None = Field(
         None, description="URL drivers use to reach the control plane (default http://host:port)."
     )
+    max_body_mb: float = Field(
+        1.0, gt=0, description="Largest request body (MB); past it a 413 before the body is parsed."
+    )
+    max_internal_body_mb: float = Field(
+        16.0,
+        gt=0,
+        description="Largest body of the /internal routes drivers report through (a batch of up to 1000 events; "
+        "a driver drops a batch refused with a 4xx, so this is larger).",
+    )
     workload_packages: str = Field("", description="Comma-separated packages custom workloads may come from.")
     scheduler_interval_s: float = Field(1.0, gt=0)
     reconciler_interval_s: float = Field(2.0, gt=0)
