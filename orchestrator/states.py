@@ -133,6 +133,8 @@ def set_run_state(
         run.started_at = run.updated_at
     if changed and to_state in TERMINAL:
         run.finished_at = run.updated_at
+        # A run's token acts for that run only while it runs: its driver has sent its last word.
+        run.token_hash = ""
     return changed
 
 

@@ -15,11 +15,14 @@ scheme, as pyarrow and Ray use them).
 from __future__ import annotations
 
 import logging
+import os
 import posixpath
 import threading
 from dataclasses import dataclass
 
 import pyarrow.fs
+
+from workers.sweep_spec import is_trial_run, trials_folder
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +86,26 @@ class CheckpointStorage:
         if parent != posixpath.normpath(self.run_dir(job_id)) or not name.startswith(CHECKPOINT_PREFIX):
             return None
         return name
+
+    def owns_checkpoint(self, run: str, path: str) -> bool:
+        """Whether ``path`` (as a driver reports it) is a ``checkpoint_*`` folder directly in the run's own
+        folder, also once symbolic links are followed (local storage): a driver may record no other."""
+        if self.checkpoint_name(run, path) is None:
+            return False
+        if self.scheme is not None:  # an object store has no links
+            return True
+        real = os.path.realpath(self.to_fs_path(path) or "")
+        return os.path.dirname(real) == os.path.realpath(self.run_dir(run))
+
+    def trial_run(self, sweep_id: str, tune_id: str, path: str) -> str | None:
+        """``<sweep>/trials/<run>`` when ``path`` is a checkpoint folder of one of trial ``tune_id``'s Train
+        runs (links followed); None for anything else."""
+        fs_path = self.to_fs_path(path)
+        if fs_path is None:
+            return None
+        run_name = posixpath.basename(posixpath.dirname(posixpath.normpath(fs_path)))
+        run = f"{trials_folder(sweep_id)}/{run_name}"
+        return run if is_trial_run(tune_id, run_name) and self.owns_checkpoint(run, path) else None
 
     def available(self) -> bool:
         """The storage root exists. If it doesn't (an unmounted volume, a wrong setting), nothing is

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import TypeVar
 
 from fastapi import APIRouter, HTTPException, status
@@ -9,13 +11,14 @@ from fastapi import APIRouter, HTTPException, status
 from api.deps import BearerDep, ServiceDep, SessionDep
 from orchestrator.auth import hash_secret, secrets_equal
 from orchestrator.db.models import Job, Sweep
-from orchestrator.services.events import apply_events
+from orchestrator.services.events import RefusedEvent, apply_events
 from orchestrator.services.sweep_events import apply_sweep_events
 from orchestrator.states import lock_job
 from orchestrator.sweep_states import lock_sweep
 from workers.spec import DriverAssignment, EventBatch, JobSpec, TrainingPlan
 from workers.sweep_spec import SweepAssignment, SweepEventBatch, SweepSpec, TrialEvent
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/internal/v1/jobs", tags=["internal"])
 sweeps_router = APIRouter(prefix="/internal/v1/sweeps", tags=["internal"])
 Run = TypeVar("Run", Job, Sweep)
@@ -37,6 +40,17 @@ def _current_attempt(run: Job | Sweep, attempt: int) -> None:
         )
 
 
+def _refusing_foreign(apply: Callable[[], int], session, run_id: str) -> int:
+    """400 for a batch with an event no honest driver sends (nothing of it applied), logged: a driver that
+    names another run's checkpoint is either broken or hostile."""
+    try:
+        return apply()
+    except RefusedEvent as exc:
+        session.rollback()
+        log.warning("refused events of run %s: %s", run_id, exc)
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
+
+
 @router.get("/{job_id}/assignment")
 def assignment(job_id: str, attempt: int, session: SessionDep, service: ServiceDep, credentials: BearerDep) -> DriverAssignment:
     job = _check_token(session.get(Job, job_id), credentials)
@@ -53,7 +67,7 @@ def post_events(
 ) -> dict[str, int]:
     job = _check_token(lock_job(session, job_id), credentials)
     _current_attempt(job, batch.attempt)
-    applied = apply_events(session, job, batch)
+    applied = _refusing_foreign(lambda: apply_events(session, job, batch, service.checkpoints.storage), session, job_id)
     session.commit()
     if any(event.type == "checkpoint" for event in batch.events):
         # After the commit: storage is never touched with the job row (on SQLite, the database) locked.
@@ -79,7 +93,9 @@ def post_sweep_events(
 ) -> dict[str, int]:
     sweep = _check_token(lock_sweep(session, sweep_id), credentials)
     _current_attempt(sweep, batch.attempt)
-    applied = apply_sweep_events(session, sweep, batch)
+    applied = _refusing_foreign(
+        lambda: apply_sweep_events(session, sweep, batch, service.checkpoints.storage), session, sweep_id
+    )
     session.commit()
     with_checkpoints = {e.trial for e in batch.events if isinstance(e, TrialEvent) and e.checkpoint_path}
     if with_checkpoints:

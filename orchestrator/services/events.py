@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db.models import Job, JobState
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.states import IllegalTransition, set_job_state
+from orchestrator.storage import CheckpointStorage
 from workers.spec import CheckpointEvent, EventBatch, MetricsEvent, StateEvent
 
 log = logging.getLogger(__name__)
@@ -27,12 +28,31 @@ DEFAULT_REASON = {
 }
 
 
-def apply_events(session: Session, job: Job, batch: EventBatch) -> int:
-    """Apply a batch to a locked job; returns how many events changed something.
+class RefusedEvent(ValueError):
+    """400: a batch holds an event no honest driver sends; nothing of the batch is applied."""
+
+
+def check_checkpoint_paths(job: Job, batch: EventBatch, storage: CheckpointStorage) -> None:
+    """A job's driver may record only checkpoint folders in its own run folder: else its token could
+    register (and a member of its project then deploy) another project's checkpoint."""
+    for event in batch.events:
+        paths = [event.path] if isinstance(event, CheckpointEvent) else []
+        if isinstance(event, StateEvent) and isinstance(event.result, dict) and event.result.get("checkpoint_path"):
+            paths.append(str(event.result["checkpoint_path"]))
+        for path in paths:
+            if not storage.owns_checkpoint(job.id, path):
+                raise RefusedEvent(f"checkpoint {path} is not a checkpoint_* folder of job {job.id}'s run folder "
+                                   f"{storage.run_dir(job.id)}")
+
+
+def apply_events(session: Session, job: Job, batch: EventBatch, storage: CheckpointStorage) -> int:
+    """Apply a batch to a locked job; returns how many events changed something. RefusedEvent, before
+    anything is applied, for a checkpoint outside the job's own run folder.
 
     Every event is idempotent (a retried batch changes nothing), and a state the rules no longer allow
     (a late "running" after a cancel) is ignored rather than refused, so the reporter doesn't retry it.
     """
+    check_checkpoint_paths(job, batch, storage)
     applied = 0
     for event in batch.events:
         if isinstance(event, MetricsEvent):
@@ -51,12 +71,14 @@ def apply_events(session: Session, job: Job, batch: EventBatch) -> int:
 
 
 def _apply_state(session: Session, job: Job, event: StateEvent) -> bool:
-    if event.result is not None:
-        job.result = event.result
     try:
-        return set_job_state(
+        changed = set_job_state(
             session, job, TARGET_STATE[event.state], event.reason or DEFAULT_REASON[event.state], event.message
         )
     except IllegalTransition as exc:
         log.info("ignoring reported state: %s", exc)
         return False
+    # Only with the transition it came with: an ended job's result is never rewritten.
+    if changed and event.result is not None:
+        job.result = event.result
+    return changed

@@ -9,11 +9,12 @@ from sqlalchemy.orm import Session
 from orchestrator.checkpoint_policy import best_first, score
 from orchestrator.db.models import Sweep, Trial, TrialMetric, TrialState
 from orchestrator.repositories import sweeps as sweeps_repo
-from orchestrator.services.events import DEFAULT_REASON, TARGET_STATE
+from orchestrator.services.events import DEFAULT_REASON, TARGET_STATE, RefusedEvent
 from orchestrator.states import IllegalTransition
+from orchestrator.storage import CheckpointStorage
 from orchestrator.sweep_states import set_sweep_state, set_trial_state
 from workers.spec import StateEvent
-from workers.sweep_spec import SweepEventBatch, SweepSpec, TrialEvent, trial_spec
+from workers.sweep_spec import SweepEventBatch, SweepSpec, TrialEvent, trial_spec, trials_folder
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +26,15 @@ _TRIAL_TARGET = {
 }
 
 
-def apply_sweep_events(session: Session, sweep: Sweep, batch: SweepEventBatch) -> int:
+def apply_sweep_events(session: Session, sweep: Sweep, batch: SweepEventBatch, storage: CheckpointStorage) -> int:
     """Apply a batch to a locked sweep; returns how many events changed something. Idempotent, like a job's:
-    a trial is keyed by Tune's trial id, a metric point by (trial, epoch)."""
+    a trial is keyed by Tune's trial id, a metric point by (trial, epoch). RefusedEvent, before anything is
+    applied, for a trial checkpoint outside that trial's own Train runs."""
+    for event in batch.events:
+        if isinstance(event, TrialEvent) and event.checkpoint_path:
+            if storage.trial_run(sweep.id, event.trial, event.checkpoint_path) is None:
+                raise RefusedEvent(f"checkpoint {event.checkpoint_path} is not a checkpoint_* folder of trial "
+                                   f"{event.trial}'s runs in {storage.run_dir(trials_folder(sweep.id))}")
     spec = SweepSpec.model_validate(sweep.spec)
     applied = 0
     for event in batch.events:

@@ -29,7 +29,7 @@ from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.sweep_events import refresh_trial_best, update_best_trial
 from orchestrator.storage import CheckpointStorage, StorageError
 from orchestrator.sweep_states import lock_sweep
-from workers.sweep_spec import SweepSpec, is_trial_run, trials_folder
+from workers.sweep_spec import SweepSpec, trials_folder
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +89,8 @@ class TrialCheckpointJanitor:
     def _delete(self, sweep_id: str, tune_id: str, path: str) -> bool:
         """Delete a recorded checkpoint folder of the trial; True when it is gone. Anything that is not a
         ``checkpoint_*`` folder of one of the trial's runs is never deleted (and stays recorded)."""
-        run = self._run_of(sweep_id, path)
-        if run is None or not is_trial_run(tune_id, posixpath.basename(run)):
+        run = self.storage.trial_run(sweep_id, tune_id, path)
+        if run is None:
             log.warning("trial %s: checkpoint %s is not in one of its runs' folders; retention leaves it", tune_id, path)
             return False
         try:
@@ -99,15 +99,6 @@ class TrialCheckpointJanitor:
         except StorageError as exc:
             log.warning("trial %s: could not delete checkpoint %s (its record stays): %s", tune_id, path, exc)
             return False
-
-    def _run_of(self, sweep_id: str, path: str) -> str | None:
-        """``<sweep>/trials/<run>`` when ``path`` is a checkpoint folder directly in a run of the sweep."""
-        fs_path = self.storage.to_fs_path(path)
-        if fs_path is None:
-            return None
-        run_path = posixpath.dirname(posixpath.normpath(fs_path))
-        run = f"{trials_folder(sweep_id)}/{posixpath.basename(run_path)}"
-        return run if self.storage.checkpoint_name(run, path) is not None else None
 
     def _forget(self, sweep_id: str, trial_id: str, paths: set[str]) -> None:
         """Clear the records of deleted or vanished folders and choose the trial's (and sweep's) best again,
@@ -129,12 +120,12 @@ class TrialCheckpointJanitor:
         no epoch records. Returns (folders deleted, records forgotten)."""
         with self._busy:
             with self.sessions() as session:
-                recorded = {p.checkpoint_path: t.id for t, p in sweeps_repo.sweep_checkpoints(session, sweep_id)}
+                recorded = {p.checkpoint_path: (t.id, t.tune_id) for t, p in sweeps_repo.sweep_checkpoints(session, sweep_id)}
             # Listed after the rows were read: a recorded folder missing here really is gone.
             stored = self._stored(sweep_id)
             gone: dict[str, set[str]] = {}
-            for path, trial_id in recorded.items():
-                run = self._run_of(sweep_id, path)
+            for path, (trial_id, tune_id) in recorded.items():
+                run = self.storage.trial_run(sweep_id, tune_id, path)
                 if run is not None and self.storage.checkpoint_name(run, path) not in stored.get(run, set()):
                     gone.setdefault(trial_id, set()).add(path)
             for trial_id, paths in gone.items():
@@ -155,11 +146,13 @@ class TrialCheckpointJanitor:
 
     def _delete_orphans(self, sweep_id: str, stored: dict[str, set[str]]) -> list[str]:
         with self.sessions() as session:  # again, just before deleting
-            recorded = {p.checkpoint_path for _, p in sweeps_repo.sweep_checkpoints(session, sweep_id)}
+            recorded = {(p.checkpoint_path, t.tune_id) for t, p in sweeps_repo.sweep_checkpoints(session, sweep_id)}
             served = deployments_repo.referenced_checkpoint_paths(session)
+        # A served folder is kept whichever trial's it is: look it up under the tune id its run is named for.
+        recorded |= {(path, _run_name(path)) for path in served}
         keep_names = {
             (run, self.storage.checkpoint_name(run, path))
-            for path in recorded | served if (run := self._run_of(sweep_id, path)) is not None
+            for path, tune_id in recorded if (run := self.storage.trial_run(sweep_id, tune_id, path)) is not None
         }
         deleted = []
         for run, names in stored.items():
@@ -172,3 +165,8 @@ class TrialCheckpointJanitor:
         if deleted:
             log.info("sweep %s: deleted %d checkpoint folder(s) no trial epoch recorded", sweep_id, len(deleted))
         return deleted
+
+
+def _run_name(path: str) -> str:
+    """The Train run a checkpoint folder is in (``<run>/checkpoint_*``)."""
+    return posixpath.basename(posixpath.dirname(posixpath.normpath(path.partition("://")[2] or path)))

@@ -297,12 +297,13 @@ def test_events_need_the_jobs_own_token(app, client, backend):
 
 def test_events_record_metrics_checkpoints_and_result_idempotently(app, client, backend):
     job, token = _started_job(app, client, backend)
+    ckpt_1 = f"{app.state.service.settings.storage_path}/{job}/checkpoint_1"  # a driver records its own run's only
     batch = {
         "attempt": 1,
         "events": [
             {"type": "state", "state": "running"},
             {"type": "metrics", "epoch": 1, "step": 23, "values": {"train_loss": 0.9, "val_accuracy": 0.8}},
-            {"type": "checkpoint", "epoch": 1, "step": 23, "path": "/s/ckpt_1", "size_bytes": 100, "metrics": {"val_accuracy": 0.8}},
+            {"type": "checkpoint", "epoch": 1, "step": 23, "path": ckpt_1, "size_bytes": 100, "metrics": {"val_accuracy": 0.8}},
             {"type": "metrics", "epoch": 2, "step": 46, "values": {"train_loss": 0.5, "val_accuracy": 0.9}},
         ],
     }
@@ -316,7 +317,7 @@ def test_events_record_metrics_checkpoints_and_result_idempotently(app, client, 
     metrics = client.get(f"/v1/jobs/{job}/metrics", headers=auth(ADMIN)).json()
     assert [(m["epoch"], m["step"], m["attempt"]) for m in metrics] == [(1, 23, 1), (2, 46, 1)]
     checkpoints = client.get(f"/v1/jobs/{job}/checkpoints", headers=auth(ADMIN)).json()
-    assert [(c["path"], c["size_bytes"], c["epoch"]) for c in checkpoints] == [("/s/ckpt_1", 100, 1)]
+    assert [(c["path"], c["size_bytes"], c["epoch"]) for c in checkpoints] == [(ckpt_1, 100, 1)]
 
 
 def test_a_failure_reported_while_cancelling_ends_cancelled(app, client, backend):
@@ -410,12 +411,13 @@ def test_only_the_newest_checkpoints_are_kept_like_ray_does(app, client, backend
     job = submit(client, ADMIN, checkpoint={"keep": 2}).json()["id"]
     tick(app)
     token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+    run = f"{app.state.service.settings.storage_path}/{job}"
     events = [
-        {"type": "checkpoint", "epoch": e, "step": 10 * e, "path": f"/s/ckpt_{e}", "size_bytes": 1} for e in (1, 2, 3)
+        {"type": "checkpoint", "epoch": e, "step": 10 * e, "path": f"{run}/checkpoint_{e}", "size_bytes": 1} for e in (1, 2, 3)
     ]
     client.post(f"/internal/v1/jobs/{job}/events", json={"attempt": 1, "events": events}, headers=auth(token))
     paths = [c["path"] for c in client.get(f"/v1/jobs/{job}/checkpoints", headers=auth(ADMIN)).json()]
-    assert paths == ["/s/ckpt_2", "/s/ckpt_3"]
+    assert paths == [f"{run}/checkpoint_2", f"{run}/checkpoint_3"]
 
 
 def test_without_an_admin_token_the_first_start_prints_an_admin_key_once(database_url, tmp_path, capsys):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.db.models import Job, utcnow
 from orchestrator.checkpoint_policy import RecordedCheckpoint, select_kept
+from orchestrator.db.models import Checkpoint, Job, utcnow
 from orchestrator.services.scheduler import Scheduler
 from orchestrator.storage import CheckpointStorage, StorageError
 from tests.unit.api_helpers import ADMIN
@@ -101,6 +101,16 @@ def post_events(client, job_id: str, token: str, *events: dict) -> None:
     batch = {"attempt": 1, "events": list(events)}
     response = client.post(f"/internal/v1/jobs/{job_id}/events", json=batch, headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 200, response.text
+
+
+def record_after_the_end(app, job_id: str, folder: Path, step: int, **metrics: float) -> None:
+    """A checkpoint recorded after the job ended, straight into the database: its driver's token stopped
+    working when the job ended, so no event can record one any more; a row from before that rule (or one a
+    test needs) is recorded here, then retention runs as the events endpoint would run it."""
+    with app.state.service.sessions.begin() as session:
+        session.add(Checkpoint(job_id=job_id, attempt=1, epoch=step, step=step, path=str(folder), size_bytes=1,
+                               metrics=metrics))
+    app.state.service.checkpoints.after_recording(job_id)
 
 
 def checkpoint_event(folder: Path, step: int, **metrics: float) -> dict:
@@ -224,7 +234,14 @@ def test_paths_outside_the_run_folder_are_never_deleted(app, client, backend, st
     job, token = start_job(app, backend, checkpoint={"keep": 1})
     elsewhere = tmp_path / "elsewhere" / "checkpoint_1"
     elsewhere.mkdir(parents=True)
-    post_events(client, job, token, checkpoint_event(elsewhere, 10))
+    # A driver may not record it (400, nothing recorded); a row from before a change of the storage setting
+    # may still name such a folder.
+    refused = client.post(f"/internal/v1/jobs/{job}/events", json={"attempt": 1, "events": [checkpoint_event(elsewhere, 10)]},
+                          headers={"Authorization": f"Bearer {token}"})
+    assert refused.status_code == 400 and "is not a checkpoint_* folder of job" in refused.json()["detail"]
+    assert listed(client, job) == []
+    with app.state.service.sessions.begin() as session:
+        session.add(Checkpoint(job_id=job, attempt=1, epoch=10, step=10, path=str(elsewhere), size_bytes=1, metrics={}))
     inside = write_checkpoint(storage, job, "checkpoint_2")
     post_events(client, job, token, checkpoint_event(inside, 20))
     assert elsewhere.is_dir()
@@ -276,10 +293,12 @@ def test_retention_never_deletes_a_checkpoint_a_live_deployment_references(app, 
     assert Path(served["target"]["checkpoint_path"]).name == "checkpoint_1"
     janitor = app.state.service.checkpoints
 
-    # A save that was finishing when the job ended is reported late: with keep 1 the policy now drops
-    # checkpoint_1, which the deployment serves.
+    # A newer checkpoint is recorded: with keep 1 the policy now drops checkpoint_1, which the deployment
+    # serves. (An ended job's driver can no longer report one: its token ended with the job.)
     second = write_checkpoint(storage, job, "checkpoint_2")
-    post_events(client, job, token, checkpoint_event(second, 20, val_accuracy=0.8))
+    assert client.post(f"/internal/v1/jobs/{job}/events", json={"attempt": 1, "events": [checkpoint_event(second, 20)]},
+                       headers={"Authorization": f"Bearer {token}"}).status_code == 401
+    record_after_the_end(app, job, second, 20, val_accuracy=0.8)
     assert listed(client, job) == stored(storage, job) == ["checkpoint_1", "checkpoint_2"]
     janitor.tick()
     assert listed(client, job) == stored(storage, job) == ["checkpoint_1", "checkpoint_2"]
@@ -302,7 +321,7 @@ def test_retention_never_deletes_a_checkpoint_a_live_deployment_references(app, 
 def test_a_deleted_deployment_releases_checkpoints_of_a_job_that_ended_long_ago(app, client, backend, storage):
     job, token = finished_with_one_checkpoint(app, client, backend, storage)
     deploy(client, "old", job_id=job)
-    post_events(client, job, token, checkpoint_event(write_checkpoint(storage, job, "checkpoint_2"), 20))
+    record_after_the_end(app, job, write_checkpoint(storage, job, "checkpoint_2"), 20)
     with app.state.service.sessions.begin() as session:
         session.get(Job, job).finished_at = utcnow() - timedelta(days=2)
     janitor = app.state.service.checkpoints

@@ -241,11 +241,13 @@ def test_trial_events_stream_into_the_trial_table_and_the_best_trial_stays_curre
             f"/internal/v1/sweeps/{sweep['id']}/events", json={"attempt": attempt, "events": list(events)}, headers=headers
         )
 
+    trials_dir = f"{app.state.service.settings.storage_path}/{sweep['id']}/trials"
+
     def trial(tune_id, state, epoch=None, loss=None, **extra):
         event = {"type": "trial", "trial": tune_id, "state": state, "config": {"lr.base": 0.1 if tune_id == "a" else 0.01}}
         if epoch is not None:
             event |= {"epoch": epoch, "step": epoch * 10, "metrics": {"val_loss": loss, "val_accuracy": 1 - loss},
-                      "checkpoint_path": f"/ckpt/{tune_id}/{epoch}"}
+                      "checkpoint_path": f"{trials_dir}/{tune_id}/checkpoint_{epoch}"}
         return event | extra
 
     assert post({"type": "state", "state": "running"}).status_code == 200
@@ -266,7 +268,7 @@ def test_trial_events_stream_into_the_trial_table_and_the_best_trial_stays_curre
     assert sweep["trials"]["RUNNING"] == 1 and sweep["trials"]["STOPPED"] == 1
     # val_loss is minimised: a's epoch 2 (0.2) beats b's epoch 1 (0.3).
     assert sweep["best_trial"] == {"id": trials[0]["id"], "config": {"lr.base": 0.1}, "metric": 0.2, "epoch": 2,
-                                   "checkpoint_path": "/ckpt/a/2"}
+                                   "checkpoint_path": f"{trials_dir}/a/checkpoint_2"}
     points = client.get(f"/v1/trials/{trials[0]['id']}/metrics", headers=auth(ADMIN)).json()
     assert [(p["epoch"], p["values"]["val_loss"]) for p in points] == [(1, 0.5), (2, 0.2)]
     # A late result of a finished trial is stored, its state is not reopened; a stale attempt is refused.

@@ -165,10 +165,14 @@ def test_a_pbt_trials_checkpoints_in_its_later_runs_are_kept_by_the_same_rule(ap
     folders = [sweep.epoch(1, TIE), sweep.epoch(2, TIE), sweep.epoch(3, TIE, run=clone), sweep.epoch(4, TIE, run=clone)]
     assert [f.exists() for f in folders] == [False, False, True, True]
     assert sweep.trial()["checkpoint_path"] == str(folders[3])
-    # A folder of another trial's run is never deleted by this one's retention.
+    # A folder of another trial's run can't be recorded as this one's (400, nothing applied), so this trial's
+    # retention never deletes it.
     stranger = sweep.folder(5, run=sweep.run.with_name("t_00001"))
-    sweep.epoch(5, 0.1, run=sweep.run.with_name("t_00001"))
-    assert stranger.exists()
+    refused = sweep.client.post(f"/internal/v1/sweeps/{sweep.id}/events", headers=sweep.headers, json={"attempt": 1, "events": [
+        {"type": "trial", "trial": "t_00000", "state": "running", "config": {"lr.base": 0.1}, "epoch": 5, "step": 50,
+         "metrics": {"val_accuracy": 0.1}, "checkpoint_path": str(stranger)}]})
+    assert refused.status_code == 400 and "is not a checkpoint_* folder of trial t_00000's runs" in refused.text
+    assert stranger.exists() and sweep.trial()["iterations"] == 4
 
 
 # --- jobs: the same rule -----------------------------------------------------------------------------------------
