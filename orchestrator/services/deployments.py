@@ -238,7 +238,9 @@ def create_deployment(
     if deployments_repo.find_live(session, body.name) is not None:
         raise DeploymentConflict(f"a deployment named {body.name!r} already exists; choose another name or delete it")
     if (holder := deployments_repo.route_taken(session, body.route_prefix)) is not None:
-        raise DeploymentConflict(f"route_prefix {body.route_prefix} is taken by deployment {holder.name!r}")
+        # Another project's deployment is not named (nor its project): the caller only learns the route is taken.
+        owner = f"deployment {holder.name!r}" if holder.project_id == project_id else "another project's deployment"
+        raise DeploymentConflict(f"route_prefix {body.route_prefix} is taken by {owner}; choose another route_prefix")
     try:
         with session.begin_nested():
             deployment = deployments_repo.create_deployment(

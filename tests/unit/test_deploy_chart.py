@@ -583,7 +583,9 @@ def _interpolate(value: Any, env: dict[str, str]) -> Any:
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
     raw = yaml.safe_load((DEPLOY / "docker-compose.yaml").read_text())
-    return _interpolate(raw, {"RAY_AUTH_TOKEN": "t" * 64, "ORCHESTRATOR_ADMIN_TOKEN": "a" * 40})
+    return _interpolate(
+        raw, {"RAY_AUTH_TOKEN": "t" * 64, "ORCHESTRATOR_ADMIN_TOKEN": "a" * 40, "POSTGRES_PASSWORD": "p" * 32}
+    )
 
 
 def _flags(command: list[str]) -> dict[str, str]:
