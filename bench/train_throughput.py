@@ -93,7 +93,7 @@ def main() -> None:
     cluster.start()
     settings = Settings(
         database_url=f"sqlite:///{work / 'bench.db'}", storage=str(work / "storage"), var_dir=str(work / "var"),
-        port=free_port(), admin_token=ADMIN,
+        port=free_port(), admin_token=ADMIN, data_roots=str(work),  # the corpus
     )
     rows = []
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import cached_property
 from pathlib import Path
 
@@ -43,6 +44,12 @@ class Settings(BaseSettings):
         "a driver drops a batch refused with a 4xx, so this is larger).",
     )
     workload_packages: str = Field("", description="Comma-separated packages custom workloads may come from.")
+    data_roots: str = Field(
+        "",
+        description="Comma-separated folders a job's data files (e.g. tiny_gpt's text_path) may come from, besides "
+        "<storage>/data: a path that does not resolve (links followed) inside one is a 422 at submit.",
+    )
+    data_max_mb: float = Field(1024.0, gt=0, description="Largest data file a job may name (MB).")
     scheduler_interval_s: float = Field(1.0, gt=0)
     reconciler_interval_s: float = Field(2.0, gt=0)
     # Ray's own default. Each poll costs the workers CPU: 0.5 s measured 0.926 of torchrun's throughput
@@ -86,6 +93,14 @@ class Settings(BaseSettings):
         if self.train_preemption_watcher is not None:
             return self.train_preemption_watcher
         return self.ray_address is not None
+
+    @cached_property
+    def data_root_paths(self) -> tuple[str, ...]:
+        """Where data files may come from, links resolved: <storage>/data (local storage only), then
+        ORCHESTRATOR_DATA_ROOTS."""
+        roots = [] if "://" in self.storage else [os.path.join(self.storage_path, "data")]
+        roots += [r.strip() for r in self.data_roots.split(",") if r.strip()]
+        return tuple(os.path.realpath(r) for r in roots)
 
     @property
     def storage_path(self) -> str:

@@ -42,10 +42,27 @@ class DigitsConfig(_Strict):
         return count + (2 * self.hidden if self.batchnorm else 0)
 
 
+# Marks a workload config field that names a file the workers open: the control plane checks, at submit,
+# that it resolves inside a data root (orchestrator/data_paths.py).
+DATA_PATH = "x-data-path"
+
+
+def data_path_fields(config_model: type[BaseModel]) -> list[str]:
+    """The names of a config model's fields that name a data file."""
+    return [
+        name for name, field in config_model.model_fields.items()
+        if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get(DATA_PATH)
+    ]
+
+
 class TinyGptConfig(_Strict):
     """The built-in ``tiny_gpt`` workload: a character-level decoder-only transformer on a text file."""
 
-    text_path: str = Field(min_length=1, description="A UTF-8 text file readable on every worker node.")
+    text_path: str = Field(
+        min_length=1, max_length=4096, json_schema_extra={DATA_PATH: True},
+        description="A UTF-8 text file inside a data root the operator configured (ORCHESTRATOR_DATA_ROOTS, and "
+        "<storage>/data), readable on every worker node; a relative path is taken from <storage>/data.",
+    )
     context: int = Field(64, ge=2, le=8192, description="Characters of context per sample.")
     layers: int = Field(2, ge=1, le=96)
     width: int = Field(128, ge=8, le=16384, description="Embedding width; a multiple of heads.")

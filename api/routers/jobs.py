@@ -12,7 +12,7 @@ from orchestrator.db.models import Job, JobState
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.services.cancellation import AlreadyFinished, cancel_job
 from orchestrator.services.logs import follow_logs, read_logs
-from orchestrator.services.submission import check_runnable, submit_job
+from orchestrator.services.submission import check_runnable, pin_data_paths, submit_job
 from workers.spec import JobSpec
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -37,6 +37,7 @@ def create_job(
 ) -> JobOut:
     """Submit a training job. A repeated `Idempotency-Key` returns the job the first request made."""
     plan = check_runnable(spec, service.settings, service.backend)  # asks Ray: before the transaction starts
+    spec = pin_data_paths(spec, service.settings)  # its data files: inside a data root, resolved
     target = target_project(session, principal, project_id)
     job, created = submit_job(session, target, spec, plan, idempotency_key)
     session.commit()

@@ -11,10 +11,11 @@ from orchestrator.admission import Demand, never_fits, sweep_demand
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import Job
 from orchestrator.repositories import jobs as jobs_repo
-from orchestrator.settings import Settings
+from orchestrator.data_paths import DataPathRefused, resolve_data_path
 from orchestrator.planner import DoesNotFit, plan_job
-from workers.spec import JobSpec, TrainingPlan, is_custom_workload
-from workers.sweep_spec import SweepSpec
+from orchestrator.settings import Settings
+from workers.spec import BUILTIN_WORKLOADS, JobSpec, TrainingPlan, data_path_fields, is_custom_workload
+from workers.sweep_spec import Choice, Grid, SweepSpec
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,40 @@ class SpecRejected(ValueError):
 
 class IdempotencyConflict(ValueError):
     pass
+
+
+def pin_data_paths(spec: JobSpec, settings: Settings) -> JobSpec:
+    """The spec with every data file its workload's config names (``workers.spec.DATA_PATH`` fields)
+    checked against the data roots and replaced by its resolved path (``orchestrator.data_paths``)."""
+    fields = data_path_fields(BUILTIN_WORKLOADS[spec.workload]) if spec.workload in BUILTIN_WORKLOADS else []
+    if not fields:
+        return spec
+    config = dict(spec.config)
+    for name in fields:
+        if isinstance(config.get(name), str):
+            config[name] = _pinned(config[name], settings, ("config", name))
+    return spec.model_copy(update={"config": config})
+
+
+def pin_sweep_data_paths(spec: SweepSpec, settings: Settings) -> SweepSpec:
+    """For every value a search may give a data path field, as ``pin_data_paths`` does for a job."""
+    base = spec.base
+    fields = data_path_fields(BUILTIN_WORKLOADS[base.workload]) if base.workload in BUILTIN_WORKLOADS else []
+    space = dict(spec.search_space)
+    for name in fields:
+        dim = space.get(f"config.{name}")
+        if isinstance(dim, (Choice, Grid)):
+            loc = ("search_space", f"config.{name}", "values")
+            values = [_pinned(v, settings, loc) if isinstance(v, str) else v for v in dim.values]
+            space[f"config.{name}"] = dim.model_copy(update={"values": values})
+    return spec.model_copy(update={"search_space": space})
+
+
+def _pinned(value: str, settings: Settings, loc: tuple[str, ...]) -> str:
+    try:
+        return resolve_data_path(value, settings.data_root_paths, int(settings.data_max_mb * 1024 * 1024))
+    except DataPathRefused as exc:
+        raise SpecRejected(loc, str(exc)) from None
 
 
 def check_runnable(spec: JobSpec, settings: Settings, backend: ClusterBackend) -> TrainingPlan:
@@ -95,11 +130,13 @@ def _replay(existing: Job, spec: JobSpec) -> Job:
 
 def check_sweep_runnable(spec: SweepSpec, settings: Settings, backend: ClusterBackend) -> SweepSpec:
     """``check_runnable`` for the base job, and room for the concurrent trials; returns the spec to store
-    (a base strategy ``auto`` resolved by the planner, for every trial)."""
+    (a base strategy ``auto`` resolved by the planner, for every trial; data paths pinned)."""
     try:
         plan = check_runnable(spec.base, settings, backend)
+        spec = spec.model_copy(update={"base": pin_data_paths(spec.base, settings)})
     except SpecRejected as exc:
         raise SpecRejected(("base", *exc.loc), str(exc)) from None
+    spec = pin_sweep_data_paths(spec, settings)
     if spec.base.strategy == "auto":
         data = spec.model_dump(mode="json")
         data["base"]["strategy"] = plan.strategy

@@ -90,6 +90,7 @@ def service(ray_cluster, tmp_path_factory) -> Iterator[str]:
         scheduler_interval_s=0.5, reconciler_interval_s=1.0, train_poll_interval_s=0.2,
         start_timeout_s=START_TIMEOUT_S,
         workload_packages="example_workloads",  # examples/, installed by `make install`
+        data_roots=str(tmp_path_factory.getbasetemp()),  # the tests' text files
         serve_port=free_port(), serve_reconciler_interval_s=0.5,  # Ray Serve's proxy: a free port
     )
     with serve_in_thread(settings, RayBackend(ray_cluster.dashboard_url, ray_cluster.token())) as url:
