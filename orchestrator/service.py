@@ -12,6 +12,7 @@ from orchestrator.db.migrate import upgrade_head
 from orchestrator.db.models import Role
 from orchestrator.repositories import projects as projects_repo
 from orchestrator.services.log_archive import LogArchive, LogArchiver
+from orchestrator.services.logs import LogFollows
 from orchestrator.services.loops import Loop
 from orchestrator.services.reconciler import Reconciler
 from orchestrator.services.runs import revoke_driver_tokens
@@ -48,6 +49,10 @@ class Service:
         self._bootstrap_keys()
         if self._backend is None:
             self._backend = self._connect_ray()
+        self.log_follows = LogFollows(
+            self.sessions, self.backend, self.log_archive, self.settings.max_log_follows_per_key,
+            self.settings.log_follow_poll_s,
+        )
         scheduler = Scheduler(self.sessions, self.backend, self.settings)
         reconciler = Reconciler(self.sessions, self.backend, self.settings)
         # Adopt what is already running before admitting anything new.

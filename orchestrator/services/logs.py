@@ -3,8 +3,14 @@ copy when Ray has it, else the durable one (``orchestrator.services.log_archive`
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import anyio
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -38,32 +44,107 @@ def read_logs(backend: ClusterBackend, archive: LogArchive, job: Job | Sweep, at
     return max(candidates, key=len, default="")
 
 
-def follow_logs(
-    sessions: sessionmaker[Session],
-    backend: ClusterBackend,
-    archive: LogArchive,
-    job_id: str,
-    poll_s: float = 1.0,
-    max_s: float = 24 * 3600,
-) -> Iterator[str]:
-    """Yields new output as it appears, until the job ends (and its last output is sent)."""
-    sent = 0
-    deadline = time.monotonic() + max_s
-    while time.monotonic() < deadline:
-        with sessions() as session:
+def last_lines(text: str, tail: int | None) -> str:
+    """The last ``tail`` lines of ``text`` (all of it when ``tail`` is None)."""
+    if tail is None:
+        return text
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[-tail:]) if tail else ""
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    text: str
+    finished: bool  # the job has ended and its driver prints nothing more
+
+
+class TooManyFollows(Exception):
+    """429: the key already follows as many logs as it may."""
+
+
+class LogFollows:
+    """Live follows of jobs' output, asynchronous: a follow holds no thread while it waits, only for the
+    moment a read takes. However many follow one job, its output is read at most once per ``poll_s`` and
+    each follower is sent only what is new. A key may hold ``max_per_key`` follows at once; a follow ends
+    when its job does, after ``max_s``, or when the client goes away (the server cancels the stream)."""
+
+    def __init__(
+        self, sessions: sessionmaker[Session], backend: ClusterBackend, archive: LogArchive, max_per_key: int,
+        poll_s: float = 1.0, max_s: float = 24 * 3600,
+    ):
+        self.sessions, self.backend, self.archive = sessions, backend, archive
+        self.max_per_key, self.poll_s, self.max_s = max_per_key, poll_s, max_s
+        self._lock = threading.Lock()
+        self._by_key: Counter[str] = Counter()
+        self._by_job: Counter[str] = Counter()
+        self._latest: dict[str, tuple[float, _Snapshot | None]] = {}  # job id -> (when read, what)
+        self._reading: dict[str, asyncio.Lock] = {}
+
+    def active(self, key: str) -> int:
+        with self._lock:
+            return self._by_key[key]
+
+    def start(self, job_id: str, key: str, tail: int | None = None) -> AsyncIterator[str]:
+        """Claim a follow for ``key`` now (TooManyFollows past the cap) and return its stream."""
+        with self._lock:
+            if self._by_key[key] >= self.max_per_key:
+                raise TooManyFollows(f"this key already follows {self._by_key[key]} logs, the most it may "
+                                     f"(ORCHESTRATOR_MAX_LOG_FOLLOWS_PER_KEY={self.max_per_key}): end one first")
+            self._by_key[key] += 1
+            self._by_job[job_id] += 1
+        return self._stream(job_id, key, tail)
+
+    async def _stream(self, job_id: str, key: str, tail: int | None) -> AsyncIterator[str]:
+        try:
+            sent: int | None = None
+            deadline = time.monotonic() + self.max_s
+            while time.monotonic() < deadline:
+                snapshot = await self._snapshot(job_id)
+                if snapshot is None:
+                    return
+                text = snapshot.text
+                if sent is None:  # the first send: the last `tail` lines, or all of it
+                    sent = len(text) - len(last_lines(text, tail))
+                if len(text) < sent:
+                    sent = 0  # a new attempt started a new log
+                if len(text) > sent:
+                    yield text[sent:]
+                    sent = len(text)
+                if snapshot.finished:
+                    return
+                await asyncio.sleep(self.poll_s)
+        finally:
+            self._release(job_id, key)
+
+    async def _snapshot(self, job_id: str) -> _Snapshot | None:
+        """The job's output, read again only when the last read is older than ``poll_s``: one read a
+        poll for all its followers, in a worker thread (the backend and the database are blocking)."""
+        lock = self._reading.setdefault(job_id, asyncio.Lock())
+        async with lock:
+            read_at, snapshot = self._latest.get(job_id, (0.0, None))
+            if snapshot is None or time.monotonic() - read_at >= self.poll_s:
+                snapshot = await anyio.to_thread.run_sync(self._read, job_id)
+                self._latest[job_id] = (time.monotonic(), snapshot)
+            return snapshot
+
+    def _read(self, job_id: str) -> _Snapshot | None:
+        with self.sessions() as session:
             job = session.get(Job, job_id)
             if job is None:
-                return
-            finished = job.state in TERMINAL and _driver_exited(backend, job)
-            text = read_logs(backend, archive, job)
-        if len(text) < sent:
-            sent = 0  # a new attempt started a new log
-        if len(text) > sent:
-            yield text[sent:]
-            sent = len(text)
-        if finished:
-            return
-        time.sleep(poll_s)
+                return None
+            finished = job.state in TERMINAL and _driver_exited(self.backend, job)
+            return _Snapshot(read_logs(self.backend, self.archive, job), finished)
+
+    def _release(self, job_id: str, key: str) -> None:
+        with self._lock:
+            self._by_key[key] -= 1
+            self._by_job[job_id] -= 1
+            if self._by_key[key] <= 0:
+                del self._by_key[key]
+            if self._by_job[job_id] <= 0:  # nobody follows it: forget what was read
+                del self._by_job[job_id]
+                self._latest.pop(job_id, None)
+                self._reading.pop(job_id, None)
 
 
 def _driver_exited(backend: ClusterBackend, job: Job) -> bool:

@@ -335,6 +335,8 @@ def test_logs_of_a_started_job(app, client, backend):
 
 
 def test_following_an_ended_job_waits_for_its_driver_to_exit(app, client, backend, monkeypatch):
+    import asyncio
+
     from orchestrator.services import logs as logs_service
 
     job, token = _started_job(app, client, backend)
@@ -345,18 +347,24 @@ def test_following_an_ended_job_waits_for_its_driver_to_exit(app, client, backen
     assert client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()["state"] == "SUCCEEDED"
 
     service = app.state.service
-    stream = logs_service.follow_logs(service.sessions, backend, service.log_archive, job, poll_s=0)
-    assert next(stream) == printed[0]
-    printed.append("driver shutting down\n")  # the job has ended; its driver still runs and prints
-    assert next(stream) == "driver shutting down\n"
-    printed.append("[repeated 3x across cluster]\n")
-    backend.runs[f"{job}-1"] = RunStatus.SUCCEEDED  # the driver exited
-    assert list(stream) == ["[repeated 3x across cluster]\n"]  # its last words, then the stream ends
+    follows = logs_service.LogFollows(service.sessions, backend, service.log_archive, max_per_key=2, poll_s=0)
 
-    # A driver that never exits holds a follow no longer than the grace after the job ended.
-    backend.runs[f"{job}-1"] = RunStatus.RUNNING
-    monkeypatch.setattr(logs_service, "DRIVER_EXIT_GRACE_S", 0)
-    assert "".join(logs_service.follow_logs(service.sessions, backend, service.log_archive, job, poll_s=0)) == "".join(printed)
+    async def scenario() -> None:
+        stream = follows.start(job, "k")
+        assert await anext(stream) == printed[0]
+        printed.append("driver shutting down\n")  # the job has ended; its driver still runs and prints
+        assert await anext(stream) == "driver shutting down\n"
+        printed.append("[repeated 3x across cluster]\n")
+        backend.runs[f"{job}-1"] = RunStatus.SUCCEEDED  # the driver exited
+        assert [chunk async for chunk in stream] == ["[repeated 3x across cluster]\n"]  # its last words, then the end
+
+        # A driver that never exits holds a follow no longer than the grace after the job ended.
+        backend.runs[f"{job}-1"] = RunStatus.RUNNING
+        monkeypatch.setattr(logs_service, "DRIVER_EXIT_GRACE_S", 0)
+        assert "".join([chunk async for chunk in follows.start(job, "k")]) == "".join(printed)
+        assert follows.active("k") == 0  # every ended follow gave its slot back
+
+    asyncio.run(scenario())
 
 
 def archive_logs(app):
