@@ -58,6 +58,10 @@ def test_storage_and_the_database_list_the_same_whole_checkpoints(member):
         time.sleep(0.5)
     assert _stored(run_dir) == paths == sorted(c["path"] for c in _recorded(member, job_id))
     assert (run_dir / "checkpoint_manager_snapshot.json").is_file()  # Ray's own files stay
+    # The job's token (jtk_...) travels in its driver's environment and Train's loop config: nothing Ray or the
+    # service wrote to storage (snapshots, checkpoints, archived logs) may hold one.
+    holding = [str(p) for p in run_dir.rglob("*") if p.is_file() and b"jtk_" in p.read_bytes()]
+    assert holding == [], holding
 
 
 def test_tied_epochs_keep_the_newest_and_best_deploys_it(member, ray_cluster):
