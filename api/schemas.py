@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.db.models import Deployment, DeploymentState, Job, JobState, Role, Sweep, Trial, TrialState
+from orchestrator.deployment_spec import auth_of, max_body_mb_of
 from workers.sweep_spec import SweepSpec
 
 
@@ -16,15 +17,31 @@ class _FromORM(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
 
+_MAX_PRIORITY = Field(
+    None, ge=-1000, le=1000,
+    description="The highest priority the project's keys may give a job or sweep (422 above it); null: no cap. "
+    "Set by a cluster-wide admin only.",
+)
+
+
 class ProjectCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    max_priority: int | None = _MAX_PRIORITY
+
+
+class ProjectPatch(BaseModel):
+    """``PATCH /v1/projects/{id}`` (cluster-wide admins): the fields given change."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_priority: int | None = _MAX_PRIORITY
 
 
 class ProjectOut(_FromORM):
     id: str
     name: str
     created_at: datetime
+    max_priority: int | None = None
 
 
 class KeyCreate(BaseModel):
@@ -191,6 +208,11 @@ class DeploymentOut(BaseModel):
     serving_version: int | None = Field(description="The version Serve runs; null while nothing serves.")
     current: DeploymentVersionOut | None = Field(description="The serving version, with its source checkpoint.")
     target: DeploymentVersionOut = Field(description="The newest version (the same as current once promoted).")
+    auth: Literal["project", "none"] = Field(
+        description="Who may call `url`: 'project' (a key of this project in Authorization: Bearer) or 'none' "
+        "(anyone who reaches Serve's port); the serving version's, else the newest's."
+    )
+    max_body_mb: float = Field(description="The largest request body the deployment reads (413 above it).")
     serve_status: str | None = Field(description="Serve's application status at the last look (RUNNING, ...).")
     replicas: list[ReplicaOut] = Field(description="Replica states at the reconciler's last look at Serve.")
     observed_at: datetime | None
@@ -205,6 +227,8 @@ class DeploymentOut(BaseModel):
         by_number = {v.version: v for v in versions}
         observed = deployment.observed or {}
         serving = deployment.live_version if deployment.state != DeploymentState.DELETED else None
+        enforced = by_number.get(serving) if serving is not None else None
+        enforced = enforced or by_number[deployment.version]
         return cls(
             id=deployment.id, project_id=deployment.project_id, name=deployment.name, workload=deployment.workload,
             state=deployment.state, reason=deployment.reason, message=deployment.message,
@@ -212,6 +236,7 @@ class DeploymentOut(BaseModel):
             version=deployment.version, serving_version=serving,
             current=by_number.get(serving) if serving is not None else None,
             target=by_number[deployment.version],
+            auth=auth_of(enforced.settings), max_body_mb=max_body_mb_of(enforced.settings),
             serve_status=observed.get("status"),
             replicas=[ReplicaOut(**r) for r in observed.get("replicas", [])],
             observed_at=observed.get("observed_at"),

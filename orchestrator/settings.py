@@ -44,12 +44,28 @@ class Settings(BaseSettings):
         "a driver drops a batch refused with a 4xx, so this is larger).",
     )
     workload_packages: str = Field("", description="Comma-separated packages custom workloads may come from.")
+    # --- input limits (issue 15, hole 6); past one a 4xx names the setting ---
+    max_metric_names: int = Field(
+        64, ge=1, le=10_000, description="Distinct metric names a run (a job; a trial's point) may report; "
+        "past it the driver's batch is a 422, nothing of it applied."
+    )
+    max_metric_name_chars: int = Field(64, ge=1, le=1024, description="Longest metric name (characters).")
+    max_result_kb: float = Field(
+        64.0, gt=0, description="Largest job result and trial config a driver may report (KB of JSON)."
+    )
+    max_label_filters: int = Field(16, ge=1, le=1000, description="label= filters one query may hold.")
     data_roots: str = Field(
         "",
         description="Comma-separated folders a job's data files (e.g. tiny_gpt's text_path) may come from, besides "
         "<storage>/data: a path that does not resolve (links followed) inside one is a 422 at submit.",
     )
     data_max_mb: float = Field(1024.0, gt=0, description="Largest data file a job may name (MB).")
+    max_log_follows_per_key: int = Field(
+        8, ge=1, le=10_000, description="Logs one key may follow (?follow=true) at once; past it a 429."
+    )
+    log_follow_poll_s: float = Field(
+        1.0, gt=0, description="How often a followed job's output is read again (once for all its followers)."
+    )
     scheduler_interval_s: float = Field(1.0, gt=0)
     reconciler_interval_s: float = Field(2.0, gt=0)
     # Ray's own default. Each poll costs the workers CPU: 0.5 s measured 0.926 of torchrun's throughput

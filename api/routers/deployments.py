@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 
 from api.deps import CurrentKey, ServiceDep, SessionDep, WriterKey, target_project
+from api.paging import Page
 from api.schemas import DeploymentEventOut, DeploymentOut
 from orchestrator.auth import Principal
 from orchestrator.db.models import Deployment, DeploymentState
@@ -47,7 +48,7 @@ def create_deployment(
 ) -> DeploymentOut:
     """Serve a job's best (or latest) checkpoint, or a given checkpoint, at `route_prefix` on Ray Serve."""
     settings = ops.new_settings(body, service.settings)
-    ops.check_resources(settings["resources"], service.backend)  # asks Ray: before the transaction starts
+    ops.check_resources(settings["resources"], service.backend, settings["replicas"])  # asks Ray: before the transaction
     target = target_project(session, principal, project_id)
     resolved = ops.resolve_source(session, body.source, principal.project_scope())
     deployment = ops.create_deployment(session, target, body, resolved, settings)
@@ -60,11 +61,14 @@ def list_deployments(
     session: SessionDep,
     service: ServiceDep,
     principal: CurrentKey,
+    page: Page,
     state: Annotated[
         list[DeploymentState] | None, Query(description="Repeat to match any of several; default: all but DELETED.")
     ] = None,
 ) -> list[DeploymentOut]:
-    deployments = deployments_repo.list_deployments(session, principal.project_scope(), state)
+    """Newest first; paged (X-Next-Cursor)."""
+    scope = principal.project_scope()
+    deployments = page.fetch(lambda c, n: deployments_repo.list_deployments(session, scope, state, c, n))
     return [DeploymentOut.of(d, service.settings.serve_url) for d in deployments]
 
 
@@ -75,9 +79,11 @@ def get_deployment(name: str, session: SessionDep, service: ServiceDep, principa
 
 
 @router.get("/{name}/events")
-def deployment_events(name: str, session: SessionDep, principal: CurrentKey) -> list[DeploymentEventOut]:
+def deployment_events(name: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[DeploymentEventOut]:
+    """Oldest first; paged (X-Next-Cursor)."""
     deployment = _deployment_or_404(session, name, principal)
-    return [DeploymentEventOut.model_validate(e) for e in deployments_repo.list_events(session, deployment.id)]
+    rows = page.fetch(lambda c, n: deployments_repo.page_events(session, deployment.id, c, n))
+    return [DeploymentEventOut.model_validate(e) for e in rows]
 
 
 @router.patch("/{name}")
@@ -97,8 +103,8 @@ def update_deployment(
     current = deployment.get_version(deployment.version)
     assert current is not None
     settings = ops.patched_settings(current.settings, body, service.settings)
-    if body.resources is not None:
-        ops.check_resources(settings["resources"], service.backend)
+    if body.resources is not None or body.replicas is not None:
+        ops.check_resources(settings["resources"], service.backend, settings["replicas"])
     resolved = ops.resolve_source(session, body.source, principal.project_scope()) if body.source else None
     locked = _locked(session, deployment)
     if locked.version != deployment.version:

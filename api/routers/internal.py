@@ -11,6 +11,7 @@ from fastapi import APIRouter, HTTPException, status
 from api.deps import BearerDep, ServiceDep, SessionDep
 from orchestrator.auth import hash_secret, secrets_equal
 from orchestrator.db.models import Job, Sweep
+from orchestrator.limits import OverLimit, check_job_batch, check_sweep_batch
 from orchestrator.services.events import RefusedEvent, apply_events
 from orchestrator.services.sweep_events import apply_sweep_events
 from orchestrator.states import lock_job
@@ -42,9 +43,13 @@ def _current_attempt(run: Job | Sweep, attempt: int) -> None:
 
 def _refusing_foreign(apply: Callable[[], int], session, run_id: str) -> int:
     """400 for a batch with an event no honest driver sends (nothing of it applied), logged: a driver that
-    names another run's checkpoint is either broken or hostile."""
+    names another run's checkpoint is either broken or hostile. 422 for a batch past an input bound
+    (``orchestrator.limits``), nothing of it applied either."""
     try:
         return apply()
+    except OverLimit as exc:  # a bound (issue 15, hole 6): said, not logged as hostile
+        session.rollback()
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from exc
     except RefusedEvent as exc:
         session.rollback()
         log.warning("refused events of run %s: %s", run_id, exc)
@@ -67,7 +72,10 @@ def post_events(
 ) -> dict[str, int]:
     job = _check_token(lock_job(session, job_id), credentials)
     _current_attempt(job, batch.attempt)
-    applied = _refusing_foreign(lambda: apply_events(session, job, batch, service.checkpoints.storage), session, job_id)
+    applied = _refusing_foreign(
+        lambda: check_job_batch(job, batch, service.settings) or apply_events(session, job, batch, service.checkpoints.storage),
+        session, job_id,
+    )
     session.commit()
     if any(event.type == "checkpoint" for event in batch.events):
         # After the commit: storage is never touched with the job row (on SQLite, the database) locked.
@@ -94,7 +102,9 @@ def post_sweep_events(
     sweep = _check_token(lock_sweep(session, sweep_id), credentials)
     _current_attempt(sweep, batch.attempt)
     applied = _refusing_foreign(
-        lambda: apply_sweep_events(session, sweep, batch, service.checkpoints.storage), session, sweep_id
+        lambda: check_sweep_batch(batch, service.settings)
+        or apply_sweep_events(session, sweep, batch, service.checkpoints.storage),
+        session, sweep_id,
     )
     session.commit()
     with_checkpoints = {e.trial for e in batch.events if isinstance(e, TrialEvent) and e.checkpoint_path}

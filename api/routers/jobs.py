@@ -6,12 +6,14 @@ from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from api.deps import CurrentKey, ServiceDep, SessionDep, WriterKey, target_project
+from api.paging import JobsPage, MetricsPage, Page
 from api.schemas import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut
 from orchestrator.auth import Principal
 from orchestrator.db.models import Job, JobState
+from orchestrator.limits import check_priority
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.services.cancellation import AlreadyFinished, cancel_job
-from orchestrator.services.logs import follow_logs, read_logs
+from orchestrator.services.logs import TooManyFollows, last_lines, read_logs
 from orchestrator.services.submission import check_runnable, pin_data_paths, submit_job
 from workers.spec import JobSpec
 
@@ -39,6 +41,7 @@ def create_job(
     plan = check_runnable(spec, service.settings, service.backend)  # asks Ray: before the transaction starts
     spec = pin_data_paths(spec, service.settings)  # its data files: inside a data root, resolved
     target = target_project(session, principal, project_id)
+    check_priority(session, target, spec.priority, principal.is_cluster_admin, ("priority",))
     job, created = submit_job(session, target, spec, plan, idempotency_key)
     session.commit()
     if not created:
@@ -50,23 +53,29 @@ def create_job(
 @router.get("")
 def list_jobs(
     session: SessionDep,
+    service: ServiceDep,
     principal: CurrentKey,
+    page: JobsPage,
     state: Annotated[list[JobState] | None, Query(description="Repeat to match any of several.")] = None,
-    label: Annotated[list[str] | None, Query(description="key=value; repeat to require several.")] = None,
-    cursor: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    label: Annotated[
+        list[str] | None, Query(description="key=value; repeat to require several (ORCHESTRATOR_MAX_LABEL_FILTERS).")
+    ] = None,
 ) -> JobPage:
+    """Newest first; the next page's cursor is in the body and in the X-Next-Cursor header."""
+    if len(label or []) > service.settings.max_label_filters:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_ENTITY,
+            f"{len(label or [])} label filters: at most {service.settings.max_label_filters} (ORCHESTRATOR_MAX_LABEL_FILTERS)",
+        )
     labels = {}
     for item in label or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"label filter {item!r} must be key=value")
         labels[key] = value
-    try:
-        jobs, next_cursor = jobs_repo.list_jobs(session, principal.project_scope(), state, labels, cursor, limit)
-    except jobs_repo.InvalidCursor as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
-    return JobPage(items=[JobOut.of(j) for j in jobs], next_cursor=next_cursor)
+    scope = principal.project_scope()
+    jobs = page.fetch(lambda cursor, limit: jobs_repo.list_jobs(session, scope, state, labels, cursor, limit))
+    return JobPage(items=[JobOut.of(j) for j in jobs], next_cursor=page.response.headers.get("X-Next-Cursor"))
 
 
 @router.get("/{job_id}")
@@ -85,21 +94,25 @@ def cancel(job_id: str, session: SessionDep, service: ServiceDep, principal: Wri
 
 
 @router.get("/{job_id}/events")
-def events(job_id: str, session: SessionDep, principal: CurrentKey) -> list[JobEventOut]:
+def events(job_id: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[JobEventOut]:
+    """Oldest first; paged (X-Next-Cursor)."""
     _job_or_404(session, job_id, principal)
-    return [JobEventOut.model_validate(e) for e in jobs_repo.list_events(session, job_id)]
+    return [JobEventOut.model_validate(e) for e in page.fetch(lambda c, n: jobs_repo.page_events(session, job_id, c, n))]
 
 
 @router.get("/{job_id}/metrics")
-def metrics(job_id: str, session: SessionDep, principal: CurrentKey) -> list[MetricOut]:
+def metrics(job_id: str, session: SessionDep, principal: CurrentKey, page: MetricsPage) -> list[MetricOut]:
+    """By attempt, then step; paged (X-Next-Cursor)."""
     _job_or_404(session, job_id, principal)
-    return [MetricOut.model_validate(m) for m in jobs_repo.list_metrics(session, job_id)]
+    return [MetricOut.model_validate(m) for m in page.fetch(lambda c, n: jobs_repo.page_metrics(session, job_id, c, n))]
 
 
 @router.get("/{job_id}/checkpoints")
-def checkpoints(job_id: str, session: SessionDep, principal: CurrentKey) -> list[CheckpointOut]:
+def checkpoints(job_id: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[CheckpointOut]:
+    """By step; paged (X-Next-Cursor)."""
     _job_or_404(session, job_id, principal)
-    return [CheckpointOut.model_validate(c) for c in jobs_repo.list_checkpoints(session, job_id)]
+    rows = page.fetch(lambda c, n: jobs_repo.page_checkpoints(session, job_id, c, n))
+    return [CheckpointOut.model_validate(c) for c in rows]
 
 
 @router.get("/{job_id}/logs", response_class=PlainTextResponse)
@@ -109,9 +122,11 @@ def logs(
     principal: CurrentKey,
     follow: bool = False,
     attempt: Annotated[int | None, Query(ge=1, description="An earlier attempt's output (default: the current one).")] = None,
+    tail: Annotated[int | None, Query(ge=0, le=1_000_000, description="Only the last N lines (a follow: to start with).")] = None,
 ):
     """Driver and worker output of an attempt, from Ray while it has it, else from durable storage;
-    `?follow=true` streams the current attempt's until the job ends."""
+    `?follow=true` streams the current attempt's until the job ends, sending only what is new (at most
+    ORCHESTRATOR_MAX_LOG_FOLLOWS_PER_KEY follows per key at once: 429 past it)."""
     with service.sessions() as session:  # released before Ray is asked or the stream starts
         job = _job_or_404(session, job_id, principal)
     if attempt is not None and attempt > job.attempt:
@@ -119,6 +134,9 @@ def logs(
     if follow:
         if attempt is not None:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, "follow streams the current attempt: drop attempt")
-        stream = follow_logs(service.sessions, service.backend, service.log_archive, job.id)
+        try:
+            stream = service.log_follows.start(job.id, principal.key_id or "environment-admin", tail)
+        except TooManyFollows as exc:
+            raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(exc), headers={"Retry-After": "5"}) from None
         return StreamingResponse(stream, media_type="text/plain")
-    return PlainTextResponse(read_logs(service.backend, service.log_archive, job, attempt))
+    return PlainTextResponse(last_lines(read_logs(service.backend, service.log_archive, job, attempt), tail))

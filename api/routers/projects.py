@@ -4,7 +4,7 @@ from fastapi import APIRouter, HTTPException, status
 from sqlalchemy.exc import IntegrityError
 
 from api.deps import AdminKey, ClusterAdminKey, CurrentKey, SessionDep, visible_project
-from api.schemas import KeyCreate, KeyCreated, KeyOut, ProjectCreate, ProjectOut
+from api.schemas import KeyCreate, KeyCreated, KeyOut, ProjectCreate, ProjectOut, ProjectPatch
 from orchestrator.db.models import utcnow
 from orchestrator.repositories import projects as projects_repo
 
@@ -15,6 +15,7 @@ router = APIRouter(prefix="/v1/projects", tags=["projects"])
 def create_project(body: ProjectCreate, session: SessionDep, _: ClusterAdminKey) -> ProjectOut:
     try:
         project = projects_repo.create_project(session, body.name)
+        project.max_priority = body.max_priority
         session.commit()
     except IntegrityError:
         session.rollback()
@@ -25,6 +26,26 @@ def create_project(body: ProjectCreate, session: SessionDep, _: ClusterAdminKey)
 @router.get("")
 def list_projects(session: SessionDep, principal: CurrentKey) -> list[ProjectOut]:
     return [ProjectOut.model_validate(p) for p in projects_repo.list_projects(session, principal.project_scope())]
+
+
+@router.get("/{project_id}")
+def get_project(project_id: str, session: SessionDep, principal: CurrentKey) -> ProjectOut:
+    """The project and its limits (``max_priority``); another project's is 404."""
+    visible_project(session, principal, project_id)
+    return ProjectOut.model_validate(projects_repo.get_project(session, project_id))
+
+
+@router.patch("/{project_id}")
+def update_project(project_id: str, body: ProjectPatch, session: SessionDep, _: ClusterAdminKey) -> ProjectOut:
+    """Cluster-wide admins: set the project's limits (``max_priority``: null lifts the cap). Jobs already
+    queued keep their priority; new ones are held to the cap."""
+    project = projects_repo.get_project(session, project_id)
+    if project is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no project {project_id}")
+    if "max_priority" in body.model_fields_set:
+        project.max_priority = body.max_priority
+    session.commit()
+    return ProjectOut.model_validate(project)
 
 
 @router.post("/{project_id}/keys", status_code=status.HTTP_201_CREATED)

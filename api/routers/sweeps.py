@@ -8,12 +8,14 @@ from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import PlainTextResponse
 
 from api.deps import CurrentKey, ServiceDep, SessionDep, WriterKey, target_project
+from api.paging import MetricsPage, Page
 from api.schemas import JobEventOut, SweepOut, TrialMetricOut, TrialOut
 from orchestrator.auth import Principal
 from orchestrator.db.models import JobState, Sweep, Trial
+from orchestrator.limits import check_priority
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.cancellation import AlreadyFinished, cancel_run
-from orchestrator.services.logs import read_logs
+from orchestrator.services.logs import last_lines, read_logs
 from orchestrator.services.runs import SWEEPS
 from orchestrator.services.submission import check_sweep_runnable
 from workers.sweep_spec import SweepSpec
@@ -44,7 +46,10 @@ def create_sweep(
 ) -> SweepOut:
     """Start a search over the base job's hyperparameters; every trial is a distributed training run."""
     spec = check_sweep_runnable(spec, service.settings, service.backend)  # asks Ray: before the transaction
-    sweep = sweeps_repo.create_sweep(session, target_project(session, principal, project_id), spec)
+    target = target_project(session, principal, project_id)
+    for priority, loc in ((spec.priority, ("priority",)), (spec.base.priority, ("base", "priority"))):
+        check_priority(session, target, priority, principal.is_cluster_admin, loc)
+    sweep = sweeps_repo.create_sweep(session, target, spec)
     session.commit()
     return _out(session, sweep)
 
@@ -53,11 +58,12 @@ def create_sweep(
 def list_sweeps(
     session: SessionDep,
     principal: CurrentKey,
+    page: Page,
     state: Annotated[list[JobState] | None, Query(description="Repeat to match any of several.")] = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> list[SweepOut]:
-    """Newest first."""
-    return [_out(session, s) for s in sweeps_repo.list_sweeps(session, principal.project_scope(), state, limit)]
+    """Newest first; paged (X-Next-Cursor)."""
+    scope = principal.project_scope()
+    return [_out(session, s) for s in page.fetch(lambda c, n: sweeps_repo.list_sweeps(session, scope, state, c, n))]
 
 
 @router.get("/{sweep_id}")
@@ -66,16 +72,17 @@ def get_sweep(sweep_id: str, session: SessionDep, principal: CurrentKey) -> Swee
 
 
 @router.get("/{sweep_id}/trials")
-def list_trials(sweep_id: str, session: SessionDep, principal: CurrentKey) -> list[TrialOut]:
+def list_trials(sweep_id: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[TrialOut]:
+    """By number; paged (X-Next-Cursor)."""
     _sweep_or_404(session, sweep_id, principal)
-    return [TrialOut.model_validate(t) for t in sweeps_repo.list_trials(session, sweep_id)]
+    return [TrialOut.model_validate(t) for t in page.fetch(lambda c, n: sweeps_repo.page_trials(session, sweep_id, c, n))]
 
 
 @router.get("/{sweep_id}/events")
-def events(sweep_id: str, session: SessionDep, principal: CurrentKey) -> list[JobEventOut]:
-    """The sweep's state history."""
+def events(sweep_id: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[JobEventOut]:
+    """The sweep's state history, oldest first; paged (X-Next-Cursor)."""
     _sweep_or_404(session, sweep_id, principal)
-    return [JobEventOut.model_validate(e) for e in sweeps_repo.list_events(session, sweep_id)]
+    return [JobEventOut.model_validate(e) for e in page.fetch(lambda c, n: sweeps_repo.page_events(session, sweep_id, c, n))]
 
 
 @router.get("/{sweep_id}/logs", response_class=PlainTextResponse)
@@ -84,11 +91,12 @@ def logs(
     service: ServiceDep,
     principal: CurrentKey,
     attempt: Annotated[int | None, Query(ge=1, description="An earlier attempt's output (default: the current one).")] = None,
+    tail: Annotated[int | None, Query(ge=0, le=1_000_000, description="Only the last N lines.")] = None,
 ):
     """The sweep driver's output (Ray Tune's progress, every trial's workers' output) of an attempt."""
     with service.sessions() as session:  # released before Ray is asked
         sweep = _sweep_or_404(session, sweep_id, principal)
-    return PlainTextResponse(read_logs(service.backend, service.log_archive, sweep, attempt))
+    return PlainTextResponse(last_lines(read_logs(service.backend, service.log_archive, sweep, attempt), tail))
 
 
 @router.post("/{sweep_id}/cancel")
@@ -108,10 +116,11 @@ def get_trial(trial_id: str, session: SessionDep, principal: CurrentKey) -> Tria
 
 
 @trials_router.get("/{trial_id}/metrics")
-def trial_metrics(trial_id: str, session: SessionDep, principal: CurrentKey) -> list[TrialMetricOut]:
-    """One point per epoch the trial ran: what the search compared."""
+def trial_metrics(trial_id: str, session: SessionDep, principal: CurrentKey, page: MetricsPage) -> list[TrialMetricOut]:
+    """One point per epoch the trial ran: what the search compared. By epoch; paged (X-Next-Cursor)."""
     _trial_or_404(session, trial_id, principal)
-    return [TrialMetricOut.model_validate(m) for m in sweeps_repo.list_trial_metrics(session, trial_id)]
+    rows = page.fetch(lambda c, n: sweeps_repo.page_trial_metrics(session, trial_id, c, n))
+    return [TrialMetricOut.model_validate(m) for m in rows]
 
 
 def _trial_or_404(session, trial_id: str, principal: Principal) -> Trial:

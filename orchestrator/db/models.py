@@ -65,6 +65,8 @@ class Project(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Set by a cluster-wide admin: the highest priority a project's keys may give a job or sweep (None: 1000).
+    max_priority: Mapped[int | None] = mapped_column(Integer, default=None)
 
 
 class ApiKey(Base):

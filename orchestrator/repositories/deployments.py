@@ -7,6 +7,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db.models import Deployment, DeploymentEvent, DeploymentState, DeploymentVersion
 from orchestrator.deployment_states import LIVE
+from orchestrator.repositories.paging import fetch_page
 
 
 def create_deployment(session: Session, project_id: str, name: str, workload: str, route_prefix: str) -> Deployment:
@@ -73,14 +74,15 @@ def get_by_name(session: Session, name: str, project_scope: str | None) -> Deplo
 
 
 def list_deployments(
-    session: Session, project_scope: str | None, states: list[DeploymentState] | None = None
-) -> list[Deployment]:
-    """Newest first; without ``states``, every deployment but the deleted ones."""
-    query = select(Deployment).order_by(Deployment.created_at.desc(), Deployment.id.desc())
+    session: Session, project_scope: str | None, states: list[DeploymentState] | None, cursor: str | None, limit: int
+) -> tuple[list[Deployment], str | None]:
+    """Newest first; without ``states``, every deployment but the deleted ones. A page and the next
+    page's cursor (None on the last)."""
+    query = select(Deployment)
     if project_scope is not None:
         query = query.where(Deployment.project_id == project_scope)
     query = query.where(Deployment.state.in_(states or sorted(LIVE)))
-    return list(session.scalars(query))
+    return fetch_page(session, query, (Deployment.created_at, Deployment.id), cursor, limit, descending=True)
 
 
 def live_deployments(session: Session) -> list[Deployment]:
@@ -101,6 +103,13 @@ def list_events(session: Session, deployment_id: str) -> list[DeploymentEvent]:
             select(DeploymentEvent).where(DeploymentEvent.deployment_id == deployment_id).order_by(DeploymentEvent.id)
         )
     )
+
+
+def page_events(
+    session: Session, deployment_id: str, cursor: str | None, limit: int
+) -> tuple[list[DeploymentEvent], str | None]:
+    query = select(DeploymentEvent).where(DeploymentEvent.deployment_id == deployment_id)
+    return fetch_page(session, query, (DeploymentEvent.id,), cursor, limit)
 
 
 def referenced_checkpoint_paths(session: Session) -> set[str]:

@@ -1,20 +1,15 @@
 from __future__ import annotations
 
-import base64
-import json
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, or_, select
+from sqlalchemy import delete, or_, select
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import Checkpoint, Job, JobEvent, JobLabel, JobMetric, JobState
+from orchestrator.repositories.paging import fetch_page
 from orchestrator.states import ACTIVE
 from workers.spec import JobSpec, TrainingPlan
-
-
-class InvalidCursor(ValueError):
-    pass
 
 
 def create_job(
@@ -52,19 +47,6 @@ def find_by_idempotency_key(session: Session, project_id: str, key: str) -> Job 
     ).one_or_none()
 
 
-def encode_cursor(job: Job) -> str:
-    raw = json.dumps([job.created_at.isoformat(), job.id]).encode()
-    return base64.urlsafe_b64encode(raw).decode()
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        created, job_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-        return datetime.fromisoformat(created), str(job_id)
-    except (ValueError, TypeError) as exc:
-        raise InvalidCursor("cursor is not one this API returned") from exc
-
-
 def list_jobs(
     session: Session,
     project_scope: str | None,
@@ -74,7 +56,7 @@ def list_jobs(
     limit: int = 50,
 ) -> tuple[list[Job], str | None]:
     """Newest first. Returns a page and the cursor of the next page (None at the end)."""
-    query = select(Job).order_by(Job.created_at.desc(), Job.id.desc()).limit(limit + 1)
+    query = select(Job)
     if project_scope is not None:
         query = query.where(Job.project_id == project_scope)
     if states:
@@ -83,12 +65,7 @@ def list_jobs(
         query = query.where(
             Job.id.in_(select(JobLabel.job_id).where(JobLabel.key == key, JobLabel.value == value))
         )
-    if cursor:
-        created, job_id = _decode_cursor(cursor)
-        query = query.where(or_(Job.created_at < created, and_(Job.created_at == created, Job.id < job_id)))
-    jobs = list(session.scalars(query))
-    next_cursor = encode_cursor(jobs[limit - 1]) if len(jobs) > limit else None
-    return jobs[:limit], next_cursor
+    return fetch_page(session, query, (Job.created_at, Job.id), cursor, limit, descending=True)
 
 
 def queued_jobs(session: Session) -> list[Job]:
@@ -119,6 +96,21 @@ def list_metrics(session: Session, job_id: str) -> list[JobMetric]:
             select(JobMetric).where(JobMetric.job_id == job_id).order_by(JobMetric.attempt, JobMetric.step)
         )
     )
+
+
+def page_events(session: Session, job_id: str, cursor: str | None, limit: int) -> tuple[list[JobEvent], str | None]:
+    return fetch_page(session, select(JobEvent).where(JobEvent.job_id == job_id), (JobEvent.id,), cursor, limit)
+
+
+def page_metrics(session: Session, job_id: str, cursor: str | None, limit: int) -> tuple[list[JobMetric], str | None]:
+    """In (attempt, step) order, as ``list_metrics``: a point is unique on them."""
+    query = select(JobMetric).where(JobMetric.job_id == job_id)
+    return fetch_page(session, query, (JobMetric.attempt, JobMetric.step), cursor, limit)
+
+
+def page_checkpoints(session: Session, job_id: str, cursor: str | None, limit: int) -> tuple[list[Checkpoint], str | None]:
+    query = select(Checkpoint).where(Checkpoint.job_id == job_id)
+    return fetch_page(session, query, (Checkpoint.step, Checkpoint.id), cursor, limit)
 
 
 def list_checkpoints(session: Session, job_id: str) -> list[Checkpoint]:

@@ -9,6 +9,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import JobState, Sweep, SweepEvent, Trial, TrialMetric, TrialState
+from orchestrator.repositories.paging import fetch_page
 from orchestrator.states import ACTIVE
 from workers.sweep_spec import SweepSpec
 
@@ -36,13 +37,16 @@ def get_sweep(session: Session, sweep_id: str, project_scope: str | None) -> Swe
     return sweep
 
 
-def list_sweeps(session: Session, project_scope: str | None, states: list[JobState] | None, limit: int) -> list[Sweep]:
-    query = select(Sweep).order_by(Sweep.created_at.desc(), Sweep.id.desc()).limit(limit)
+def list_sweeps(
+    session: Session, project_scope: str | None, states: list[JobState] | None, cursor: str | None, limit: int
+) -> tuple[list[Sweep], str | None]:
+    """Newest first: a page and the next page's cursor (None on the last)."""
+    query = select(Sweep)
     if project_scope is not None:
         query = query.where(Sweep.project_id == project_scope)
     if states:
         query = query.where(Sweep.state.in_(states))
-    return list(session.scalars(query))
+    return fetch_page(session, query, (Sweep.created_at, Sweep.id), cursor, limit, descending=True)
 
 
 def queued_sweeps(session: Session) -> list[Sweep]:
@@ -63,6 +67,10 @@ def list_events(session: Session, sweep_id: str) -> list[SweepEvent]:
     return list(session.scalars(select(SweepEvent).where(SweepEvent.sweep_id == sweep_id).order_by(SweepEvent.id)))
 
 
+def page_events(session: Session, sweep_id: str, cursor: str | None, limit: int) -> tuple[list[SweepEvent], str | None]:
+    return fetch_page(session, select(SweepEvent).where(SweepEvent.sweep_id == sweep_id), (SweepEvent.id,), cursor, limit)
+
+
 def last_transition(session: Session, sweep_id: str) -> SweepEvent:
     return session.scalars(
         select(SweepEvent).where(SweepEvent.sweep_id == sweep_id).order_by(SweepEvent.id.desc()).limit(1)
@@ -74,6 +82,11 @@ def last_transition(session: Session, sweep_id: str) -> SweepEvent:
 
 def list_trials(session: Session, sweep_id: str) -> list[Trial]:
     return list(session.scalars(select(Trial).where(Trial.sweep_id == sweep_id).order_by(Trial.number)))
+
+
+def page_trials(session: Session, sweep_id: str, cursor: str | None, limit: int) -> tuple[list[Trial], str | None]:
+    """By number, as ``list_trials`` (the id breaks a tie)."""
+    return fetch_page(session, select(Trial).where(Trial.sweep_id == sweep_id), (Trial.number, Trial.id), cursor, limit)
 
 
 def get_trial(session: Session, trial_id: str, project_scope: str | None) -> Trial | None:
@@ -131,6 +144,14 @@ def list_trial_metrics(session: Session, trial_id: str) -> list[TrialMetric]:
     return list(
         session.scalars(select(TrialMetric).where(TrialMetric.trial_id == trial_id).order_by(TrialMetric.epoch))
     )
+
+
+def page_trial_metrics(
+    session: Session, trial_id: str, cursor: str | None, limit: int
+) -> tuple[list[TrialMetric], str | None]:
+    """By epoch, as ``list_trial_metrics`` (a point is unique on it)."""
+    query = select(TrialMetric).where(TrialMetric.trial_id == trial_id)
+    return fetch_page(session, query, (TrialMetric.epoch,), cursor, limit)
 
 
 def trial_checkpoints(session: Session, trial_id: str) -> list[TrialMetric]:

@@ -26,6 +26,8 @@ from orchestrator.deployment_spec import (
     DeploymentPatch,
     ResourcesSpec,
     SourceSpec,
+    auth_of,
+    max_body_mb_of,
     settings_of,
 )
 from orchestrator.deployment_states import TERMINAL, set_deployment_state
@@ -191,8 +193,10 @@ def _check_folder(path: str, loc: tuple[str, ...]) -> None:
         raise SpecRejected(loc, f"the checkpoint folder {path} holds no model ({MODEL_FILE} or {SHARDED_DIR}/)")
 
 
-def check_resources(resources: dict[str, float], backend: ClusterBackend) -> None:
-    """A replica larger than the cluster's largest node would wait forever: 422 now instead."""
+def check_resources(resources: dict[str, float], backend: ClusterBackend, replicas: int | dict[str, Any] = 1) -> None:
+    """A replica larger than the cluster's largest node would wait forever, and so would replicas (at most
+    ``replicas``: a count, or autoscaling's ``max``) that together ask more than the whole cluster holds
+    (issue 15, hole 7): 422 now instead, saying what fits."""
     try:
         capacity = backend.capacity()
     except BackendUnavailable as exc:
@@ -205,10 +209,22 @@ def check_resources(resources: dict[str, float], backend: ClusterBackend) -> Non
                 ("resources", key),
                 f"each replica needs {resources[key]:g} {resource} but the largest node has {largest:g} {resource}",
             )
+    most = replicas if isinstance(replicas, int) else int(replicas["max"])
+    for key, resource in (("cpus", "CPU"), ("gpus", "GPU")):
+        total = capacity.total.get(resource, 0.0)
+        if resources[key] > 0 and most * resources[key] > total + 1e-9:
+            fit = int((total + 1e-9) // resources[key])
+            raise SpecRejected(
+                ("replicas",),
+                f"{most} replicas x {resources[key]:g} {resource} is more than the cluster's {total:g} {resource} in "
+                f"all: at most {fit} replicas of this size fit",
+            )
 
 
 def new_settings(body: DeploymentCreate, settings: Settings) -> dict[str, Any]:
-    return settings_of(body.replicas, body.batching, body.resources, settings.serve_replica_cpus)
+    return settings_of(
+        body.replicas, body.batching, body.resources, settings.serve_replica_cpus, body.auth, body.max_body_mb
+    )
 
 
 def patched_settings(current: dict[str, Any], patch: DeploymentPatch, settings: Settings) -> dict[str, Any]:
@@ -222,7 +238,11 @@ def patched_settings(current: dict[str, Any], patch: DeploymentPatch, settings: 
     resources = patch.resources if "resources" in given and patch.resources is not None else (
         ResourcesSpec.model_validate(current["resources"])
     )
-    return settings_of(replicas, batching, resources, settings.serve_replica_cpus)
+    auth = patch.auth if "auth" in given and patch.auth is not None else auth_of(current)
+    max_body_mb = patch.max_body_mb if "max_body_mb" in given and patch.max_body_mb is not None else (
+        max_body_mb_of(current)
+    )
+    return settings_of(replicas, batching, resources, settings.serve_replica_cpus, auth, max_body_mb)
 
 
 def _replicas_of(current: dict[str, Any]) -> int | AutoscalingSpec:
@@ -307,7 +327,11 @@ def rollback_deployment(session: Session, deployment: Deployment) -> Deployment:
     )
     note = f"rollback to version {previous.version}"
     what = f"version {deployment.version + 1} ({note})"
-    return _retarget(session, deployment, resolved, previous.source, dict(previous.settings), note, "rollback", what)
+    # Who may call it and the body cap are not rolled back: a rollback never reopens a deployment.
+    current = deployment.get_version(deployment.version)
+    assert current is not None
+    settings = {**previous.settings, "auth": auth_of(current.settings), "max_body_mb": max_body_mb_of(current.settings)}
+    return _retarget(session, deployment, resolved, previous.source, settings, note, "rollback", what)
 
 
 def _retarget(
