@@ -221,7 +221,8 @@ def main() -> None:
             for name, batching in (("bench-unbatched", None), ("bench-batched", {"max_batch_size": 32, "wait_ms": 2})):
                 response = api.post(
                     "/v1/deployments",
-                    json={"name": name, "source": {"checkpoint_id": checkpoint["id"]}, "batching": batching},
+                    # auth none: the load generator sends no key (the key check is one SHA-256 per request).
+                    json={"name": name, "source": {"checkpoint_id": checkpoint["id"]}, "batching": batching, "auth": "none"},
                 )
                 response.raise_for_status()
             for arm, name in (("serve", "bench-unbatched"), ("serve+batch", "bench-batched")):

@@ -70,6 +70,13 @@ class ResourcesSpec(_Strict):
 
 
 Replicas = Annotated[int, Field(ge=1, le=100)] | AutoscalingSpec
+Auth = Literal["project", "none"]
+AUTH_DESCRIPTION = (
+    "Who may call the deployment's URL: 'project' (a key of the deployment's project in "
+    "Authorization: Bearer, checked by the Serve replica) or 'none' (anyone who reaches Serve's port)."
+)
+MAX_BODY_MB = 64.0
+MAX_BODY_DESCRIPTION = "The largest request body a replica reads, in MB; a larger one is a 413 before it is parsed."
 
 
 class DeploymentCreate(_Strict):
@@ -81,6 +88,8 @@ class DeploymentCreate(_Strict):
     replicas: Replicas = Field(1, description="A fixed count, or {min, max, target_ongoing_requests} to autoscale.")
     batching: BatchingSpec | None = Field(default_factory=BatchingSpec, description="null turns batching off.")
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="Per replica.")
+    auth: Auth = Field("project", description=AUTH_DESCRIPTION)
+    max_body_mb: float = Field(1.0, gt=0, le=MAX_BODY_MB, description=MAX_BODY_DESCRIPTION)
 
     @field_validator("name")
     @classmethod
@@ -116,11 +125,13 @@ class DeploymentPatch(_Strict):
     replicas: Replicas | None = None
     batching: BatchingSpec | None = None
     resources: ResourcesSpec | None = None
+    auth: Auth | None = Field(None, description=AUTH_DESCRIPTION)
+    max_body_mb: float | None = Field(None, gt=0, le=MAX_BODY_MB, description=MAX_BODY_DESCRIPTION)
 
     @model_validator(mode="after")
     def _something(self) -> DeploymentPatch:
         if not self.model_fields_set:
-            raise ValueError("nothing to change: give source, replicas, batching and/or resources")
+            raise ValueError("nothing to change: give source, replicas, batching, resources, auth and/or max_body_mb")
         return self
 
 
@@ -136,8 +147,13 @@ def settings_of(
     batching: BatchingSpec | None,
     resources: ResourcesSpec,
     default_cpus: float,
+    auth: str = "project",
+    max_body_mb: float = 1.0,
 ) -> dict[str, Any]:
-    """The settings a version stores, every default filled in (batching off is max_batch_size 1)."""
+    """The settings a version stores, every default filled in (batching off is max_batch_size 1).
+
+    A version stored before ``auth`` existed has neither ``auth`` nor ``max_body_mb``: it is served as
+    ``auth: none`` with a 1 MB cap (``auth_of``), as it was created."""
     batch = batching or BatchingSpec(max_batch_size=1, wait_ms=0)
     if isinstance(replicas, AutoscalingSpec):
         replicas_out: int | dict = replicas.model_dump()
@@ -150,4 +166,15 @@ def settings_of(
         "replicas": replicas_out,
         "batching": batch.model_dump(),
         "resources": {"cpus": cpus, "gpus": resources.gpus},
+        "auth": auth,
+        "max_body_mb": float(max_body_mb),
     }
+
+
+def auth_of(settings: dict[str, Any]) -> str:
+    """A version's auth mode; 'none' for a version stored before deployments could require a key."""
+    return settings.get("auth", "none")
+
+
+def max_body_mb_of(settings: dict[str, Any]) -> float:
+    return float(settings.get("max_body_mb", 1.0))

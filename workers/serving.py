@@ -9,8 +9,12 @@ cluster from the config's ``args``::
 
 Those args are Serve's *code version*: a new checkpoint restarts the replicas (rolled, old ones
 serving until new ones are healthy). Everything that may change without reloading the model comes
-through ``user_config`` (``reconfigure``): the deployment's version number, the batching settings and
-the torch thread count.
+through ``user_config`` (``reconfigure``): the deployment's version number, the batching settings,
+the torch thread count, and who may call it: ``auth`` (``"project"``: a key of the deployment's project
+in ``Authorization: Bearer``; ``"none"``: anyone who reaches Serve's port), ``key_hashes`` (the SHA-256
+hex digests of the project's valid keys, never the keys: the control plane re-applies the config when
+they change, so a revoked key stops working without a restart) and ``max_body_mb`` (a larger body is a
+413 before it is parsed). The replica never reaches the database.
 
 A predictor (``DigitsPredictor``, ``TinyGptPredictor``, or ``TensorPredictor`` for a custom workload
 whose samples are feature vectors) holds the workload-specific part: checking a
@@ -21,6 +25,7 @@ from a plain FastAPI app, and unit tests call it directly.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import tempfile
@@ -35,6 +40,8 @@ DEPLOYMENT_NAME = "ModelServer"
 MAX_ROWS = 256  # digits rows per request
 MAX_PROMPT_BYTES = 4096
 MAX_NEW_TOKENS = 256
+DEFAULT_MAX_BODY_MB = 1.0
+AUTH_MODES = ("project", "none")
 
 
 class BadInput(ValueError):
@@ -292,6 +299,45 @@ def _error(status: int, message: str, expected: dict) -> JSONResponse:
     return JSONResponse({"detail": message, "expected": expected}, status_code=status)
 
 
+class _Refused(Exception):
+    def __init__(self, response: JSONResponse):
+        self.response = response
+
+
+def bearer_hash(request: Request) -> str | None:
+    """SHA-256 hex of the ``Authorization: Bearer`` token (the form the control plane stores), or None."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+async def read_capped(request: Request, limit: int) -> bytes:
+    """The body, or _Refused(413) as soon as it is known to pass ``limit`` bytes: a ``Content-Length``
+    over it before a byte is read, a chunked body as soon as what arrived passes it."""
+    def too_large() -> _Refused:
+        mb = limit / 1_000_000
+        return _Refused(JSONResponse(
+            {"detail": f"the request body is over this deployment's max_body_mb ({mb:g} MB)"}, status_code=413
+        ))
+
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            if int(declared) > limit:
+                raise too_large()
+        except ValueError:
+            raise _Refused(JSONResponse({"detail": "Content-Length is not a number"}, status_code=400)) from None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 @serve.deployment(name=DEPLOYMENT_NAME)
 class ModelServer:
     """One replica: the model loaded once, requests checked, then predicted alone or in batches."""
@@ -302,6 +348,10 @@ class ModelServer:
         self.checkpoint_path = checkpoint_path
         self.version = 0
         self.batching = False
+        # Closed until the control plane's user_config says otherwise (Serve applies it before traffic).
+        self.auth = "project"
+        self.key_hashes: frozenset[str] = frozenset()
+        self.max_body_bytes = int(DEFAULT_MAX_BODY_MB * 1_000_000)
         torch.set_num_threads(1)
         check_servable(workload)
         model = load_serving_model(checkpoint_path, workload, config)
@@ -311,8 +361,14 @@ class ModelServer:
         self.predictor.probe()  # a model that can't answer never becomes a healthy replica
 
     def reconfigure(self, user_config: dict) -> None:
-        """The lightweight settings (no reload): version number, batching, torch threads."""
+        """The lightweight settings (no reload): version number, batching, torch threads, auth, body cap."""
         self.version = int(user_config.get("version", 0))
+        auth = user_config.get("auth", "project")
+        if auth not in AUTH_MODES:
+            raise ValueError(f"auth must be one of {AUTH_MODES}, not {auth!r}")
+        self.auth = auth
+        self.key_hashes = frozenset(str(h) for h in user_config.get("key_hashes") or ())
+        self.max_body_bytes = int(float(user_config.get("max_body_mb", DEFAULT_MAX_BODY_MB)) * 1_000_000)
         max_batch_size = int(user_config.get("max_batch_size", 1))
         self.batching = max_batch_size > 1
         if self.batching:
@@ -329,13 +385,33 @@ class ModelServer:
             "expected": self.predictor.expected,
         }
 
+    def _unauthorized(self, request: Request) -> JSONResponse | None:
+        """None when the caller may use this deployment; else the 401 to send."""
+        if self.auth == "none":
+            return None
+        presented = bearer_hash(request)
+        if presented is not None and presented in self.key_hashes:
+            return None
+        detail = (
+            "this deployment needs a key of its project: send Authorization: Bearer <key>"
+            if presented is None
+            else "this key is not valid for this deployment (unknown, revoked, expired or of another project)"
+        )
+        return JSONResponse({"detail": detail}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+
     async def __call__(self, request: Request):
+        if (refused := self._unauthorized(request)) is not None:
+            return refused
         if request.method == "GET":
             return JSONResponse(self.describe())
         if request.method != "POST":
             return _error(405, f"{request.method} is not supported: POST a JSON body", self.predictor.expected)
         try:
-            body = json.loads(await request.body())
+            raw = await read_capped(request, self.max_body_bytes)
+        except _Refused as refused_body:
+            return refused_body.response
+        try:
+            body = json.loads(raw)
         except (ValueError, RecursionError) as exc:
             return _error(400, f"the body is not JSON: {exc}", self.predictor.expected)
         try:

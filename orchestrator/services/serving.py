@@ -31,10 +31,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend, ServeApp, ServeConfigRejected, ServeStatus
-from orchestrator.db.models import Deployment, DeploymentState, DeploymentVersion, utcnow
+from orchestrator.db.models import ApiKey, Deployment, DeploymentState, DeploymentVersion, utcnow
+from orchestrator.deployment_spec import auth_of, max_body_mb_of
 from orchestrator.deployment_states import ROLLING, lock_deployment, set_deployment_state
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.settings import Settings
@@ -74,10 +76,37 @@ def max_ongoing_requests(max_batch_size: int) -> int:
 LOGGING = {"enable_access_log": False}
 
 
-def app_config(deployment: Deployment, version: DeploymentVersion) -> dict[str, Any]:
+def project_key_hashes(session: Session, project_ids: set[str]) -> dict[str, list[str]]:
+    """Each project's currently valid keys, as the SHA-256 hex digests the database stores (never a key):
+    not expired, made for the project (the cluster-wide bootstrap key is not a model's client key).
+    A revoked key's row is gone, so its hash leaves the next config the reconciler builds."""
+    if not project_ids:
+        return {}
+    now = utcnow()
+    rows = session.execute(
+        select(ApiKey.project_id, ApiKey.key_hash).where(
+            ApiKey.project_id.in_(project_ids),
+            ApiKey.cluster_wide.is_(False),
+            or_(ApiKey.expires_at.is_(None), ApiKey.expires_at > now),
+        )
+    ).all()
+    hashes: dict[str, list[str]] = {project_id: [] for project_id in project_ids}
+    for project_id, key_hash in rows:
+        hashes[project_id].append(key_hash)
+    return {project_id: sorted(found) for project_id, found in hashes.items()}
+
+
+def app_config(
+    deployment: Deployment, version: DeploymentVersion, key_hashes: list[str] | None = None
+) -> dict[str, Any]:
     """One Serve application: ``args`` (the model: a change restarts replicas, rolled) and the
-    deployment options, with version, batching and threads in ``user_config`` (applied in place)."""
+    deployment options, with version, batching, threads, auth and the body cap in ``user_config``
+    (applied in place: a key revoked or added reaches running replicas without a restart).
+
+    ``key_hashes``: the project's valid keys' SHA-256 digests (``project_key_hashes``); only a deployment
+    with ``auth: project`` is sent them."""
     settings = version.settings
+    auth = auth_of(settings)
     batching, resources, replicas = settings["batching"], settings["resources"], settings["replicas"]
     options: dict[str, Any] = {
         "name": SERVE_DEPLOYMENT,
@@ -88,6 +117,9 @@ def app_config(deployment: Deployment, version: DeploymentVersion) -> dict[str, 
             "max_batch_size": batching["max_batch_size"],
             "batch_wait_timeout_s": batching["wait_ms"] / 1000,
             "threads": max(1, int(resources["cpus"])),
+            "auth": auth,
+            "key_hashes": sorted(key_hashes or []) if auth == "project" else [],
+            "max_body_mb": max_body_mb_of(settings),
         },
         # Replacements start before old replicas stop, and a failed rollout leaves the old ones serving.
         "max_surge_percent": 100,
@@ -186,7 +218,9 @@ class ServingReconciler:
         with self.sessions() as session:
             if not deployments_repo.any_deployment(session):
                 return  # nothing was ever deployed: don't even ask Serve
-            snapshots = [self._snapshot(d) for d in deployments_repo.live_deployments(session)]
+            live = deployments_repo.live_deployments(session)
+            hashes = project_key_hashes(session, {d.project_id for d in live})
+            snapshots = [self._snapshot(d, hashes.get(d.project_id, [])) for d in live]
         try:
             status = self.backend.serve_status()
         except BackendUnavailable as exc:
@@ -203,14 +237,14 @@ class ServingReconciler:
         for snapshot in snapshots:
             self._reconcile(snapshot, status.apps.get(snapshot.name))
 
-    def _snapshot(self, deployment: Deployment) -> _Snapshot:
+    def _snapshot(self, deployment: Deployment, key_hashes: list[str]) -> _Snapshot:
         version = applied_version(deployment)
         return _Snapshot(
             id=deployment.id, name=deployment.name, state=deployment.state, version=deployment.version,
             live_version=deployment.live_version, failed_version=deployment.failed_version,
             rollout_started_at=deployment.rollout_started_at, observed=deployment.observed,
             applied=version.version if version else None,
-            config=app_config(deployment, version) if version else None,
+            config=app_config(deployment, version, key_hashes) if version else None,
         )
 
     def _apply(self, applications: list[dict]) -> None:

@@ -72,6 +72,19 @@ class Api:
         pytest.fail(f"deployment not in {states} after {timeout_s} s: {self.http.get(f'/v1/deployments/{name}').json()}")
 
 
+def key_headers(api: Api) -> dict[str, str]:
+    """The ``Authorization`` header of ``api``'s key: a deployment (``auth: project``, the default) answers a
+    key of its own project only."""
+    return {"Authorization": api.http.headers["Authorization"]}
+
+
+def project_key_headers(admin: Api, project_id: str) -> dict[str, str]:
+    """A new viewer key of ``project_id`` as an ``Authorization`` header (the admin token is no project key)."""
+    response = admin.http.post(f"/v1/projects/{project_id}/keys", json={"role": "viewer", "name": "serving"})
+    response.raise_for_status()
+    return {"Authorization": f"Bearer {response.json()['key']}"}
+
+
 def remove_serving(api: Api, cluster: LocalRayCluster, name: str) -> None:
     """Leave the session's cluster as the other tests expect it: no deployment, no Serve processes."""
     api.http.delete(f"/v1/deployments/{name}")

@@ -17,7 +17,7 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from tests.integration.conftest import Api, remove_serving
+from tests.integration.conftest import Api, key_headers, remove_serving
 from workers.checkpoints import load_model_from_checkpoint
 
 pytestmark = pytest.mark.integration
@@ -50,9 +50,9 @@ def local_answers(version: dict, config: dict) -> tuple[list[int], torch.Tensor]
     return probabilities.argmax(dim=-1).tolist(), probabilities
 
 
-def assert_serves(url: str, version: dict, config: dict) -> None:
+def assert_serves(url: str, version: dict, config: dict, headers: dict) -> None:
     """The deployment's answers over HTTP are the local model's, loaded from the same checkpoint."""
-    answer = httpx.post(url, json={"inputs": ROWS}, timeout=30).json()
+    answer = httpx.post(url, json={"inputs": ROWS}, headers=headers, timeout=30).json()
     assert answer["version"] == version["version"], answer
     predictions, probabilities = local_answers(version, config)
     assert answer["predictions"] == predictions
@@ -62,14 +62,15 @@ def assert_serves(url: str, version: dict, config: dict) -> None:
 class Caller:
     """A bounded client: ``threads`` callers, one request in flight each, until stopped."""
 
-    def __init__(self, url: str, threads: int = 3):
+    def __init__(self, url: str, headers: dict, threads: int = 3):
         self.url = url
+        self.headers = headers
         self.results: list[tuple[float, int, int | None, str]] = []  # time, status, version, error
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(threads)]
 
     def _run(self, index: int) -> None:
-        with httpx.Client(timeout=30) as http:
+        with httpx.Client(timeout=30, headers=self.headers) as http:
             while not self._stop.is_set():
                 try:
                     response = http.post(self.url, json={"inputs": ROWS[index : index + 2]})
@@ -105,7 +106,8 @@ def serve_app(cluster) -> dict:
     return details["applications"][NAME]
 
 
-def test_deploy_update_rollback_and_delete_without_a_failed_request(member, trained, cleanup, ray_cluster):
+def test_deploy_update_rollback_and_delete_without_a_failed_request(member, admin, trained, cleanup, ray_cluster):
+    key = key_headers(member)
     job, checkpoints = trained
     config = job["spec"]["config"]
 
@@ -122,7 +124,7 @@ def test_deploy_update_rollback_and_delete_without_a_failed_request(member, trai
     assert deployment["serving_version"] == 1 and deployment["serve_status"] == "RUNNING"
     assert [r["state"] for r in deployment["replicas"]] == ["RUNNING"]
     v1 = deployment["current"]
-    assert_serves(url, v1, config)
+    assert_serves(url, v1, config, key)
     # Serve reports back what was applied, so a steady state sends nothing more (6 reconciler ticks).
     deployed_at = serve_app(ray_cluster)["last_deployed_time_s"]
     time.sleep(3)
@@ -133,14 +135,18 @@ def test_deploy_update_rollback_and_delete_without_a_failed_request(member, trai
         ({"inputs": []}, 422), ({"inputs": [[1.0] * 63]}, 422), ({"inputs": [["x"] * 64]}, 422),
         ({"inputs": [[0.0] * 64] * 257}, 422), ({"rows": ROWS}, 422), ([1, 2], 422),
     ]:
-        response = httpx.post(url, json=body, timeout=30)
+        response = httpx.post(url, json=body, headers=key, timeout=30)
         assert response.status_code == status, (body if len(str(body)) < 100 else "big", response.text)
         assert "expected" in response.json() and response.json()["detail"]
-    assert httpx.post(url, content=b"not json", timeout=30).status_code == 400
+    assert httpx.post(url, content=b"not json", headers=key, timeout=30).status_code == 400
+    # auth: project (the default): no key, or one that is no key of this project (the admin token), is a 401.
+    assert deployment["auth"] == "project"
+    assert httpx.post(url, json={"inputs": ROWS[:1]}, timeout=30).status_code == 401
+    assert httpx.post(url, json={"inputs": ROWS[:1]}, headers=key_headers(admin), timeout=30).status_code == 401
 
     # Update to another checkpoint while requests keep coming: none fails, the answers switch.
     others = [c for c in checkpoints if c["path"] != best["path"]]
-    with Caller(url) as caller:
+    with Caller(url, key) as caller:
         time.sleep(1)
         patched = member.http.patch(f"/v1/deployments/{NAME}", json={"source": {"checkpoint_id": others[0]["id"]}})
         assert patched.status_code == 200 and patched.json()["state"] == "UPDATING", patched.text
@@ -148,10 +154,10 @@ def test_deploy_update_rollback_and_delete_without_a_failed_request(member, trai
         time.sleep(1)
     caller.check(old=1, new=2)
     assert deployment["serving_version"] == 2 and deployment["current"]["checkpoint_path"] == others[0]["path"]
-    assert_serves(url, deployment["current"], config)
+    assert_serves(url, deployment["current"], config, key)
 
     # Roll back: version 3 serves version 1's checkpoint again, again without a failed request.
-    with Caller(url) as caller:
+    with Caller(url, key) as caller:
         time.sleep(1)
         rolled = member.http.post(f"/v1/deployments/{NAME}/rollback")
         assert rolled.status_code == 200 and rolled.json()["version"] == 3, rolled.text
@@ -160,12 +166,12 @@ def test_deploy_update_rollback_and_delete_without_a_failed_request(member, trai
     caller.check(old=2, new=3)
     assert deployment["current"]["checkpoint_path"] == v1["checkpoint_path"]
     assert deployment["current"]["note"] == "rollback to version 1"
-    assert_serves(url, deployment["current"], config)
+    assert_serves(url, deployment["current"], config, key)
 
     # A version that cannot load is not promoted: UNHEALTHY with the reason, version 3 keeps serving.
     broken = others[1]
     (Path(broken["path"]) / "model.pt").write_bytes(b"not a state dict")
-    with Caller(url) as caller:
+    with Caller(url, key) as caller:
         member.http.patch(f"/v1/deployments/{NAME}", json={"source": {"checkpoint_id": broken["id"]}})
         deployment = member.wait_deployment(NAME, {"UNHEALTHY"}, timeout_s=180)
         time.sleep(2)
@@ -173,13 +179,13 @@ def test_deploy_update_rollback_and_delete_without_a_failed_request(member, trai
     assert not failed and {r[2] for r in caller.results} == {3}, failed[:3]
     assert deployment["reason"] == "health_check_failed" and deployment["serving_version"] == 3
     assert "version 4 was not promoted" in deployment["message"] and "Version 3 keeps serving" in deployment["message"]
-    assert_serves(url, deployment["current"], config)
+    assert_serves(url, deployment["current"], config, key)
 
     # Delete: the route is gone (Serve answers 404), the record stays as DELETED.
     deleted = member.http.delete(f"/v1/deployments/{NAME}")
     assert deleted.status_code == 200 and deleted.json()["state"] == "DELETED"
     deadline = time.monotonic() + 60
-    while httpx.post(url, json={"inputs": ROWS[:1]}, timeout=30).status_code != 404:
+    while httpx.post(url, json={"inputs": ROWS[:1]}, headers=key, timeout=30).status_code != 404:
         assert time.monotonic() < deadline, "the route still answers 60 s after the delete"
         time.sleep(0.5)
     history = [e["to_state"] for e in member.http.get(f"/v1/deployments/{NAME}/events").json()]

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import torch
 
-from tests.integration.conftest import remove_serving
+from tests.integration.conftest import project_key_headers, remove_serving
 from tests.ray_state import state_api
 from tests.trial_checkpoints import assert_trial_checkpoints_agree
 
@@ -166,7 +166,8 @@ def test_the_best_trial_deploys_to_ray_serve(admin, ray_cluster, asha_sweep):
         deployment = admin.wait_deployment("sweep-best", {"HEALTHY"})
         assert deployment["current"]["checkpoint_path"] == best["checkpoint_path"]
         rows = load_digits(return_X_y=True)[0][:20].tolist()
-        answer = httpx.post(deployment["url"], json={"inputs": rows}, timeout=30).json()
+        key = project_key_headers(admin, deployment["project_id"])  # auth: project, the default
+        answer = httpx.post(deployment["url"], json={"inputs": rows}, headers=key, timeout=30).json()
         model = load_model_from_checkpoint(best["checkpoint_path"], "digits", DigitsConfig(hidden=32).model_dump())
         with torch.no_grad():
             expected = model(torch.tensor(rows, dtype=torch.float32)).argmax(dim=-1).tolist()

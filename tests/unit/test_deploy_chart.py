@@ -432,10 +432,27 @@ def test_the_ingress_routes_to_the_api_service():
     ingress = one(objects, "Ingress")
     rule = ingress["spec"]["rules"][0]
     assert rule["host"] == "orchestrator.example.com"
-    backend = rule["http"]["paths"][0]["backend"]["service"]
     service = one(objects, "Service", one(objects, "Deployment")["metadata"]["name"])
-    assert backend == {"name": service["metadata"]["name"], "port": {"name": "http"}}
-    assert ingress["spec"]["tls"][0]["secretName"] == "orchestrator-tls"
+    paths = rule["http"]["paths"]
+    assert [p["path"] for p in paths] == ["/v1", "/healthz", "/readyz"]  # never "/" nor /internal
+    for path in paths:
+        assert path["backend"]["service"] == {"name": service["metadata"]["name"], "port": {"name": "http"}}
+    assert ingress["spec"]["tls"] == [{"hosts": ["orchestrator.example.com"], "secretName": "orchestrator-tls"}]
+
+
+def test_the_network_policy_lets_only_ray_pods_and_the_control_plane_reach_rays_ports():
+    objects = render(values_file("external-db-values.yaml"))
+    policy = one(objects, "NetworkPolicy")
+    cluster = one(objects, "RayCluster")["metadata"]["name"]
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"ray.io/cluster": cluster}}
+    ray_pods, control_plane, serve = policy["spec"]["ingress"]
+    assert ray_pods == {"from": [{"podSelector": {"matchLabels": {"ray.io/cluster": cluster}}}]}
+    api_labels = one(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert control_plane["from"] == [{"podSelector": {"matchLabels": api_labels}}]
+    assert {p["port"] for p in control_plane["ports"]} == {6379, 8265, 10001}
+    assert serve == {"ports": [{"protocol": "TCP", "port": 8001}]}
+    off = render(values_file("external-db-values.yaml") | {"networkPolicy": {"enabled": False, "servePort": 8001}})
+    assert not [o for o in off if o["kind"] == "NetworkPolicy"]
 
 
 def test_notes_tell_how_to_reach_the_api_and_get_the_admin_token():
@@ -462,6 +479,7 @@ BAD_VALUES = {
     "not a database URL": ("database:\n  url: mysql://db/orchestrator\n", "/database/url"),
     "storage URI without a scheme": ("storage:\n  uri: bucket/prefix\n", "/storage/uri"),
     "ingress without a host": ("ingress:\n  enabled: true\n  host: ''\n", "/ingress/host"),
+    "ingress path without a slash": ("ingress:\n  enabled: true\n  paths: [v1]\n", "/ingress/paths/0"),
 }
 
 

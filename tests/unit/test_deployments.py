@@ -150,7 +150,9 @@ def test_deploying_a_job_serves_its_best_checkpoint(app, client, backend, tmp_pa
     assert target["checkpoint"]["metrics"] == {"val_accuracy": 0.95} and target["checkpoint"]["epoch"] == 2
     assert target["settings"] == {
         "replicas": 1, "batching": {"max_batch_size": 16, "wait_ms": 2.0}, "resources": {"cpus": 0.0, "gpus": 0.0},
+        "auth": "project", "max_body_mb": 1.0,
     }
+    assert (body["auth"], body["max_body_mb"]) == ("project", 1.0)
     latest = deploy(client, name="digits-b", source={"job_id": job_id, "select": "latest"}).json()
     assert latest["target"]["checkpoint_id"] == checkpoints[2]
     one = deploy(client, name="digits-c", source={"checkpoint_id": checkpoints[0]}).json()
@@ -184,6 +186,7 @@ def test_settings_are_stored_with_every_default(app, client, tmp_path):
         "replicas": {"min": 1, "max": 3, "target_ongoing_requests": 32.0},
         "batching": {"max_batch_size": 32, "wait_ms": 5.0},
         "resources": {"cpus": 0.25, "gpus": 0.0},
+        "auth": "project", "max_body_mb": 1.0,
     }
     off = deploy(client, name="unbatched", source={"job_id": job_id}, batching=None, replicas=2).json()
     assert off["target"]["settings"]["batching"] == {"max_batch_size": 1, "wait_ms": 0.0}
@@ -284,7 +287,10 @@ def test_a_deployment_becomes_healthy_when_serve_runs_its_version(app, client, b
     assert application["args"]["checkpoint_path"].endswith("checkpoint_2") and application["args"]["workload"] == "digits"
     assert application["args"]["config"]["hidden"] == 32
     options = application["deployments"][0]
-    assert options["user_config"] == {"version": 1, "max_batch_size": 32, "batch_wait_timeout_s": 0.003, "threads": 1}
+    assert options["user_config"] == {
+        "version": 1, "max_batch_size": 32, "batch_wait_timeout_s": 0.003, "threads": 1,
+        "auth": "project", "key_hashes": [], "max_body_mb": 1.0,  # the project has no key of its own yet
+    }
     assert options["max_ongoing_requests"] == 64 and options["num_replicas"] == 1
     assert options["ray_actor_options"] == {"num_cpus": 0.0, "num_gpus": 0.0} and options["max_surge_percent"] == 100
     assert get(client, "digits")["state"] == "DEPLOYING"  # Serve still deploying

@@ -127,7 +127,7 @@ def test_the_replica_answers_over_http_and_bad_bodies_are_4xx(digits_checkpoint)
     path, model = digits_checkpoint
     replica = ModelServer.func_or_class(path, "digits", DIGITS_CONFIG, deployment="digits")
     # Unbatched: @serve.batch needs a running replica (batching is covered on Ray: integration test, bench).
-    replica.reconfigure({"version": 3, "max_batch_size": 1, "batch_wait_timeout_s": 0.0, "threads": 1})
+    replica.reconfigure({"version": 3, "max_batch_size": 1, "batch_wait_timeout_s": 0.0, "threads": 1, "auth": "none"})
     http = over_http(replica)
 
     def call(method: str, body: bytes = b"") -> tuple[int, dict]:
