@@ -8,6 +8,7 @@ from fastapi import FastAPI, Request, status
 from fastapi.responses import JSONResponse
 
 from api.limits import BodySizeLimit
+from api.openapi import document_error_shapes
 from api.routers import deployments, health, internal, jobs, plan, projects, sweeps
 from orchestrator.backend import ClusterBackend
 from orchestrator.service import Service
@@ -48,6 +49,8 @@ def create_app(
         plan.router, internal.router, internal.sweeps_router,
     ):
         app.include_router(router)
+
+    document_error_shapes(app)
 
     @app.exception_handler(SpecRejected)
     async def _spec_rejected(_: Request, exc: SpecRejected) -> JSONResponse:

@@ -39,21 +39,22 @@ def bytes_per_param(precision: str, optimizer: str) -> BytesPerParam:
 class PlanRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    params: float | None = Field(None, gt=0, description="Parameter count; or give workload + config.")
+    # Upper bounds keep every figure of the answer a finite number (JSON has no infinity).
+    params: float | None = Field(None, gt=0, le=1e15, description="Parameter count; or give workload + config.")
     workload: str | None = Field(None, description="A built-in workload whose parameters are counted.")
     config: dict = Field(default_factory=dict)
     precision: Literal["fp32", "bf16", "fp16"] = "bf16"
     optimizer: Literal["sgd", "adam", "adamw"] = "adam"
     gpus: int = Field(1, ge=1, le=100_000)
-    gpu_memory_gb: float = Field(gt=0)
-    activation_gb: float = Field(0.0, ge=0)
-    per_gpu_batch: int = Field(1, ge=1)
-    accumulation_steps: int = Field(1, ge=1)
-    base_lr: float = Field(1e-3, gt=0)
-    base_batch: int = Field(1, ge=1)
+    gpu_memory_gb: float = Field(ge=0.001, le=1e6)
+    activation_gb: float = Field(0.0, ge=0, le=1e6)
+    per_gpu_batch: int = Field(1, ge=1, le=10_000_000)
+    accumulation_steps: int = Field(1, ge=1, le=1_000_000)
+    base_lr: float = Field(1e-3, gt=0, le=1e3)
+    base_batch: int = Field(1, ge=1, le=1_000_000_000)
     lr_scaling: LrScaling = "linear"
-    bandwidth_gb_s: float = Field(25.0, gt=0, description="Per-GPU all-reduce bandwidth.")
-    latency_us: float = Field(5.0, ge=0, description="Per-hop latency.")
+    bandwidth_gb_s: float = Field(25.0, ge=0.001, le=1e6, description="Per-GPU all-reduce bandwidth.")
+    latency_us: float = Field(5.0, ge=0, le=1e9, description="Per-hop latency.")
 
     @model_validator(mode="after")
     def _params_or_workload(self) -> PlanRequest:
