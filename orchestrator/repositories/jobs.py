@@ -165,9 +165,13 @@ def delete_checkpoints(session: Session, job_id: str, checkpoint_ids: list[int])
 
 
 def jobs_for_checkpoint_upkeep(session: Session, finished_since: datetime | None) -> list[tuple[str, JobState]]:
-    """``(id, state)`` of the jobs that ever started and are active or finished since ``finished_since``
-    (every job that ever started when it is None)."""
-    query = select(Job.id, Job.state).where(Job.attempt >= 1).order_by(Job.created_at, Job.id)
+    return runs_for_checkpoint_upkeep(session, Job, finished_since)
+
+
+def runs_for_checkpoint_upkeep(session: Session, model: Any, finished_since: datetime | None) -> list[tuple[str, JobState]]:
+    """``(id, state)`` of the runs of ``model`` (jobs, or sweeps: the same lifecycle columns) that ever started
+    and are active or finished since ``finished_since`` (every one that ever started when it is None)."""
+    query = select(model.id, model.state).where(model.attempt >= 1).order_by(model.created_at, model.id)
     if finished_since is not None:
-        query = query.where(or_(Job.state.in_(ACTIVE), Job.finished_at >= finished_since))
-    return [(job_id, state) for job_id, state in session.execute(query)]
+        query = query.where(or_(model.state.in_(ACTIVE), model.finished_at >= finished_since))
+    return [(run_id, state) for run_id, state in session.execute(query)]

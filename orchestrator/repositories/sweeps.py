@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import JobState, Sweep, SweepEvent, Trial, TrialMetric, TrialState
+from orchestrator.repositories.jobs import runs_for_checkpoint_upkeep
 from orchestrator.repositories.paging import fetch_page
 from orchestrator.states import ACTIVE
 from workers.sweep_spec import SweepSpec
@@ -186,9 +187,4 @@ def forget_trial_checkpoints(session: Session, trial_id: str, paths: set[str]) -
 
 
 def sweeps_for_checkpoint_upkeep(session: Session, finished_since: datetime | None) -> list[tuple[str, JobState]]:
-    """``(id, state)`` of the sweeps that ever started and are active or finished since ``finished_since``
-    (every sweep that ever started when it is None)."""
-    query = select(Sweep.id, Sweep.state).where(Sweep.attempt >= 1).order_by(Sweep.created_at, Sweep.id)
-    if finished_since is not None:
-        query = query.where(or_(Sweep.state.in_(ACTIVE), Sweep.finished_at >= finished_since))
-    return [(sweep_id, state) for sweep_id, state in session.execute(query)]
+    return runs_for_checkpoint_upkeep(session, Sweep, finished_since)
