@@ -160,13 +160,15 @@ def test_the_best_trial_deploys_to_ray_serve(admin, ray_cluster, asha_sweep):
 
     sweep, _ = asha_sweep
     best = sweep["best_trial"]
+    # auth: project (the default): a key of the sweep's project, made before the deployment so that the
+    # first Serve config already holds it (a key made later works from the serving reconciler's next pass).
+    key = project_key_headers(admin, sweep["project_id"])
     response = admin.http.post("/v1/deployments", json={"name": "sweep-best", "source": {"trial_id": best["id"]}})
     assert response.status_code == 201, response.text
     try:
         deployment = admin.wait_deployment("sweep-best", {"HEALTHY"})
         assert deployment["current"]["checkpoint_path"] == best["checkpoint_path"]
         rows = load_digits(return_X_y=True)[0][:20].tolist()
-        key = project_key_headers(admin, deployment["project_id"])  # auth: project, the default
         answer = httpx.post(deployment["url"], json={"inputs": rows}, headers=key, timeout=30).json()
         model = load_model_from_checkpoint(best["checkpoint_path"], "digits", DigitsConfig(hidden=32).model_dump())
         with torch.no_grad():
