@@ -89,6 +89,23 @@ def _deploy_and_check(api, cluster, name: str, trial: dict) -> dict:
         remove_serving(api, cluster, name)
 
 
+def wait_cluster_idle(cluster, timeout_s: float = 90) -> None:
+    """Until no live actor holds CPUs (Train workers, trial actors, Serve replicas of earlier tests): a test
+    whose trials must run side by side needs the whole cluster. Fails naming what still holds CPUs."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        holders = [
+            f"{a.get('class_name')} {a.get('required_resources')}"
+            for a in state_api(cluster.dashboard_url, cluster.token(), "actors", state="ALIVE")
+            if (a.get("required_resources") or {}).get("CPU", 0) > 0
+        ]
+        if not holders:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"actors still hold CPUs {timeout_s:.0f} s on: {holders}")
+        time.sleep(1)
+
+
 def _alive_train_workers(cluster) -> int:
     return len(state_api(cluster.dashboard_url, cluster.token(), "actors", class_name="RayTrainWorker", state="ALIVE"))
 

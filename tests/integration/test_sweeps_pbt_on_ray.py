@@ -13,6 +13,7 @@ from tests.integration.test_sweeps_on_ray import (
     _trials_dir,
     _wait,
     _wait_no_train_workers,
+    wait_cluster_idle,
 )
 from tests.trial_checkpoints import assert_trial_checkpoints_agree
 
@@ -32,6 +33,8 @@ def test_pbt_clones_the_good_trial_into_the_poor_one(admin, ray_cluster):
         for trial in _trials(admin, sweep["id"]):
             first_config.setdefault(trial["tune_id"], trial["config"]["lr.base"])
 
+    # PBT clones only between trials that train side by side: both must get their workers at once.
+    wait_cluster_idle(ray_cluster)
     sweep = _submit(
         admin,
         name="pbt-digits",
