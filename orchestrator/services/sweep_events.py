@@ -69,7 +69,7 @@ def _apply_trial(session: Session, sweep: Sweep, spec: SweepSpec, event: TrialEv
         )
         trial.iterations = max(trial.iterations, event.epoch)
         trial.latest_metrics = {**event.metrics, "epoch": event.epoch}
-        refresh_trial_best(session, trial, spec)
+        _consider_best(trial, spec, event)
         changed = True
     if event.state in _TRIAL_TARGET:
         to_state, reason = _TRIAL_TARGET[event.state]
@@ -86,6 +86,22 @@ def _apply_trial(session: Session, sweep: Sweep, spec: SweepSpec, event: TrialEv
         except IllegalTransition as exc:  # a late report about a trial that already ended
             log.info("ignoring reported trial state: %s", exc)
     return changed
+
+
+def _consider_best(trial: Trial, spec: SweepSpec, event: TrialEvent) -> None:
+    """``refresh_trial_best`` for one new epoch, without reading the trial's history again: the new point
+    becomes the best when it has a checkpoint and the best has none, or when it is at least as good and both
+    have one, or neither (the tie rule: the later epoch wins)."""
+    value = score(event.metrics, spec.metric)
+    if value is None:
+        return
+    has_checkpoint, best_has = bool(event.checkpoint_path), bool(trial.checkpoint_path)
+    sign = 1.0 if (spec.mode or "max") == "max" else -1.0
+    wins = trial.best_metric is None or (has_checkpoint and not best_has) or (
+        has_checkpoint == best_has and (sign * value, event.epoch) >= (sign * trial.best_metric, trial.best_epoch or 0)
+    )
+    if wins:
+        trial.best_metric, trial.best_epoch, trial.checkpoint_path = value, event.epoch, event.checkpoint_path
 
 
 def refresh_trial_best(session: Session, trial: Trial, spec: SweepSpec) -> None:
