@@ -11,7 +11,7 @@ from api.limits import BodySizeLimit
 from api.openapi import document_error_shapes
 from api.routers import deployments, health, internal, jobs, plan, projects, sweeps
 from orchestrator.backend import ClusterBackend
-from orchestrator.service import Service
+from orchestrator.control_plane import ControlPlane
 from orchestrator.services.deployments import DeploymentConflict
 from orchestrator.services.submission import IdempotencyConflict, SpecRejected
 from orchestrator.settings import Settings
@@ -20,7 +20,7 @@ from orchestrator.settings import Settings
 def create_app(
     settings: Settings | None = None, backend: ClusterBackend | None = None, run_loops: bool = True
 ) -> FastAPI:
-    service = Service(settings or Settings(), backend=backend, run_loops=run_loops)
+    service = ControlPlane(settings or Settings(), backend=backend, run_loops=run_loops)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -12,19 +12,19 @@ from sqlalchemy.orm import Session
 from orchestrator.auth import Principal, secrets_equal
 from orchestrator.db.models import Role, utcnow
 from orchestrator.repositories import projects as projects_repo
-from orchestrator.service import Service
+from orchestrator.control_plane import ControlPlane
 
 _bearer = HTTPBearer(auto_error=False)
 
 
-def get_service(request: Request) -> Service:
+def get_control_plane(request: Request) -> ControlPlane:
     return request.app.state.service
 
 
-ServiceDep = Annotated[Service, Depends(get_service)]
+ControlPlaneDep = Annotated[ControlPlane, Depends(get_control_plane)]
 
 
-def get_session(service: ServiceDep) -> Iterator[Session]:
+def get_session(service: ControlPlaneDep) -> Iterator[Session]:
     # Routers commit what they change; anything uncommitted is rolled back here. Routes that stream
     # or wait on Ray use service.sessions() briefly instead (see current_principal).
     with service.sessions() as session:
@@ -39,7 +39,7 @@ def _unauthorized(message: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, message, headers={"WWW-Authenticate": "Bearer"})
 
 
-def current_principal(credentials: BearerDep, service: ServiceDep) -> Principal:
+def current_principal(credentials: BearerDep, service: ControlPlaneDep) -> Principal:
     if credentials is None:
         raise _unauthorized("missing 'Authorization: Bearer <key>' header")
     secret = credentials.credentials

@@ -1,5 +1,5 @@
-"""Response and request bodies of the public API (the job spec itself is ``workers.spec.JobSpec``, a sweep's
-``workers.sweep_spec.SweepSpec``)."""
+"""Response and request bodies of the public API (the job spec itself is ``workers.contract.jobs.JobSpec``, a sweep's
+``workers.contract.sweeps.SweepSpec``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.db.models import Deployment, DeploymentState, Job, JobState, Role, Sweep, Trial, TrialState
-from orchestrator.deployment_spec import auth_of, max_body_mb_of
-from workers.sweep_spec import SweepSpec
+from workers.contract.deployments import auth_of, max_body_mb_of
+from workers.contract.sweeps import SweepSpec
 
 
 class _FromORM(BaseModel):
@@ -174,7 +174,7 @@ class CheckpointOut(_FromORM):
     created_at: datetime
 
 
-# --- deployments (the request bodies are orchestrator.deployment_spec's) -------------------------------
+# --- deployments (the request bodies are workers.contract.deployments's) -------------------------------
 
 
 class DeploymentVersionOut(_FromORM):
@@ -254,7 +254,7 @@ class DeploymentEventOut(_FromORM):
     created_at: datetime
 
 
-# --- sweeps (the request body is workers.sweep_spec.SweepSpec) ------------------------------------------
+# --- sweeps (the request body is workers.contract.sweeps.SweepSpec) ------------------------------------------
 
 
 class TrialOut(_FromORM):

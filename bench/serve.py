@@ -5,7 +5,7 @@
 The model is a 6.3M-parameter MLP (``example_workloads.wide_mlp``: 1,024 inputs, two hidden layers
 of 2,048; about 1 ms per sample and 6 ms per batch of 32 on one thread), trained for one epoch through
 the service on a local 2-CPU Ray cluster, so both arms load the same committed checkpoint with the
-same predictor (``workers.serving``). Arms:
+same predictor (``workers.serve.app``). Arms:
 
 - ``plain``: one uvicorn process with a FastAPI route that parses, predicts and answers in-process, at
   the niceness Ray gives its workers (15), so that on a shared machine both arms yield alike;
@@ -57,7 +57,7 @@ def plain_app(port: int, checkpoint: str) -> None:
     import torch
     import uvicorn
 
-    from workers.serving import BadInput, load_serving_model, make_predictor
+    from workers.serve.app import BadInput, load_serving_model, make_predictor
 
     torch.set_num_threads(1)
     predictor = make_predictor(WORKLOAD, load_serving_model(checkpoint, WORKLOAD, CONFIG), CONFIG)

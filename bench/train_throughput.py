@@ -5,7 +5,7 @@
 One workload and spec for both arms (tiny_gpt on generated text, 2 CPU workers, gloo, OMP_NUM_THREADS=1
 and one torch thread per rank). The service arm submits the job over HTTP to the real service on a
 local Ray cluster and reads the samples/s step metrics it streamed; the reference arm runs
-`torchrun --nproc_per_node=2 -m workers.torchrun`. Arms alternate, round by round, so both see the
+`torchrun --nproc_per_node=2 -m workers.runtime.torchrun`. Arms alternate, round by round, so both see the
 same machine; both report the loop's own steady-state samples/s (all epochs but the first, which holds
 start-up and warm-up): the service arm from the job's result, the torchrun arm from its last line. The last line is the median
 of the per-round ratios service / torchrun.
@@ -68,7 +68,7 @@ def service_arm(api: httpx.Client, spec: dict) -> float:
 def torchrun_arm(spec_path: Path) -> float:
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(free_port()),
-        "-m", "workers.torchrun", "--spec", str(spec_path),
+        "-m", "workers.runtime.torchrun", "--spec", str(spec_path),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=True).stdout

@@ -142,7 +142,7 @@ cmd_start() {
   local -a ray_env=(
     env -u RAY_ADDRESS -u RAY_AUTH_TOKEN
     RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$DIR/ray/auth_token"
-    # Drivers run `python -m workers.driver` through a shell: this interpreter first on PATH.
+    # Drivers run `python -m workers.train.driver` through a shell: this interpreter first on PATH.
     PATH="$BIN:$PATH"
     RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=5
   )

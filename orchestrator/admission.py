@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from workers.spec import JobSpec
-from workers.sweep_spec import TRIAL_DRIVER_CPU, SweepSpec
+from workers.contract.jobs import JobSpec
+from workers.contract.sweeps import TRIAL_DRIVER_CPU, SweepSpec
 
 RESOURCES = ("CPU", "GPU")
 _EPS = 1e-9

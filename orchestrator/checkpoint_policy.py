@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from workers.spec import KeepBestSpec
-from workers.sweep_spec import SweepSpec
+from workers.contract.jobs import KeepBestSpec
+from workers.contract.sweeps import SweepSpec
 
 T = TypeVar("T")
 

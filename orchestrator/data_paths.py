@@ -1,4 +1,4 @@
-"""Data files a job names (tiny_gpt's ``text_path``; any config field marked ``workers.spec.DATA_PATH``)
+"""Data files a job names (tiny_gpt's ``text_path``; any config field marked ``workers.contract.jobs.DATA_PATH``)
 come only from the data roots the operator configured (``Settings.data_root_paths``).
 
 A path is resolved (a relative one from the first root, ``<storage>/data``), links followed, and must then

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 from orchestrator.db.models import Job, Project
 from orchestrator.services.submission import SpecRejected
 from orchestrator.settings import Settings
-from workers.spec import CheckpointEvent, EventBatch, MetricsEvent, StateEvent
-from workers.sweep_spec import SweepEventBatch, TrialEvent
+from workers.contract.jobs import CheckpointEvent, EventBatch, MetricsEvent, StateEvent
+from workers.contract.sweeps import SweepEventBatch, TrialEvent
 
 # Not metric names: what record_metrics adds to latest_metrics itself.
 _POSITION = frozenset({"epoch", "step"})

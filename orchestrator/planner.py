@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from workers.spec import BUILTIN_WORKLOADS, JobSpec, LrScaling, TrainingPlan, scale_lr
+from workers.contract.jobs import BUILTIN_WORKLOADS, JobSpec, LrScaling, TrainingPlan, scale_lr
 
 GB = 1e9
 Strategy = Literal["ddp", "zero1", "zero2", "fsdp"]

@@ -7,7 +7,7 @@ This module lists those folders, tells how old one is, and deletes one, through 
 local folder and a URI (``s3://bucket/runs``) behave alike. No Ray here: only orchestrator/backend
 talks to Ray.
 
-Paths come in two forms: as the database records them (``workers.checkpoints.checkpoint_uri``: a
+Paths come in two forms: as the database records them (``workers.train.checkpoints.checkpoint_uri``: a
 local path, or a URI with the storage's scheme) and as paths on the filesystem (the URI without its
 scheme, as pyarrow and Ray use them).
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import pyarrow.fs
 
-from workers.sweep_spec import is_trial_run, trials_folder
+from workers.contract.sweeps import is_trial_run, trials_folder
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pyarrow.fs
 
-from workers.manifest import verify_checkpoint
+from workers.runtime.manifest import verify_checkpoint
 
 SNAPSHOT_FILE = "checkpoint_manager_snapshot.json"
 

@@ -11,12 +11,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
 
-from api.deps import CurrentKey, ServiceDep, SessionDep, WriterKey, target_project
+from api.deps import CurrentKey, ControlPlaneDep, SessionDep, WriterKey, target_project
 from api.paging import Page
 from api.schemas import DeploymentEventOut, DeploymentOut
 from orchestrator.auth import Principal
 from orchestrator.db.models import Deployment, DeploymentState
-from orchestrator.deployment_spec import DeploymentCreate, DeploymentPatch
+from workers.contract.deployments import DeploymentCreate, DeploymentPatch
 from orchestrator.deployment_states import lock_deployment
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.services import deployments as ops
@@ -42,7 +42,7 @@ def _locked(session, deployment: Deployment) -> Deployment:
 def create_deployment(
     body: DeploymentCreate,
     session: SessionDep,
-    service: ServiceDep,
+    service: ControlPlaneDep,
     principal: WriterKey,
     project_id: Annotated[str | None, Query(description="Cluster-wide admins only: the project to deploy in.")] = None,
 ) -> DeploymentOut:
@@ -59,7 +59,7 @@ def create_deployment(
 @router.get("")
 def list_deployments(
     session: SessionDep,
-    service: ServiceDep,
+    service: ControlPlaneDep,
     principal: CurrentKey,
     page: Page,
     state: Annotated[
@@ -73,7 +73,7 @@ def list_deployments(
 
 
 @router.get("/{name}")
-def get_deployment(name: str, session: SessionDep, service: ServiceDep, principal: CurrentKey) -> DeploymentOut:
+def get_deployment(name: str, session: SessionDep, service: ControlPlaneDep, principal: CurrentKey) -> DeploymentOut:
     """State and why, the URL, the serving and newest versions, replica states, and every version."""
     return DeploymentOut.of(_deployment_or_404(session, name, principal), service.settings.serve_url)
 
@@ -88,7 +88,7 @@ def deployment_events(name: str, session: SessionDep, principal: CurrentKey, pag
 
 @router.patch("/{name}")
 def update_deployment(
-    name: str, body: DeploymentPatch, session: SessionDep, service: ServiceDep, principal: WriterKey
+    name: str, body: DeploymentPatch, session: SessionDep, service: ControlPlaneDep, principal: WriterKey
 ) -> DeploymentOut:
     """A new source and/or settings: a new version, rolled out while the current one keeps serving."""
     with service.sessions() as reading:  # released before Ray is asked
@@ -115,7 +115,7 @@ def update_deployment(
 
 
 @router.post("/{name}/rollback")
-def rollback_deployment(name: str, session: SessionDep, service: ServiceDep, principal: WriterKey) -> DeploymentOut:
+def rollback_deployment(name: str, session: SessionDep, service: ControlPlaneDep, principal: WriterKey) -> DeploymentOut:
     """Back to the version before the newest (as a new version with its checkpoint and settings)."""
     deployment = _deployment_or_404(session, name, principal)
     deployment = ops.rollback_deployment(session, _locked(session, deployment))
@@ -124,7 +124,7 @@ def rollback_deployment(name: str, session: SessionDep, service: ServiceDep, pri
 
 
 @router.delete("/{name}")
-def delete_deployment(name: str, session: SessionDep, service: ServiceDep, principal: WriterKey) -> DeploymentOut:
+def delete_deployment(name: str, session: SessionDep, service: ControlPlaneDep, principal: WriterKey) -> DeploymentOut:
     """DELETED now; Serve drops the application, and its route answers 404, within a reconciler tick."""
     deployment = _deployment_or_404(session, name, principal)
     deployment = ops.delete_deployment(session, _locked(session, deployment))

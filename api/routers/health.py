@@ -5,7 +5,7 @@ import logging
 from fastapi import APIRouter, Response, status
 from sqlalchemy import text
 
-from api.deps import ServiceDep
+from api.deps import ControlPlaneDep
 from orchestrator.backend import BackendUnavailable
 
 log = logging.getLogger(__name__)
@@ -22,7 +22,7 @@ def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz")
-def readyz(service: ServiceDep, response: Response) -> dict[str, str]:
+def readyz(service: ControlPlaneDep, response: Response) -> dict[str, str]:
     """The database and the Ray cluster both answer."""
     checks = {}
     try:

@@ -8,7 +8,7 @@ from typing import TypeVar
 
 from fastapi import APIRouter, HTTPException, status
 
-from api.deps import BearerDep, ServiceDep, SessionDep
+from api.deps import BearerDep, ControlPlaneDep, SessionDep
 from orchestrator.auth import hash_secret, secrets_equal
 from orchestrator.db.models import Job, Sweep
 from orchestrator.limits import OverLimit, check_job_batch, check_sweep_batch
@@ -16,8 +16,8 @@ from orchestrator.services.events import RefusedEvent, apply_events
 from orchestrator.services.sweep_events import apply_sweep_events
 from orchestrator.states import lock_job
 from orchestrator.sweep_states import lock_sweep
-from workers.spec import DriverAssignment, EventBatch, JobSpec, TrainingPlan
-from workers.sweep_spec import SweepAssignment, SweepEventBatch, SweepSpec, TrialEvent
+from workers.contract.jobs import DriverAssignment, EventBatch, JobSpec, TrainingPlan
+from workers.contract.sweeps import SweepAssignment, SweepEventBatch, SweepSpec, TrialEvent
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/internal/v1/jobs", tags=["internal"])
@@ -57,7 +57,7 @@ def _refusing_foreign(apply: Callable[[], int], session, run_id: str) -> int:
 
 
 @router.get("/{job_id}/assignment")
-def assignment(job_id: str, attempt: int, session: SessionDep, service: ServiceDep, credentials: BearerDep) -> DriverAssignment:
+def assignment(job_id: str, attempt: int, session: SessionDep, service: ControlPlaneDep, credentials: BearerDep) -> DriverAssignment:
     job = _check_token(session.get(Job, job_id), credentials)
     _current_attempt(job, attempt)
     return DriverAssignment(
@@ -68,7 +68,7 @@ def assignment(job_id: str, attempt: int, session: SessionDep, service: ServiceD
 
 @router.post("/{job_id}/events")
 def post_events(
-    job_id: str, batch: EventBatch, session: SessionDep, service: ServiceDep, credentials: BearerDep
+    job_id: str, batch: EventBatch, session: SessionDep, service: ControlPlaneDep, credentials: BearerDep
 ) -> dict[str, int]:
     job = _check_token(lock_job(session, job_id), credentials)
     _current_attempt(job, batch.attempt)
@@ -85,7 +85,7 @@ def post_events(
 
 @sweeps_router.get("/{sweep_id}/assignment")
 def sweep_assignment(
-    sweep_id: str, attempt: int, session: SessionDep, service: ServiceDep, credentials: BearerDep
+    sweep_id: str, attempt: int, session: SessionDep, service: ControlPlaneDep, credentials: BearerDep
 ) -> SweepAssignment:
     sweep = _check_token(session.get(Sweep, sweep_id), credentials)
     _current_attempt(sweep, attempt)
@@ -97,7 +97,7 @@ def sweep_assignment(
 
 @sweeps_router.post("/{sweep_id}/events")
 def post_sweep_events(
-    sweep_id: str, batch: SweepEventBatch, session: SessionDep, service: ServiceDep, credentials: BearerDep
+    sweep_id: str, batch: SweepEventBatch, session: SessionDep, service: ControlPlaneDep, credentials: BearerDep
 ) -> dict[str, int]:
     sweep = _check_token(lock_sweep(session, sweep_id), credentials)
     _current_attempt(sweep, batch.attempt)

@@ -5,7 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from api.deps import CurrentKey, ServiceDep, SessionDep, WriterKey, target_project
+from api.deps import CurrentKey, ControlPlaneDep, SessionDep, WriterKey, target_project
 from api.paging import JobsPage, MetricsPage, Page
 from api.schemas import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut
 from orchestrator.auth import Principal
@@ -15,7 +15,7 @@ from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.services.cancellation import AlreadyFinished, cancel_job
 from orchestrator.services.logs import TooManyFollows, last_lines, read_logs
 from orchestrator.services.submission import check_runnable, pin_data_paths, submit_job
-from workers.spec import JobSpec
+from workers.contract.jobs import JobSpec
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -31,7 +31,7 @@ def _job_or_404(session, job_id: str, principal: Principal) -> Job:
 def create_job(
     spec: JobSpec,
     session: SessionDep,
-    service: ServiceDep,
+    service: ControlPlaneDep,
     principal: WriterKey,
     response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
@@ -53,7 +53,7 @@ def create_job(
 @router.get("")
 def list_jobs(
     session: SessionDep,
-    service: ServiceDep,
+    service: ControlPlaneDep,
     principal: CurrentKey,
     page: JobsPage,
     state: Annotated[list[JobState] | None, Query(description="Repeat to match any of several.")] = None,
@@ -84,7 +84,7 @@ def get_job(job_id: str, session: SessionDep, principal: CurrentKey) -> JobOut:
 
 
 @router.post("/{job_id}/cancel")
-def cancel(job_id: str, session: SessionDep, service: ServiceDep, principal: WriterKey) -> JobOut:
+def cancel(job_id: str, session: SessionDep, service: ControlPlaneDep, principal: WriterKey) -> JobOut:
     _job_or_404(session, job_id, principal)
     try:
         job = cancel_job(session, job_id, service.backend)
@@ -118,7 +118,7 @@ def checkpoints(job_id: str, session: SessionDep, principal: CurrentKey, page: P
 @router.get("/{job_id}/logs", response_class=PlainTextResponse)
 def logs(
     job_id: str,
-    service: ServiceDep,
+    service: ControlPlaneDep,
     principal: CurrentKey,
     follow: bool = False,
     attempt: Annotated[int | None, Query(ge=1, description="An earlier attempt's output (default: the current one).")] = None,

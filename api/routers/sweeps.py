@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import PlainTextResponse
 
-from api.deps import CurrentKey, ServiceDep, SessionDep, WriterKey, target_project
+from api.deps import CurrentKey, ControlPlaneDep, SessionDep, WriterKey, target_project
 from api.paging import MetricsPage, Page
 from api.schemas import JobEventOut, SweepOut, TrialMetricOut, TrialOut
 from orchestrator.auth import Principal
@@ -18,7 +18,7 @@ from orchestrator.services.cancellation import AlreadyFinished, cancel_run
 from orchestrator.services.logs import last_lines, read_logs
 from orchestrator.services.runs import SWEEPS
 from orchestrator.services.submission import check_sweep_runnable
-from workers.sweep_spec import SweepSpec
+from workers.contract.sweeps import SweepSpec
 
 router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"])
 trials_router = APIRouter(prefix="/v1/trials", tags=["sweeps"])
@@ -40,7 +40,7 @@ def _out(session, sweep: Sweep) -> SweepOut:
 def create_sweep(
     spec: SweepSpec,
     session: SessionDep,
-    service: ServiceDep,
+    service: ControlPlaneDep,
     principal: WriterKey,
     project_id: Annotated[str | None, Query(description="Cluster-wide admins only: the project to run in.")] = None,
 ) -> SweepOut:
@@ -88,7 +88,7 @@ def events(sweep_id: str, session: SessionDep, principal: CurrentKey, page: Page
 @router.get("/{sweep_id}/logs", response_class=PlainTextResponse)
 def logs(
     sweep_id: str,
-    service: ServiceDep,
+    service: ControlPlaneDep,
     principal: CurrentKey,
     attempt: Annotated[int | None, Query(ge=1, description="An earlier attempt's output (default: the current one).")] = None,
     tail: Annotated[int | None, Query(ge=0, le=1_000_000, description="Only the last N lines.")] = None,
@@ -100,7 +100,7 @@ def logs(
 
 
 @router.post("/{sweep_id}/cancel")
-def cancel(sweep_id: str, session: SessionDep, service: ServiceDep, principal: WriterKey) -> SweepOut:
+def cancel(sweep_id: str, session: SessionDep, service: ControlPlaneDep, principal: WriterKey) -> SweepOut:
     """Stops the sweep's driver, and with it every running trial; the sweep and its open trials end CANCELLED."""
     _sweep_or_404(session, sweep_id, principal)
     try:

@@ -32,7 +32,7 @@ class RunStatus(enum.StrEnum):
 class RunInfo:
     status: RunStatus
     message: str = ""
-    exit_code: int | None = None  # the driver's, once it has exited (workers.spec.DriverExit)
+    exit_code: int | None = None  # the driver's, once it has exited (workers.contract.jobs.DriverExit)
 
 
 class BackendUnavailable(Exception):

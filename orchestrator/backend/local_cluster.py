@@ -130,7 +130,7 @@ class LocalRayCluster:
             command += ["--num-cpus", str(self.num_cpus)]
         if self.num_gpus is not None:
             command += ["--num-gpus", str(self.num_gpus)]
-        # Drivers run `python -m workers.driver` through a shell: put this interpreter first on PATH.
+        # Drivers run `python -m workers.train.driver` through a shell: put this interpreter first on PATH.
         env = {
             **os.environ,
             **self.auth_env(),

@@ -7,6 +7,8 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from workers.contract.states import DeploymentState, JobState, Role, TrialState
+
 from sqlalchemy import (
     JSON, DateTime, Enum, ForeignKey, Index, Integer, String, Text, TypeDecorator, UniqueConstraint, text,
 )
@@ -37,21 +39,8 @@ class Base(DeclarativeBase):
     type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON}
 
 
-class Role(enum.StrEnum):
-    ADMIN = "admin"
-    MEMBER = "member"
-    VIEWER = "viewer"
 
 
-class JobState(enum.StrEnum):
-    QUEUED = "QUEUED"
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    RESTARTING = "RESTARTING"
-    CANCELLING = "CANCELLING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
 
 
 def _enum(cls: type[enum.Enum]) -> Enum:
@@ -108,7 +97,7 @@ class Job(Base):
     attempt: Mapped[int] = mapped_column(Integer, default=0)  # 0 until first admitted
     idempotency_key: Mapped[str | None] = mapped_column(String(128), default=None)
     token_hash: Mapped[str] = mapped_column(String(64))  # the driver's credential for events
-    plan: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)  # workers.spec.TrainingPlan
+    plan: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)  # workers.contract.jobs.TrainingPlan
     latest_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -188,13 +177,6 @@ class Checkpoint(Base):
 # --- serving ------------------------------------------------------------------------------------------
 
 
-class DeploymentState(enum.StrEnum):
-    DEPLOYING = "DEPLOYING"
-    HEALTHY = "HEALTHY"
-    UPDATING = "UPDATING"
-    UNHEALTHY = "UNHEALTHY"
-    FAILED = "FAILED"
-    DELETED = "DELETED"
 
 
 # A name and a route belong to one live deployment at a time (Serve's application names and routes are
@@ -292,7 +274,7 @@ class Sweep(Base):
     project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(String(128), default="")
     workload: Mapped[str] = mapped_column(String(256))
-    spec: Mapped[dict[str, Any]]  # workers.sweep_spec.SweepSpec, defaults filled in, base strategy resolved
+    spec: Mapped[dict[str, Any]]  # workers.contract.sweeps.SweepSpec, defaults filled in, base strategy resolved
     priority: Mapped[int] = mapped_column(Integer, default=0)
     state: Mapped[JobState] = mapped_column(_enum(JobState), default=JobState.QUEUED)
     reason: Mapped[str] = mapped_column(String(64), default="")
@@ -319,13 +301,6 @@ class SweepEvent(_StateHistory, Base):
     sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
 
 
-class TrialState(enum.StrEnum):
-    PENDING = "PENDING"  # created by the search, waiting for a slot
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"  # ran every epoch
-    STOPPED = "STOPPED"  # stopped early by the scheduler (ASHA)
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"  # its sweep ended first (cancelled, failed, or lost it with a driver)
 
 
 class Trial(Base):

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db.models import Checkpoint, Job, JobEvent, JobLabel, JobMetric, JobState
 from orchestrator.repositories.paging import fetch_page
 from orchestrator.states import ACTIVE
-from workers.spec import JobSpec, TrainingPlan
+from workers.contract.jobs import JobSpec, TrainingPlan
 
 
 def create_job(

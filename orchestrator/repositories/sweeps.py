@@ -12,7 +12,7 @@ from orchestrator.db.models import JobState, Sweep, SweepEvent, Trial, TrialMetr
 from orchestrator.repositories.jobs import runs_for_checkpoint_upkeep
 from orchestrator.repositories.paging import fetch_page
 from orchestrator.states import ACTIVE
-from workers.sweep_spec import SweepSpec
+from workers.contract.sweeps import SweepSpec
 
 
 def create_sweep(session: Session, project_id: str, spec: SweepSpec) -> Sweep:

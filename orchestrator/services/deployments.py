@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.checkpoint_policy import best_first
 from orchestrator.db.models import Checkpoint, Deployment, DeploymentEvent, DeploymentState, Job, Sweep
-from orchestrator.deployment_spec import (
+from workers.contract.deployments import (
     AutoscalingSpec,
     BatchingSpec,
     DeploymentCreate,
@@ -38,21 +38,21 @@ from orchestrator.services.submission import SpecRejected
 from orchestrator.settings import Settings
 from orchestrator.sweep_states import TRIAL_TERMINAL
 from orchestrator.states import TERMINAL as JOB_TERMINAL
-from workers.spec import is_custom_workload
-from workers.sweep_spec import SweepSpec, trial_spec
+from workers.contract.jobs import is_custom_workload
+from workers.contract.sweeps import SweepSpec, trial_spec
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 D = DeploymentState
-# Built-ins with a predictor in workers.serving; a custom workload is served as a classifier of rows
+# Built-ins with a predictor in workers.serve.app; a custom workload is served as a classifier of rows
 # as wide as its training samples.
 SERVABLE_WORKLOADS = ("digits", "tiny_gpt")
 # The metric a workload's best checkpoint is chosen by, and whether higher is better. Every built-in
 # workload is a classifier over its output's last dimension, so the loop reports val_accuracy for all.
 SELECTION_METRIC: dict[str, tuple[str, bool]] = {"digits": ("val_accuracy", True), "tiny_gpt": ("val_accuracy", True)}
 # (custom workloads: val_accuracy too, the loop's metric for every workload)
-MODEL_FILE, SHARDED_DIR = "model.pt", "sharded"  # workers.checkpoint_io's layout (not imported: it needs torch)
+MODEL_FILE, SHARDED_DIR = "model.pt", "sharded"  # workers.runtime.checkpoint_io's layout (not imported: it needs torch)
 
 
 class DeploymentConflict(ValueError):

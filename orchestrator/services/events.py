@@ -10,7 +10,7 @@ from orchestrator.db.models import Job, JobState
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.states import IllegalTransition, set_job_state
 from orchestrator.storage import CheckpointStorage
-from workers.spec import CheckpointEvent, EventBatch, MetricsEvent, StateEvent
+from workers.contract.jobs import CheckpointEvent, EventBatch, MetricsEvent, StateEvent
 
 log = logging.getLogger(__name__)
 

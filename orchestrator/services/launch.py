@@ -9,7 +9,7 @@ from orchestrator.backend import ClusterBackend
 from orchestrator.db.models import Job, Sweep
 from orchestrator.settings import Settings
 
-DRIVER_MODULE = "workers.driver"
+DRIVER_MODULE = "workers.train.driver"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from orchestrator.db.models import JobState, utcnow
 from orchestrator.services.launch import Launch, new_job_token
 from orchestrator.services.runs import KINDS, Run, RunKind
 from orchestrator.settings import Settings
-from workers.spec import DriverExit
+from workers.contract.jobs import DriverExit
 
 log = logging.getLogger(__name__)
 

@@ -47,7 +47,7 @@ from orchestrator.services.trial_retention import TrialCheckpointJanitor
 from orchestrator.settings import Settings
 from orchestrator.states import TERMINAL
 from orchestrator.storage import CheckpointStorage, StorageError
-from workers.spec import CheckpointSpec
+from workers.contract.jobs import CheckpointSpec
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.launch import DRIVER_MODULE, Launch
 from orchestrator.states import lock_row, set_job_state
 from orchestrator.sweep_states import set_sweep_state
-from workers.spec import JobSpec
-from workers.sweep_spec import SweepSpec
+from workers.contract.jobs import JobSpec
+from workers.contract.sweeps import SweepSpec
 
 Run = Job | Sweep
 
@@ -60,7 +60,7 @@ JOBS = RunKind(
 SWEEPS = RunKind(
     name="sweep",
     model=Sweep,
-    driver_module="workers.sweep_driver",
+    driver_module="workers.tune.driver",
     set_state=set_sweep_state,
     queued=sweeps_repo.queued_sweeps,
     active=sweeps_repo.active_sweeps,

@@ -36,7 +36,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend, ServeApp, ServeConfigRejected, ServeStatus
 from orchestrator.db.models import ApiKey, Deployment, DeploymentState, DeploymentVersion, utcnow
-from orchestrator.deployment_spec import auth_of, max_body_mb_of
+from workers.contract.deployments import auth_of, max_body_mb_of
 from orchestrator.deployment_states import ROLLING, lock_deployment, set_deployment_state
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.settings import Settings
@@ -44,8 +44,8 @@ from orchestrator.settings import Settings
 log = logging.getLogger(__name__)
 
 D = DeploymentState
-IMPORT_PATH = "workers.serving:build_app"
-SERVE_DEPLOYMENT = "ModelServer"  # workers.serving.DEPLOYMENT_NAME (not imported: it needs ray and torch)
+IMPORT_PATH = "workers.serve.app:build_app"
+SERVE_DEPLOYMENT = "ModelServer"  # workers.serve.app.DEPLOYMENT_NAME (not imported: it needs ray and torch)
 HEALTH_CHECK_PERIOD_S = 5.0
 FAILED_STATUSES = ("DEPLOY_FAILED", "UNHEALTHY")
 

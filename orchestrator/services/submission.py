@@ -14,8 +14,8 @@ from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.data_paths import DataPathRefused, resolve_data_path
 from orchestrator.planner import DoesNotFit, plan_job
 from orchestrator.settings import Settings
-from workers.spec import BUILTIN_WORKLOADS, JobSpec, TrainingPlan, data_path_fields, is_custom_workload
-from workers.sweep_spec import Choice, Grid, SweepSpec
+from workers.contract.jobs import BUILTIN_WORKLOADS, JobSpec, TrainingPlan, data_path_fields, is_custom_workload
+from workers.contract.sweeps import Choice, Grid, SweepSpec
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class IdempotencyConflict(ValueError):
 
 
 def pin_data_paths(spec: JobSpec, settings: Settings) -> JobSpec:
-    """The spec with every data file its workload's config names (``workers.spec.DATA_PATH`` fields)
+    """The spec with every data file its workload's config names (``workers.contract.jobs.DATA_PATH`` fields)
     checked against the data roots and replaced by its resolved path (``orchestrator.data_paths``)."""
     fields = data_path_fields(BUILTIN_WORKLOADS[spec.workload]) if spec.workload in BUILTIN_WORKLOADS else []
     if not fields:

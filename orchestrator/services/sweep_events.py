@@ -13,8 +13,8 @@ from orchestrator.services.events import DEFAULT_REASON, TARGET_STATE, RefusedEv
 from orchestrator.states import IllegalTransition
 from orchestrator.storage import CheckpointStorage
 from orchestrator.sweep_states import set_sweep_state, set_trial_state
-from workers.spec import StateEvent
-from workers.sweep_spec import SweepEventBatch, SweepSpec, TrialEvent, trial_spec, trials_folder
+from workers.contract.jobs import StateEvent
+from workers.contract.sweeps import SweepEventBatch, SweepSpec, TrialEvent, trial_spec, trials_folder
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def _apply_trial(session: Session, sweep: Sweep, spec: SweepSpec, event: TrialEv
         message = event.message
         if event.state == "stopped" and trial.iterations >= trial_spec(spec.base, trial.config).epochs:
             # A backstop: the driver judges by Tune's last result, and a restored trial whose Train run had
-            # already finished reports it once more (workers/tuning.py: run_trial); should that result
+            # already finished reports it once more (workers/tune/tuner.py: run_trial); should that result
             # still be missing, every epoch was recorded here, so the trial completed.
             to_state, reason, message = TrialState.SUCCEEDED, "completed", ""
         try:

@@ -32,7 +32,7 @@ CHAOS_SPEC: dict = {
     "retries": {"max_worker_restarts": 2, "max_attempts": 3},
 }
 
-# Logged by every rank of a resumed worker group (workers/train_loop.py).
+# Logged by every rank of a resumed worker group (workers/runtime/train_loop.py).
 _RESUME_LINE = re.compile(r"resuming from (\S+) at epoch (\d+), step (\d+)")
 
 

@@ -16,8 +16,8 @@ from tests.chaos.recovery import (
     parse_time,
     spec,
 )
-from workers.checkpoint_io import TRAIN_STATE_FILE, load
-from workers.manifest import newest_verified_checkpoint
+from workers.runtime.checkpoint_io import TRAIN_STATE_FILE, load
+from workers.runtime.manifest import newest_verified_checkpoint
 
 pytestmark = pytest.mark.chaos
 

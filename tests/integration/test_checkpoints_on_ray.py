@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.manifest import verify_checkpoint
+from workers.runtime.manifest import verify_checkpoint
 
 pytestmark = pytest.mark.integration
 

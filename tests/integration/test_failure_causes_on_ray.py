@@ -75,7 +75,7 @@ def test_a_transient_error_is_retried_when_the_spec_asks_for_it(member, ray_clus
     assert marker.exists()
     restarts = [h for h in _history(member, job_id) if h[0] == "RESTARTING"]
     assert restarts == [("RESTARTING", "app_error", 1)] and job["attempt"] == 1
-    # How the worker group was started again (workers.group_start): two groups of two workers, no idle
+    # How the worker group was started again (workers.train.group_start): two groups of two workers, no idle
     # Ray Data actor with either, and each group's placement group placed on the GCS's first try (without
     # the wait for the first group's resources, the second one's first try fails and waits for a retry).
     ray_job = _ray_jobs(ray_cluster).get_job_info(f"{job_id}-1").job_id

@@ -11,9 +11,9 @@ import torch
 from ray.job_submission import JobSubmissionClient
 
 from orchestrator.backend.local_cluster import LocalRayCluster
-from orchestrator.service import Service
+from orchestrator.control_plane import ControlPlane
 from orchestrator.settings import Settings
-from workers.checkpoints import load_model_from_checkpoint
+from workers.train.checkpoints import load_model_from_checkpoint
 from workers.workloads.digits import build
 
 pytestmark = pytest.mark.integration
@@ -149,7 +149,7 @@ def test_with_ray_address_the_service_uses_that_cluster_and_starts_none(ray_clus
         database_url=f"sqlite:///{tmp_path / 'o.db'}", var_dir=str(tmp_path / "var"), storage=str(tmp_path / "s"),
         ray_address=ray_cluster.dashboard_url, admin_token="x",
     )
-    service = Service(settings, run_loops=False)
+    service = ControlPlane(settings, run_loops=False)
     service.start()
     try:
         assert service.local_cluster is None

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workers.checkpoints import load_model_from_checkpoint
+from workers.train.checkpoints import load_model_from_checkpoint
 
 pytestmark = pytest.mark.integration
 

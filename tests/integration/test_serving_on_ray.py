@@ -18,7 +18,7 @@ import torch
 from sklearn.datasets import load_digits
 
 from tests.integration.conftest import Api, key_headers, remove_serving
-from workers.checkpoints import load_model_from_checkpoint
+from workers.train.checkpoints import load_model_from_checkpoint
 
 pytestmark = pytest.mark.integration
 

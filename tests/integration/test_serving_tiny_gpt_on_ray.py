@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.integration.conftest import Api, key_headers, remove_serving
-from workers.checkpoints import load_model_from_checkpoint
+from workers.train.checkpoints import load_model_from_checkpoint
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from orchestrator.db.models import Job, JobState
 from orchestrator.services.events import apply_events
 from tests.unit.api_helpers import ADMIN, auth, make_project, reconcile, submit, tick
 from tests.unit.test_sweeps import driver_token, post_sweep
-from workers.spec import EventBatch
+from workers.contract.jobs import EventBatch
 
 
 def started_job(app, client, backend, key: str = ADMIN) -> tuple[str, str]:

@@ -27,7 +27,7 @@ from starlette.testclient import TestClient
 from orchestrator.db.models import ApiKey, utcnow
 from tests.unit.api_helpers import ADMIN, auth, make_project
 from tests.unit.test_deployments import app_of, finished_job, reconcile
-from workers.serving import ModelServer
+from workers.serve.app import ModelServer
 from workers.workloads import digits
 
 DIGITS_CONFIG = {"hidden": 16, "batchnorm": False, "val_fraction": 0.2}

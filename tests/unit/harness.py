@@ -19,9 +19,9 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from workers.context import LocalContext
-from workers.spec import JobSpec, TrainingPlan
-from workers.train_loop import run_training
+from workers.runtime.context import LocalContext
+from workers.contract.jobs import JobSpec, TrainingPlan
+from workers.runtime.train_loop import run_training
 from workers.workloads.base import Workload
 
 HERE = "tests.unit.harness"

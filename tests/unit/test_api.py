@@ -184,7 +184,7 @@ def test_scheduler_admits_by_priority_and_queues_the_rest_with_a_reason(app, cli
     assert states[third]["message"] == "waiting for resources: needs 2 CPU, 0 free"
     assert [s[0] for s in backend.submitted] == [f"{high}-1", f"{low}-1"]
     entrypoint, env = backend.submitted[0][1], backend.submitted[0][2]
-    assert entrypoint == f"python -m workers.driver --job-id {high} --attempt 1"
+    assert entrypoint == f"python -m workers.train.driver --job-id {high} --attempt 1"
     assert env["ORCHESTRATOR_JOB_TOKEN"].startswith("jtk_") and env["OMP_NUM_THREADS"] == "1"
 
 

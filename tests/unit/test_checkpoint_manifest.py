@@ -13,18 +13,18 @@ import pytest
 from ray.train import Checkpoint
 
 from tests.unit.harness import MLP, RecordingReporter, job_config, run_on_ranks, train
-from workers.callbacks import checkpoint_event
-from workers.context import LocalContext, latest_checkpoint
-from workers.manifest import (
+from workers.train.callbacks import checkpoint_event
+from workers.runtime.context import LocalContext, latest_checkpoint
+from workers.runtime.manifest import (
     choose_resume_checkpoint,
     checkpoint_folders,
     newest_verified_checkpoint,
     verify_checkpoint,
     write_manifest,
 )
-from workers.run_snapshot import SNAPSHOT_FILE, forget_deleted_checkpoints
-from workers.spec import CHECKPOINT_METRICS
-from workers.train_loop import run_training
+from workers.train.run_snapshot import SNAPSHOT_FILE, forget_deleted_checkpoints
+from workers.contract.jobs import CHECKPOINT_METRICS
+from workers.runtime.train_loop import run_training
 
 
 def write_part(directory: Path, rank: int, world_size: int, files: dict[str, bytes]) -> None:
@@ -152,7 +152,7 @@ def test_resume_falls_back_to_the_newest_whole_checkpoint(tmp_path, caplog):
 
     (latest / "model.pt").write_bytes(b"LATEST")  # a corrupt latest
     (middle / "manifests" / "rank-00001.json").unlink()  # a save cut short
-    with caplog.at_level(logging.WARNING, logger="workers.manifest"):
+    with caplog.at_level(logging.WARNING, logger="workers.runtime.manifest"):
         assert choose_resume_checkpoint(latest) == str(older)
     [warning] = [r.getMessage() for r in caplog.records]
     assert f"not resuming from checkpoint {latest}: model.pt does not match its SHA-256" in warning
@@ -160,7 +160,7 @@ def test_resume_falls_back_to_the_newest_whole_checkpoint(tmp_path, caplog):
 
     (older / "model.pt").unlink()
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="workers.manifest"):
+    with caplog.at_level(logging.WARNING, logger="workers.runtime.manifest"):
         assert choose_resume_checkpoint(latest) is None
     assert "starting from scratch" in caplog.records[0].getMessage()
     assert newest_verified_checkpoint(run) is None
@@ -189,7 +189,7 @@ def test_an_incomplete_checkpoint_is_not_reported(tmp_path, caplog):
     assert event is not None and event.path == str(checkpoint) and event.metrics == {"val_accuracy": 0.5}
 
     (checkpoint / "manifests" / "rank-00001.json").unlink()
-    with caplog.at_level(logging.WARNING, logger="workers.callbacks"):
+    with caplog.at_level(logging.WARNING, logger="workers.train.callbacks"):
         assert checkpoint_event(Checkpoint.from_directory(str(checkpoint)), metrics, str(tmp_path)) is None
     assert "not recording checkpoint" in caplog.text and "no manifest from rank(s) 1" in caplog.text
 

@@ -16,8 +16,8 @@ from orchestrator.db.models import Checkpoint, Job, utcnow
 from orchestrator.services.scheduler import Scheduler
 from orchestrator.storage import CheckpointStorage, StorageError
 from tests.unit.api_helpers import ADMIN
-from workers.manifest import verify_checkpoint, write_manifest
-from workers.spec import KeepBestSpec
+from workers.runtime.manifest import verify_checkpoint, write_manifest
+from workers.contract.jobs import KeepBestSpec
 
 HEADERS = {"Authorization": f"Bearer {ADMIN}"}
 

@@ -27,7 +27,7 @@ from orchestrator.services.serving import ServingReconciler, matches, serving_re
 from orchestrator.states import lock_job, set_job_state
 from tests.fakes import FakeBackend
 from tests.unit.api_helpers import ADMIN, auth, make_project
-from workers.spec import JobSpec
+from workers.contract.jobs import JobSpec
 
 D = DeploymentState
 
@@ -283,7 +283,7 @@ def test_a_deployment_becomes_healthy_when_serve_runs_its_version(app, client, b
     assert config["http_options"] == {"host": "127.0.0.1", "port": 8123}
     application = app_of(backend, "digits")
     assert config["logging_config"] == application["logging_config"] == {"enable_access_log": False}
-    assert application["import_path"] == "workers.serving:build_app" and application["route_prefix"] == "/digits"
+    assert application["import_path"] == "workers.serve.app:build_app" and application["route_prefix"] == "/digits"
     assert application["args"]["checkpoint_path"].endswith("checkpoint_2") and application["args"]["workload"] == "digits"
     assert application["args"]["config"]["hidden"] == 32
     options = application["deployments"][0]

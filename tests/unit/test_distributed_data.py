@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from workers.data import TrainBatches, val_batches
+from workers.runtime.data import TrainBatches, val_batches
 
 
 def ids(size: int) -> TensorDataset:

@@ -19,10 +19,10 @@ from tests.unit.harness import (
     run_on_ranks,
     train,
 )
-from workers.data import TrainBatches
-from workers.spec import JobSpec, TrainingPlan
-from workers.step import build_train_state, optimizer_step
-from workers.sync_batchnorm import CpuSyncBatchNorm, convert_sync_batchnorm
+from workers.runtime.data import TrainBatches
+from workers.contract.jobs import JobSpec, TrainingPlan
+from workers.runtime.step import build_train_state, optimizer_step
+from workers.runtime.sync_batchnorm import CpuSyncBatchNorm, convert_sync_batchnorm
 from workers.workloads import load_workload
 
 # Two epochs of 64 samples, one checkpoint at the end; the same global batch, so the same scaled rate.

@@ -17,9 +17,9 @@ from tests.unit.harness import (
     run_on_ranks,
     train,
 )
-from workers.data import TrainBatches
-from workers.spec import JobSpec, TrainingPlan
-from workers.step import TrainState, build_train_state, optimizer_step
+from workers.runtime.data import TrainBatches
+from workers.contract.jobs import JobSpec, TrainingPlan
+from workers.runtime.step import TrainState, build_train_state, optimizer_step
 from workers.workloads import load_workload
 
 # A tight clip: clipping is active, so the global gradient norm over the shards must be right too.

@@ -23,8 +23,8 @@ from tests.unit.harness import (
     run_on_ranks,
     train,
 )
-from workers.checkpoints import load_model_from_checkpoint
-from workers.manifest import write_manifest
+from workers.train.checkpoints import load_model_from_checkpoint
+from workers.runtime.manifest import write_manifest
 
 EPOCH_END = "checkpoint_000000008"  # after epoch 2 of 4 steps each
 MID_EPOCH = "checkpoint_000000006"  # epoch 2, 2 of its 4 steps done

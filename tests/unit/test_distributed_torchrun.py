@@ -1,4 +1,4 @@
-"""``python -m workers.torchrun`` under a real ``torchrun`` with 2 CPU ranks (the benchmark's reference arm)."""
+"""``python -m workers.runtime.torchrun`` under a real ``torchrun`` with 2 CPU ranks (the benchmark's reference arm)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def torchrun(spec: dict, *args: str, cwd: Path) -> dict:
     (cwd / "spec.json").write_text(json.dumps(spec))
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        "-m", "workers.torchrun", "--spec", str(cwd / "spec.json"), *args,
+        "-m", "workers.runtime.torchrun", "--spec", str(cwd / "spec.json"), *args,
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)

@@ -13,7 +13,7 @@ from ray.train.v2.api import data_parallel_trainer
 from ray.train.v2.api.config import FailureConfig
 from ray.train.v2.api.exceptions import WorkerGroupError
 
-from workers.failures import (
+from workers.train.failures import (
     APP_ERROR,
     OOM,
     WORKER_DIED,

@@ -1,4 +1,4 @@
-"""Faster worker-group starts (workers.group_start): the wait for freed resources, and no idle Ray Data actor.
+"""Faster worker-group starts (workers.train.group_start): the wait for freed resources, and no idle Ray Data actor.
 On a real cluster: tests/integration/test_failure_causes_on_ray.py (a restart's placement group placed on
 the first try, no DatasetManager actor)."""
 
@@ -13,9 +13,9 @@ from ray.train.v2._internal.execution.worker_group.worker_group import WorkerGro
 from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
 from orchestrator.planner import plan_job
-from workers.group_start import WaitForFreedResources, wait_until_available, without_unused_datasets_callback
-from workers.spec import JobSpec
-from workers.trainer import build_trainer
+from workers.train.group_start import WaitForFreedResources, wait_until_available, without_unused_datasets_callback
+from workers.contract.jobs import JobSpec
+from workers.train.trainer import build_trainer
 
 
 class FakeClock:
@@ -63,7 +63,7 @@ def test_the_callback_never_stops_a_start_when_the_cluster_cannot_be_read(monkey
     def unreachable():
         raise ConnectionError("GCS unavailable")
 
-    monkeypatch.setattr("workers.group_start.ray.available_resources", unreachable)
+    monkeypatch.setattr("workers.train.group_start.ray.available_resources", unreachable)
 
     class Context:
         num_workers = 2

@@ -4,7 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator.planner import DoesNotFit, PlanRequest, bytes_per_param, plan, plan_job
-from workers.spec import DigitsConfig, JobSpec
+from workers.contract.jobs import DigitsConfig, JobSpec
 
 ISSUE_EXAMPLE = dict(
     params=2e9, precision="bf16", optimizer="adam", gpus=8, gpu_memory_gb=16, activation_gb=3, per_gpu_batch=16,

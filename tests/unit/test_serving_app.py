@@ -12,7 +12,7 @@ import torch.distributed.checkpoint as dcp
 from starlette.requests import Request
 from starlette.testclient import TestClient
 
-from workers.serving import (
+from workers.serve.app import (
     MAX_ROWS,
     BadInput,
     DigitsPredictor,

@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from workers.spec import DigitsConfig, EventBatch, JobSpec, TinyGptConfig, scale_lr
+from workers.contract.jobs import DigitsConfig, EventBatch, JobSpec, TinyGptConfig, scale_lr
 
 
 def test_only_workload_is_required_and_defaults_are_filled_in():

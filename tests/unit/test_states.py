@@ -10,7 +10,7 @@ from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.planner import plan_job
 from orchestrator.repositories import projects as projects_repo
 from orchestrator.states import TERMINAL, IllegalTransition, is_allowed, lock_job, set_job_state
-from workers.spec import JobSpec
+from workers.contract.jobs import JobSpec
 
 S = JobState
 

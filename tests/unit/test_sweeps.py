@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from orchestrator.admission import ClusterCapacity, never_fits, sweep_demand
 from orchestrator.backend import RunStatus
 from tests.unit.api_helpers import ADMIN, auth, make_project, reconcile, submit, tick
-from workers.sweep_spec import SweepSpec, trial_spec
+from workers.contract.sweeps import SweepSpec, trial_spec
 
 BASE = {"workload": "digits", "epochs": 4, "scaling": {"num_workers": 2, "cpus_per_worker": 0.5}}
 LR = {"lr.base": {"type": "loguniform", "low": 1e-3, "high": 0.3}}
@@ -92,7 +92,7 @@ def test_a_trial_spec_is_the_base_with_the_searched_paths_set():
 def test_the_search_space_in_ray_tune_terms():
     from ray.tune.search.sample import Categorical, Float, Integer
 
-    from workers.tuning import param_space
+    from workers.tune.tuner import param_space
 
     spec = SweepSpec.model_validate(sweep_spec(search_space={
         "lr.base": {"type": "loguniform", "low": 1e-3, "high": 0.3},
@@ -112,7 +112,7 @@ def test_a_pbt_sweep_mutates_its_learning_rate_paths_within_their_ranges():
     from ray.tune.schedulers import PopulationBasedTraining
     from ray.tune.search.sample import Float
 
-    from workers.tuning import PBT_TUNE_CHECKPOINTS, trial_scheduler, tune_checkpoint_config
+    from workers.tune.tuner import PBT_TUNE_CHECKPOINTS, trial_scheduler, tune_checkpoint_config
 
     space = {**LR, **HIDDEN, "lr.warmup_steps": {"type": "choice", "values": [0, 5, 10]}}
     spec = SweepSpec.model_validate(sweep_spec(scheduler=PBT | {"perturbation_interval": 2}, search_space=space))
@@ -142,7 +142,7 @@ def test_a_pbt_sweep_mutates_its_learning_rate_paths_within_their_ranges():
 def test_pbt_leaves_a_trials_last_epoch_alone():
     from ray.tune.schedulers import TrialScheduler
 
-    from workers.tuning import trial_scheduler
+    from workers.tune.tuner import trial_scheduler
 
     spec = SweepSpec.model_validate(sweep_spec(scheduler=PBT | {"perturbation_interval": 1}, search_space=LR))
     scheduler = trial_scheduler(spec)
@@ -157,7 +157,7 @@ def test_pbt_leaves_a_trials_last_epoch_alone():
 
 
 def test_a_cloned_pbt_trial_starts_a_new_train_run(tmp_path):
-    from workers.tuning import _next_run_name
+    from workers.tune.tuner import _next_run_name
 
     for name in ("t_00001", "t_00001-1", "t_00001-3", "t_00001-x", "t_000011-7", "t_00002-9"):
         (tmp_path / name).mkdir()
@@ -204,7 +204,7 @@ def test_a_submitted_sweep_is_queued_then_admitted_as_a_sweep_driver(app, client
     assert (sweep["state"], sweep["attempt"]) == ("STARTING", 1)
     submission, entrypoint, env = backend.submitted[0]
     assert submission == f"{sweep['id']}-1"
-    assert entrypoint == f"python -m workers.sweep_driver --sweep-id {sweep['id']} --attempt 1"
+    assert entrypoint == f"python -m workers.tune.driver --sweep-id {sweep['id']} --attempt 1"
     job = client.get(f"/v1/jobs/{job['id']}", headers=auth(ADMIN)).json()
     assert job["state"] == "QUEUED" and "needs 2 CPU, 1.98 free" in job["message"]
     assignment = client.get(

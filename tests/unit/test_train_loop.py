@@ -18,13 +18,14 @@ from ray.train import Checkpoint
 
 from tests.unit.harness import RecordingReporter, job_config
 
-from workers import driver, torchrun
-from workers.callbacks import checkpoint_event
-from workers.checkpoints import checkpoint_uri, load_model_from_checkpoint
-from workers.context import LocalContext
-from workers.reporter import EventReporter
-from workers.spec import DriverAssignment, JobSpec, MetricsEvent, StateEvent, TrainingPlan
-from workers.train_loop import run_training
+from workers.runtime import torchrun
+from workers.train import driver
+from workers.train.callbacks import checkpoint_event
+from workers.train.checkpoints import checkpoint_uri, load_model_from_checkpoint
+from workers.runtime.context import LocalContext
+from workers.runtime.reporter import EventReporter
+from workers.contract.jobs import DriverAssignment, JobSpec, MetricsEvent, StateEvent, TrainingPlan
+from workers.runtime.train_loop import run_training
 from workers.workloads.digits import build
 
 EPOCHS = 3
@@ -90,7 +91,7 @@ def test_learning_rate_warms_up_to_the_scaled_rate(first_run, caplog):
 
 
 def test_the_scaled_rate_is_logged_once(tmp_path, caplog):
-    with caplog.at_level(logging.INFO, logger="workers.train_loop"):
+    with caplog.at_level(logging.INFO, logger="workers.runtime.train_loop"):
         run_training(loop_config(epochs=1), LocalContext(tmp_path), RecordingReporter())
     lines = [r.getMessage() for r in caplog.records if "learning rate" in r.getMessage()]
     assert len(lines) == 1 and "learning rate 0.025 (0.05 for batch 64, linear scaling)" in lines[0]
@@ -153,7 +154,7 @@ def test_a_run_resuming_a_checkpoint_written_at_another_rate_trains_at_its_own(f
 
 
 def test_adopting_a_rate_keeps_the_warmup_position():
-    from workers.step import TrainState, adopt_lr, warmup_schedule
+    from workers.runtime.step import TrainState, adopt_lr, warmup_schedule
 
     model = torch.nn.Linear(2, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -353,7 +354,7 @@ def test_reporter_drops_the_oldest_events_on_overflow(plane_factory, caplog):
     reporter = fast_reporter(plane.url, max_queued=5)
     reporter.emit(metrics_event(0))
     assert plane.received.wait(5)  # event 0 is in flight and the server holds its answer
-    with caplog.at_level(logging.WARNING, logger="workers.reporter"):
+    with caplog.at_level(logging.WARNING, logger="workers.runtime.reporter"):
         for epoch in range(1, 9):
             reporter.emit(metrics_event(epoch))
     plane.release.set()
@@ -367,7 +368,7 @@ def test_reporter_drops_the_oldest_events_on_overflow(plane_factory, caplog):
 
 def test_reporter_without_url_only_logs(caplog):
     reporter = EventReporter(None, "job-1", 1, "secret")
-    with caplog.at_level(logging.INFO, logger="workers.reporter"):
+    with caplog.at_level(logging.INFO, logger="workers.runtime.reporter"):
         reporter.emit(StateEvent(state="running"))
     assert reporter.flush(0)
     reporter.close()

@@ -12,8 +12,8 @@ from orchestrator.checkpoint_policy import RecordedCheckpoint, best_first, selec
 from tests.unit.api_helpers import ADMIN, auth, tick
 from tests.unit.test_deployments import finished_job
 from tests.unit.test_sweeps import BASE, driver_token, post_sweep
-from workers.spec import KeepBestSpec
-from workers.sweep_spec import SweepSpec
+from workers.contract.jobs import KeepBestSpec
+from workers.contract.sweeps import SweepSpec
 
 TIE = 0.9  # every epoch scores the same: ties are certain
 

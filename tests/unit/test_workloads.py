@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from workers.spec import DigitsConfig, TinyGptConfig
+from workers.contract.jobs import DigitsConfig, TinyGptConfig
 from workers.workloads import BUILTIN, BUILTIN_MODELS, load_model_builder, load_workload
 from workers.workloads import digits, tiny_gpt
 from workers.workloads.base import Workload, flat_cross_entropy

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from torch import nn
 
-from workers.spec import is_custom_workload
+from workers.contract.jobs import is_custom_workload
 from workers.workloads import digits, tiny_gpt
 from workers.workloads.base import Workload, flat_cross_entropy
 

@@ -2,7 +2,7 @@
 
 A workload is a function ``build(config: dict, seed: int) -> Workload``: ``config`` is the job's
 ``config`` (validated first for built-ins), ``seed`` the job's seed (use it for any split or shuffle of
-your own). Everything about training is the loop's (``workers.train_loop``): sharding, DDP or FSDP,
+your own). Everything about training is the loop's (``workers.runtime.train_loop``): sharding, DDP or FSDP,
 precision, accumulation, the optimizer and learning-rate schedule, validation, metrics, checkpoints,
 resuming. The loop reports ``train_loss``, ``val_loss`` and ``val_accuracy`` (the share of targets
 where ``argmax(output, -1) == target``), so a workload is a classifier over the last dimension of its

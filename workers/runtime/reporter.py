@@ -15,7 +15,7 @@ import threading
 
 import httpx
 
-from workers.spec import CheckpointEvent, MetricsEvent, StateEvent
+from workers.contract.jobs import CheckpointEvent, MetricsEvent, StateEvent
 
 log = logging.getLogger(__name__)
 # httpx logs every request at INFO: one line per event batch would drown the job's own output.

@@ -307,7 +307,7 @@ class TrainingPlan(BaseModel):
 
 
 class DriverExit(enum.IntEnum):
-    """Exit status of ``workers.driver``. The reconciler reads it when the driver's own report of the
+    """Exit status of ``workers.train.driver``. The reconciler reads it when the driver's own report of the
     outcome never reached the control plane; any other status (a kill, a crash) means the driver was lost."""
 
     SUCCEEDED = 0

@@ -13,7 +13,7 @@ import torch.distributed.nn.functional as dist_fn
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from workers.distributed import is_distributed
+from workers.runtime.distributed import is_distributed
 
 
 def convert_sync_batchnorm(model: nn.Module, device: torch.device) -> nn.Module:

@@ -1,6 +1,6 @@
 """The training loop under plain ``torchrun``, without Ray or the control plane.
 
-    torchrun --nproc_per_node=N -m workers.torchrun --spec spec.json [--checkpoint-dir DIR] [--resume]
+    torchrun --nproc_per_node=N -m workers.runtime.torchrun --spec spec.json [--checkpoint-dir DIR] [--resume]
 
 Reads a JobSpec JSON, resolves its TrainingPlan as the control plane does (``--strategy`` stands in
 for the planner when the spec says ``auto``) and runs ``run_training`` on every rank with a
@@ -21,11 +21,11 @@ import tempfile
 import torch
 import torch.distributed as dist
 
-from workers.context import LocalContext, latest_checkpoint
-from workers.spec import JobSpec, TrainingPlan
-from workers.train_loop import run_training
+from workers.runtime.context import LocalContext, latest_checkpoint
+from workers.contract.jobs import JobSpec, TrainingPlan
+from workers.runtime.train_loop import run_training
 
-log = logging.getLogger("workers.torchrun")
+log = logging.getLogger("workers.runtime.torchrun")
 
 
 def resolve_plan(spec: JobSpec, strategy: str | None) -> TrainingPlan:
@@ -37,7 +37,7 @@ def resolve_plan(spec: JobSpec, strategy: str | None) -> TrainingPlan:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workers.torchrun", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m workers.runtime.torchrun", description=__doc__.splitlines()[0])
     parser.add_argument("--spec", required=True, help="a JobSpec as JSON")
     parser.add_argument("--checkpoint-dir", help="where checkpoints go, the same folder for every rank")
     parser.add_argument("--resume", action="store_true", help="resume from the newest checkpoint there")

@@ -9,9 +9,9 @@ from typing import Any
 import ray.train
 import ray.train.torch
 
-from workers.context import rank0_choice
-from workers.manifest import choose_resume_checkpoint, resolve
-from workers.train_loop import run_training
+from workers.runtime.context import rank0_choice
+from workers.runtime.manifest import choose_resume_checkpoint, resolve
+from workers.runtime.train_loop import run_training
 
 
 def train_loop_per_worker(config: dict) -> None:

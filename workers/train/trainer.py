@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from ray.train import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig, UserCallback
 from ray.train.torch import TorchTrainer
 
-from workers.callbacks import RunEventForwarder
-from workers.failures import CauseAwareFailurePolicy, failure_policy
-from workers.group_start import WaitForFreedResources, without_unused_datasets_callback
-from workers.ray_context import train_loop_per_worker
-from workers.run_snapshot import forget_deleted_checkpoints
-from workers.spec import JobSpec, TrainingPlan
+from workers.train.callbacks import RunEventForwarder
+from workers.train.failures import CauseAwareFailurePolicy, failure_policy
+from workers.train.group_start import WaitForFreedResources, without_unused_datasets_callback
+from workers.train.ray_context import train_loop_per_worker
+from workers.train.run_snapshot import forget_deleted_checkpoints
+from workers.contract.jobs import JobSpec, TrainingPlan
 
 
 def build_trainer(
@@ -70,8 +70,8 @@ def build_trainer(
 
 
 class JobTrainer(TorchTrainer):
-    """A ``TorchTrainer`` whose worker failures are retried by cause (``workers.failures``) and whose
-    worker groups start without an idle Ray Data actor (``workers.group_start``)."""
+    """A ``TorchTrainer`` whose worker failures are retried by cause (``workers.train.failures``) and whose
+    worker groups start without an idle Ray Data actor (``workers.train.group_start``)."""
 
     retry_app_errors: bool = False
     reporter_args: tuple = (None, "", 0, "")  # EventReporter(url, job_id, attempt, token)

@@ -1,6 +1,6 @@
 """Committed checkpoints outside training: the model for serving, and where a checkpoint lives.
 
-The layout and how the loop writes and resumes checkpoints is ``workers.checkpoint_io``.
+The layout and how the loop writes and resumes checkpoints is ``workers.runtime.checkpoint_io``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 from ray.train import Checkpoint
 from torch import nn
 
-from workers.checkpoint_io import MODEL_FILE, SHARDED_DIR, load
+from workers.runtime.checkpoint_io import MODEL_FILE, SHARDED_DIR, load
 from workers.workloads import load_model_builder
 
 

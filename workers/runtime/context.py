@@ -1,9 +1,9 @@
 """Everything the training loop needs from where it runs, behind one small object.
 
 The loop talks only to a ``LoopContext`` (in the spirit of Determined's training contexts), so the
-same loop runs on a Ray Train worker (``workers.ray_context.RayContext``), under plain ``torchrun``
+same loop runs on a Ray Train worker (``workers.train.ray_context.RayContext``), under plain ``torchrun``
 or ``torch.multiprocessing``, and in one test process (``LocalContext``). The process group, where
-there is one, is already initialised: Ray Train, ``workers.torchrun`` or the test sets it up.
+there is one, is already initialised: Ray Train, ``workers.runtime.torchrun`` or the test sets it up.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
-from workers.distributed import is_distributed
-from workers.manifest import CHECKPOINT_PREFIX, choose_resume_checkpoint, newest_verified_checkpoint
+from workers.runtime.distributed import is_distributed
+from workers.runtime.manifest import CHECKPOINT_PREFIX, choose_resume_checkpoint, newest_verified_checkpoint
 
 
 class LoopContext(Protocol):
@@ -29,7 +29,7 @@ class LoopContext(Protocol):
 
     def resume_dir(self) -> contextlib.AbstractContextManager[str | None]:
         """A local folder holding the checkpoint to resume from (None on a fresh start); only a checkpoint
-        that verifies (``workers.manifest``), the same one on every rank."""
+        that verifies (``workers.runtime.manifest``), the same one on every rank."""
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: str) -> None:
         """Commit a checkpoint: every rank calls it with its own folder; together they are one checkpoint."""

@@ -8,10 +8,10 @@ from typing import Any
 import pyarrow.fs
 from ray.train import Checkpoint, UserCallback
 
-from workers.checkpoints import checkpoint_uri
-from workers.manifest import verify_checkpoint
-from workers.reporter import EventReporter
-from workers.spec import CheckpointEvent
+from workers.train.checkpoints import checkpoint_uri
+from workers.runtime.manifest import verify_checkpoint
+from workers.runtime.reporter import EventReporter
+from workers.contract.jobs import CheckpointEvent
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ POSITION_KEYS = ("epoch", "step")
 
 class RunEventForwarder(UserCallback):
     """Tells the control plane about every checkpoint Ray Train has persisted and registered.
-    (Restarts of the worker group are reported by ``workers.failures.CauseAwareFailurePolicy``.)"""
+    (Restarts of the worker group are reported by ``workers.train.failures.CauseAwareFailurePolicy``.)"""
 
     def __init__(self, url: str | None, job_id: str, attempt: int, token: str) -> None:
         self.url, self.job_id, self.attempt, self.token = url, job_id, attempt, token
@@ -47,7 +47,7 @@ class RunEventForwarder(UserCallback):
 
 def checkpoint_event(checkpoint: Checkpoint, metrics: dict[str, Any], storage_path: str) -> CheckpointEvent | None:
     """What the control plane records for one committed checkpoint (rank 0's metrics); None, with a
-    warning, when the checkpoint is not complete (``workers.manifest``).
+    warning, when the checkpoint is not complete (``workers.runtime.manifest``).
 
     The check reads the manifests and every file's size, not the bytes: it runs in Ray Train's
     controller, which every worker's ``ray.train.report`` waits on, and sizes are what a save cut short

@@ -1,5 +1,5 @@
 """The wire contract of a hyperparameter sweep: what ``POST /v1/sweeps`` takes, what the sweep driver
-receives and what it reports. Plain pydantic, like ``workers.spec``: no ray, no torch.
+receives and what it reports. Plain pydantic, like ``workers.contract.jobs``: no ray, no torch.
 
 A sweep runs one training job per trial: ``base`` is a job spec, and every key of ``search_space`` is a
 dotted path into it (``config.hidden``, ``lr.base``, ``batch.per_worker``...) whose value the search
@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from workers.spec import BUILTIN_WORKLOADS, CHECKPOINT_METRICS, CheckpointMetric, JobSpec, StateEvent, _Strict
+from workers.contract.jobs import BUILTIN_WORKLOADS, CHECKPOINT_METRICS, CheckpointMetric, JobSpec, StateEvent, _Strict
 
 # Logical CPUs the function trainable (one small actor per running trial, which drives its TorchTrainer)
 # holds. Ray refuses 0; the admission check counts it (RAY-NOTES.md: Tune with Train V2).
@@ -23,7 +23,7 @@ TRIAL_DRIVER_CPU = 0.01
 FIXED_PATHS = ("name", "workload", "labels", "priority", "retries", "checkpoint")
 MAX_TRIALS = 10_000
 # <storage>/<sweep id>/trials/<run>: each trial's Ray Train runs and their checkpoints. A run is named
-# after Tune's trial id, or <trial id>-<n> for the n-th new run of a PBT trial (workers.tuning).
+# after Tune's trial id, or <trial id>-<n> for the n-th new run of a PBT trial (workers.tune.tuner).
 TRIALS_FOLDER = "trials"
 
 

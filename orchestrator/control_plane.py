@@ -1,4 +1,4 @@
-"""Wires the control plane together: database, cluster backend, scheduler and reconciler loops."""
+"""The control plane in one object: database, cluster backend, and the background loops (scheduler, reconcilers, retention) that drive Ray."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from orchestrator.storage import CheckpointStorage
 log = logging.getLogger(__name__)
 
 
-class Service:
+class ControlPlane:
     def __init__(self, settings: Settings, backend: ClusterBackend | None = None, run_loops: bool = True):
         self.settings = settings
         self.engine = make_engine(settings.database_url)
@@ -41,7 +41,7 @@ class Service:
 
     @property
     def backend(self) -> ClusterBackend:
-        assert self._backend is not None, "Service.start() sets up the backend"
+        assert self._backend is not None, "ControlPlane.start() sets up the backend"
         return self._backend
 
     def start(self) -> None:

@@ -1,11 +1,11 @@
 """Ray Job entrypoint for one attempt of a sweep.
 
-    python -m workers.sweep_driver --sweep-id ID --attempt N
+    python -m workers.tune.driver --sweep-id ID --attempt N
 
-Fetches the sweep's assignment from the control plane, runs Ray Tune over it (``workers.tuning``) and
+Fetches the sweep's assignment from the control plane, runs Ray Tune over it (``workers.tune.tuner``) and
 reports the sweep's state and every trial's news. Attempt 2 and later restore Tune's experiment from
 storage: finished trials are not run again, unfinished ones resume from their latest checkpoints.
-Exit status as ``workers.driver`` (``DriverExit``).
+Exit status as ``workers.train.driver`` (``DriverExit``).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 import ray  # noqa: E402
 from ray import tune  # noqa: E402
 
-from workers.driver import MAX_MESSAGE_CHARS, fetch_assignment, finish_reporting, start_driver  # noqa: E402
-from workers.reporter import EventReporter  # noqa: E402
-from workers.spec import DriverExit, StateEvent  # noqa: E402
-from workers.sweep_spec import SweepAssignment  # noqa: E402
-from workers.tuning import (  # noqa: E402
+from workers.train.driver import MAX_MESSAGE_CHARS, fetch_assignment, finish_reporting, start_driver  # noqa: E402
+from workers.runtime.reporter import EventReporter  # noqa: E402
+from workers.contract.jobs import DriverExit, StateEvent  # noqa: E402
+from workers.contract.sweeps import SweepAssignment  # noqa: E402
+from workers.tune.tuner import (  # noqa: E402
     REPORTERS,
     TUNE_EXPERIMENT,
     TrialEventForwarder,
@@ -40,7 +40,7 @@ from workers.tuning import (  # noqa: E402
     tune_checkpoint_config,
 )
 
-log = logging.getLogger("workers.sweep_driver")
+log = logging.getLogger("workers.tune.driver")
 
 
 def build_tuner(assignment: SweepAssignment, callbacks: list) -> tune.Tuner:
@@ -110,7 +110,7 @@ def run_sweep(assignment: SweepAssignment, control_plane_url: str | None, token:
 
 
 def main(argv: list[str] | None = None) -> int:
-    started = start_driver(argv, "python -m workers.sweep_driver", __doc__.splitlines()[0], "sweep-id")
+    started = start_driver(argv, "python -m workers.tune.driver", __doc__.splitlines()[0], "sweep-id")
     if started is None:
         return DriverExit.MISCONFIGURED
     sweep_id, attempt, url, token = started

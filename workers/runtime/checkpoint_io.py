@@ -7,7 +7,7 @@ into one checkpoint folder (elsewhere, ``LocalContext`` copies them together):
     model.pt             the full model state dict: DDP always (rank 0), FSDP with ``export_full``
     sharded/             FSDP: model and optimizer with torch.distributed.checkpoint, one file per rank
     ranks/rank-NNNNN.pt  each rank: its RNG states and its running loss sums of the epoch
-    manifests/rank-NNNNN.json  each rank, written last: its files' sizes and SHA-256 (``workers.manifest``)
+    manifests/rank-NNNNN.json  each rank, written last: its files' sizes and SHA-256 (``workers.runtime.manifest``)
 
 Only tensors and plain values go in: everything loads with ``weights_only=True`` or with DCP.
 """
@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
-from workers.distributed import unwrap
-from workers.manifest import write_manifest
-from workers.rng import capture_rng, restore_rng
-from workers.step import TrainState
+from workers.runtime.distributed import unwrap
+from workers.runtime.manifest import write_manifest
+from workers.runtime.rng import capture_rng, restore_rng
+from workers.runtime.step import TrainState
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def save_checkpoint(
         "scaler": state.scaler.state_dict(),
     }
     if strategy == "fsdp":
-        import torch.distributed.checkpoint as dcp  # here, not at the top: see workers/distributed.py
+        import torch.distributed.checkpoint as dcp  # here, not at the top: see workers/runtime/distributed.py
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
 
         model_state, optimizer_state = get_state_dict(state.model, state.optimizer)

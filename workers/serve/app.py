@@ -1,7 +1,7 @@
 """The Ray Serve application behind a deployment: a checkpoint's model and its workload's predictor.
 
 The control plane never imports this module: it names it in the Serve config it sends through the
-dashboard (``import_path: workers.serving:build_app``), and Serve builds the application on the
+dashboard (``import_path: workers.serve.app:build_app``), and Serve builds the application on the
 cluster from the config's ``args``::
 
     {"checkpoint_path": ..., "workload": "digits", "config": {...the job's workload config...},
@@ -60,8 +60,8 @@ def load_serving_model(checkpoint_path: str, workload: str, config: dict) -> nn.
     """
     from ray.train import Checkpoint
 
-    from workers.checkpoint_io import MODEL_FILE, SHARDED_DIR, load
-    from workers.checkpoints import load_model_from_checkpoint
+    from workers.runtime.checkpoint_io import MODEL_FILE, SHARDED_DIR, load
+    from workers.train.checkpoints import load_model_from_checkpoint
     from workers.workloads import load_model_builder
 
     with Checkpoint(checkpoint_path).as_directory() as local_dir:
@@ -218,7 +218,7 @@ class TinyGptPredictor:
     }
 
     def __init__(self, model: nn.Module, config: dict):
-        from workers.spec import TinyGptConfig
+        from workers.contract.jobs import TinyGptConfig
 
         self.model = model
         self.device = _device_of(model)
@@ -275,7 +275,7 @@ PREDICTORS = {"digits": DigitsPredictor, "tiny_gpt": TinyGptPredictor}
 
 
 def check_servable(workload: str) -> None:
-    from workers.spec import is_custom_workload
+    from workers.contract.jobs import is_custom_workload
 
     if workload not in PREDICTORS and not is_custom_workload(workload):
         raise ValueError(f"serving supports the workloads {sorted(PREDICTORS)} and custom ones, not {workload!r}")

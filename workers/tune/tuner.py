@@ -1,6 +1,6 @@
 """How a ``SweepSpec`` becomes a Ray Tune ``Tuner`` whose trials are our training jobs.
 
-Each trial is a function trainable that fits a ``TorchTrainer`` (``workers.trainer.build_trainer``, the
+Each trial is a function trainable that fits a ``TorchTrainer`` (``workers.train.trainer.build_trainer``, the
 same runtime as a job: DDP/FSDP, checkpoints, worker restarts by cause) with Ray Train's
 ``TuneReportCallback``: every epoch checkpoint becomes one Tune result, which the scheduler compares
 (``time_attr`` is our ``epoch``, which keeps counting when a trial resumes from its checkpoint).
@@ -27,10 +27,10 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTra
 from ray.tune.search import BasicVariantGenerator, Searcher
 from ray.util.queue import Empty, Queue
 
-from workers.manifest import resolve
-from workers.reporter import EventReporter
-from workers.spec import CHECKPOINT_METRICS, JobSpec, TrainingPlan
-from workers.sweep_spec import (
+from workers.runtime.manifest import resolve
+from workers.runtime.reporter import EventReporter
+from workers.contract.jobs import CHECKPOINT_METRICS, JobSpec, TrainingPlan
+from workers.contract.sweeps import (
     TRIAL_DRIVER_CPU,
     AshaScheduler,
     Choice,
@@ -45,7 +45,7 @@ from workers.sweep_spec import (
     trial_spec,
     trials_folder,
 )
-from workers.trainer import build_trainer
+from workers.train.trainer import build_trainer
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Ray Job entrypoint for one attempt of a training job.
 
-    python -m workers.driver --job-id ID --attempt N
+    python -m workers.train.driver --job-id ID --attempt N
 
 Reads ``ORCHESTRATOR_URL`` and ``ORCHESTRATOR_JOB_TOKEN`` from the environment, fetches the attempt's
 assignment from the control plane, runs it as a Ray Train ``TorchTrainer`` and reports how it ended.
@@ -20,13 +20,13 @@ import traceback
 import httpx
 import ray
 
-from workers.callbacks import checkpoint_event
-from workers.failures import APP_ERROR, OOM, WORKER_DIED, classify_training_error
-from workers.reporter import EventReporter
-from workers.spec import DriverAssignment, DriverExit, StateEvent
-from workers.trainer import build_trainer
+from workers.train.callbacks import checkpoint_event
+from workers.train.failures import APP_ERROR, OOM, WORKER_DIED, classify_training_error
+from workers.runtime.reporter import EventReporter
+from workers.contract.jobs import DriverAssignment, DriverExit, StateEvent
+from workers.train.trainer import build_trainer
 
-log = logging.getLogger("workers.driver")
+log = logging.getLogger("workers.train.driver")
 
 FETCH_TRIES = 5
 FETCH_BACKOFF_S = (1.0, 10.0)  # first delay, cap
@@ -157,7 +157,7 @@ def finish_reporting(reporter: EventReporter) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    started = start_driver(argv, "python -m workers.driver", __doc__.splitlines()[0], "job-id")
+    started = start_driver(argv, "python -m workers.train.driver", __doc__.splitlines()[0], "job-id")
     if started is None:
         return DriverExit.MISCONFIGURED
     job_id, attempt, url, token = started

@@ -6,7 +6,7 @@ if the snapshot names a checkpoint folder that no longer exists ("The run snapsh
 to a checkpoint that does not exist anymore"). Ray Train keeps every checkpoint here
 (``num_to_keep=None``): the control plane's retention and orphan sweeper delete them. So before each
 attempt, the names of deleted folders are taken out of the snapshot; if the latest one is gone, the
-newest remaining becomes the latest (the resume logic then verifies it, see ``workers.manifest``).
+newest remaining becomes the latest (the resume logic then verifies it, see ``workers.runtime.manifest``).
 
 The snapshot is Ray's own format (checked against Ray 2.60, which refuses snapshots of other versions
 anyway); anything unexpected in it is left alone with a warning.
@@ -19,7 +19,7 @@ import logging
 
 import pyarrow.fs
 
-from workers.manifest import resolve
+from workers.runtime.manifest import resolve
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from workers.data import Batch
-from workers.distributed import grad_sync, wrap_model
-from workers.spec import JobSpec, OptimizerSpec, TrainingPlan
-from workers.sync_batchnorm import convert_sync_batchnorm
+from workers.runtime.data import Batch
+from workers.runtime.distributed import grad_sync, wrap_model
+from workers.contract.jobs import JobSpec, OptimizerSpec, TrainingPlan
+from workers.runtime.sync_batchnorm import convert_sync_batchnorm
 from workers.workloads.base import Workload
 
 LOW_PRECISION = {"bf16": torch.bfloat16, "fp16": torch.float16}

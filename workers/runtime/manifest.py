@@ -1,6 +1,6 @@
 """Checkpoint manifests: how a checkpoint proves that it was written completely.
 
-Every rank writes its part of a checkpoint into its own folder (``workers.checkpoint_io``) and, last,
+Every rank writes its part of a checkpoint into its own folder (``workers.runtime.checkpoint_io``) and, last,
 ``manifests/rank-NNNNN.json`` there, listing every other file of its part:
 
     {"format": 1, "rank": 0, "world_size": 2, "files": {"model.pt": {"size": 1234, "sha256": "..."}}}
