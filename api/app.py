@@ -45,8 +45,15 @@ def create_app(
         larger={"/internal/": (settings.max_internal_body_mb, "ORCHESTRATOR_MAX_INTERNAL_BODY_MB")},
     )
     for router in (
-        health.router, projects.router, jobs.router, sweeps.router, sweeps.trials_router, deployments.router,
-        plan.router, internal.router, internal.sweeps_router,
+        health.router,
+        projects.router,
+        jobs.router,
+        sweeps.router,
+        sweeps.trials_router,
+        deployments.router,
+        plan.router,
+        internal.router,
+        internal.sweeps_router,
     ):
         app.include_router(router)
 

@@ -10,9 +10,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from orchestrator.auth import Principal, secrets_equal
+from orchestrator.control_plane import ControlPlane
 from orchestrator.db.models import Role, utcnow
 from orchestrator.repositories import projects as projects_repo
-from orchestrator.control_plane import ControlPlane
 
 _bearer = HTTPBearer(auto_error=False)
 
@@ -79,7 +79,8 @@ def admin(principal: CurrentKey) -> Principal:
 def cluster_admin(principal: CurrentKey) -> Principal:
     if not principal.is_cluster_admin:
         raise HTTPException(
-            status.HTTP_403_FORBIDDEN, "this needs a cluster-wide admin key (ORCHESTRATOR_ADMIN_TOKEN); a project's "
+            status.HTTP_403_FORBIDDEN,
+            "this needs a cluster-wide admin key (ORCHESTRATOR_ADMIN_TOKEN); a project's "
             "admin key acts in its own project only",
         )
     return principal

@@ -45,8 +45,9 @@ def document_error_shapes(app: FastAPI) -> None:
                         listed = content.get("schema")
                         content["schema"] = {"anyOf": [listed, message]} if listed else message
                     for code, description in MESSAGE_STATUSES.items():
-                        responses.setdefault(code, {"description": description,
-                                                    "content": {"application/json": {"schema": message}}})
+                        responses.setdefault(
+                            code, {"description": description, "content": {"application/json": {"schema": message}}}
+                        )
             app.openapi_schema = schema
         return app.openapi_schema
 

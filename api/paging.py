@@ -6,7 +6,6 @@ the last page. ``GET /v1/jobs`` keeps its ``{"items", "next_cursor"}`` body and 
 The cursor scheme is the jobs' (``orchestrator.repositories.paging``); a cursor this API did not make is a 422.
 """
 
-
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar

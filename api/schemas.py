@@ -18,7 +18,9 @@ class _FromORM(BaseModel):
 
 
 _MAX_PRIORITY = Field(
-    None, ge=-1000, le=1000,
+    None,
+    ge=-1000,
+    le=1000,
     description="The highest priority the project's keys may give a job or sweep (422 above it); null: no cap. "
     "Set by a cluster-wide admin only.",
 )
@@ -129,15 +131,20 @@ class _RunOut(BaseModel):
 
 class JobOut(_RunOut):
     labels: dict[str, str]
-    plan: dict[str, Any] | None = Field(description="Strategy that runs (auto resolved, with the reason), global batch, scaled LR.")
+    plan: dict[str, Any] | None = Field(
+        description="Strategy that runs (auto resolved, with the reason), global batch, scaled LR."
+    )
     latest_metrics: dict[str, Any] | None
     result: dict[str, Any] | None
 
     @classmethod
     def of(cls, job: Job) -> JobOut:
         return cls(
-            **cls._common(job), labels={label.key: label.value for label in job.labels},
-            plan=job.plan, latest_metrics=job.latest_metrics, result=job.result,
+            **cls._common(job),
+            labels={label.key: label.value for label in job.labels},
+            plan=job.plan,
+            latest_metrics=job.latest_metrics,
+            result=job.result,
         )
 
 
@@ -164,7 +171,7 @@ class MetricOut(_FromORM):
 
 
 class CheckpointOut(_FromORM):
-    id: int = Field(description="Deploy exactly this checkpoint with a deployment source {\"checkpoint_id\": id}.")
+    id: int = Field(description='Deploy exactly this checkpoint with a deployment source {"checkpoint_id": id}.')
     attempt: int
     epoch: int
     step: int
@@ -230,18 +237,28 @@ class DeploymentOut(BaseModel):
         enforced = by_number.get(serving) if serving is not None else None
         enforced = enforced or by_number[deployment.version]
         return cls(
-            id=deployment.id, project_id=deployment.project_id, name=deployment.name, workload=deployment.workload,
-            state=deployment.state, reason=deployment.reason, message=deployment.message,
-            url=f"{serve_url}{deployment.route_prefix}", route_prefix=deployment.route_prefix,
-            version=deployment.version, serving_version=serving,
+            id=deployment.id,
+            project_id=deployment.project_id,
+            name=deployment.name,
+            workload=deployment.workload,
+            state=deployment.state,
+            reason=deployment.reason,
+            message=deployment.message,
+            url=f"{serve_url}{deployment.route_prefix}",
+            route_prefix=deployment.route_prefix,
+            version=deployment.version,
+            serving_version=serving,
             current=by_number.get(serving) if serving is not None else None,
             target=by_number[deployment.version],
-            auth=auth_of(enforced.settings), max_body_mb=max_body_mb_of(enforced.settings),
+            auth=auth_of(enforced.settings),
+            max_body_mb=max_body_mb_of(enforced.settings),
             serve_status=observed.get("status"),
             replicas=[ReplicaOut(**r) for r in observed.get("replicas", [])],
             observed_at=observed.get("observed_at"),
             versions=versions,
-            created_at=deployment.created_at, updated_at=deployment.updated_at, deleted_at=deployment.deleted_at,
+            created_at=deployment.created_at,
+            updated_at=deployment.updated_at,
+            deleted_at=deployment.deleted_at,
         )
 
 
@@ -258,7 +275,7 @@ class DeploymentEventOut(_FromORM):
 
 
 class TrialOut(_FromORM):
-    id: str = Field(description="Deploy its best checkpoint with a deployment source {\"trial_id\": id}.")
+    id: str = Field(description='Deploy its best checkpoint with a deployment source {"trial_id": id}.')
     sweep_id: str
     number: int = Field(description="1, 2, ... in the order the search created the trials.")
     tune_id: str = Field(description="Ray Tune's id of the trial.")
@@ -301,13 +318,19 @@ class SweepOut(_RunOut):
         best_out = None
         if best is not None and best.best_metric is not None:
             best_out = BestTrialOut(
-                id=best.id, config=best.config, metric=best.best_metric, epoch=best.best_epoch,
+                id=best.id,
+                config=best.config,
+                metric=best.best_metric,
+                epoch=best.best_epoch,
                 checkpoint_path=best.checkpoint_path,
             )
         return cls(
             **cls._common(sweep),
-            metric=spec["metric"], mode=spec["mode"], total_trials=SweepSpec.model_validate(spec).total_trials,
-            trials=counts, best_trial=best_out,
+            metric=spec["metric"],
+            mode=spec["mode"],
+            total_trials=SweepSpec.model_validate(spec).total_trials,
+            trials=counts,
+            best_trial=best_out,
         )
 
 
@@ -316,6 +339,7 @@ class TrialMetricOut(_FromORM):
     step: int
     values: dict[str, Any]
     checkpoint_path: str | None = Field(
-        None, description="The epoch's checkpoint while retention keeps it (the trial's latest and best); null once deleted."
+        None,
+        description="The epoch's checkpoint while retention keeps it (the trial's latest and best); null once deleted.",
     )
     created_at: datetime

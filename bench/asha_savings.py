@@ -78,8 +78,11 @@ def main() -> None:
         api = svc.api()
         fifo = run_sweep(api, {"type": "fifo"}, args.trials, args.epochs, args.seed)
         asha = run_sweep(
-            api, {"type": "asha", "max_t": args.epochs, "grace_period": 1, "reduction_factor": args.reduction_factor},
-            args.trials, args.epochs, args.seed,
+            api,
+            {"type": "asha", "max_t": args.epochs, "grace_period": 1, "reduction_factor": args.reduction_factor},
+            args.trials,
+            args.epochs,
+            args.seed,
         )
     finally:
         svc.stop()
@@ -88,12 +91,18 @@ def main() -> None:
     print("\n| scheduler | trials | stopped early | trial-epochs | best val_accuracy | wall (s) |")
     print("|---|---|---|---|---|---|")
     for row in (fifo, asha):
-        print(f"| {row['scheduler']} | {row['trials']} | {row['stopped_early']} | {row['epochs']} | {row['best']:.4f} "
-              f"| {row['seconds']:.0f} |")
+        print(
+            f"| {row['scheduler']} | {row['trials']} | {row['stopped_early']} | {row['epochs']} | {row['best']:.4f} "
+            f"| {row['seconds']:.0f} |"
+        )
     epochs_ratio, best_ratio = asha["epochs"] / fifo["epochs"], asha["best"] / fifo["best"]
     print(f"\nsame configurations in both sweeps: {same}")
-    print(f"ASHA / FIFO trial-epochs: {epochs_ratio:.3f} (target <= 0.333: {'met' if epochs_ratio <= 1 / 3 else 'NOT met'})")
-    print(f"ASHA / FIFO best val_accuracy: {best_ratio:.4f} (target >= 0.99: {'met' if best_ratio >= 0.99 else 'NOT met'})")
+    print(
+        f"ASHA / FIFO trial-epochs: {epochs_ratio:.3f} (target <= 0.333: {'met' if epochs_ratio <= 1 / 3 else 'NOT met'})"
+    )
+    print(
+        f"ASHA / FIFO best val_accuracy: {best_ratio:.4f} (target >= 0.99: {'met' if best_ratio >= 0.99 else 'NOT met'})"
+    )
     print(f"wall time ASHA / FIFO: {asha['seconds'] / fifo['seconds']:.2f}")
     print(f"best config: FIFO {fifo['best_config']}, ASHA {asha['best_config']}")
 

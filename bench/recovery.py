@@ -70,7 +70,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--kill-at-step", type=int, default=10 * CHECKPOINT_INTERVAL + 5)
     parser.add_argument(
-        "--setting", action="append", default=[], metavar="ORCHESTRATOR_X=VALUE",
+        "--setting",
+        action="append",
+        default=[],
+        metavar="ORCHESTRATOR_X=VALUE",
         help="a service setting for this run (repeatable), e.g. ORCHESTRATOR_TRAIN_PREEMPTION_WATCHER=true",
     )
     args = parser.parse_args()
@@ -81,19 +84,26 @@ def main() -> None:
     try:
         svc.start()
         api = svc.api()
-        total = api.wait(api.submit(spec("bench-warm-up"))["id"], {"SUCCEEDED"}, timeout_s=300)["result"]["metrics"]["step"]
+        total = api.wait(api.submit(spec("bench-warm-up"))["id"], {"SUCCEEDED"}, timeout_s=300)["result"]["metrics"][
+            "step"
+        ]
         for round_number in range(1, args.rounds + 1):
             for what in ("worker", "driver"):
                 row = one_kill(svc, what, args.kill_at_step, total)
                 rows.append(row)
-                print(f"round {round_number}: {what} kill at step {row['killed_at_step']}: RESTARTING after "
-                      f"{row['noticed_s']:.1f} s, RUNNING after {row['resumed_s']:.1f} s, first new step after "
-                      f"{row['first_step_s']:.1f} s; resumed from step {row['resumed_from']}, "
-                      f"{row['lost_steps']} steps lost", flush=True)
+                print(
+                    f"round {round_number}: {what} kill at step {row['killed_at_step']}: RESTARTING after "
+                    f"{row['noticed_s']:.1f} s, RUNNING after {row['resumed_s']:.1f} s, first new step after "
+                    f"{row['first_step_s']:.1f} s; resumed from step {row['resumed_from']}, "
+                    f"{row['lost_steps']} steps lost",
+                    flush=True,
+                )
     finally:
         svc.stop()
 
-    print("\n| kill | rounds | RESTARTING (s) | RUNNING again (s) | first new step (s) | lost work (steps) | attempts |")
+    print(
+        "\n| kill | rounds | RESTARTING (s) | RUNNING again (s) | first new step (s) | lost work (steps) | attempts |"
+    )
     print("|---|---|---|---|---|---|---|")
     for what in ("worker", "driver"):
         mine = [r for r in rows if r["what"] == what]
@@ -101,12 +111,16 @@ def main() -> None:
         def column(key: str, form: str = "{:.1f}") -> str:
             return ", ".join(form.format(r[key]) for r in mine)  # noqa: B023
 
-        print(f"| {what} | {len(mine)} | {column('noticed_s')} | {column('resumed_s')} | {column('first_step_s')} "
-              f"| {column('lost_steps', '{}')} | {column('attempts', '{}')} |")
+        print(
+            f"| {what} | {len(mine)} | {column('noticed_s')} | {column('resumed_s')} | {column('first_step_s')} "
+            f"| {column('lost_steps', '{}')} | {column('attempts', '{}')} |"
+        )
     worker = [r["first_step_s"] for r in rows if r["what"] == "worker"]
     worst = max(worker)
-    print(f"\nworker kill: first new step after {statistics.median(worker):.1f} s (median), {worst:.1f} s "
-          f"(worst); target <= {TARGET_WORKER_S:.0f} s: {'met' if worst <= TARGET_WORKER_S else 'NOT met'}")
+    print(
+        f"\nworker kill: first new step after {statistics.median(worker):.1f} s (median), {worst:.1f} s "
+        f"(worst); target <= {TARGET_WORKER_S:.0f} s: {'met' if worst <= TARGET_WORKER_S else 'NOT met'}"
+    )
     if any(r["missing"] for r in rows):
         print("WARNING: some steps were never reported:", [r for r in rows if r["missing"]])
 

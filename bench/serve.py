@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import random
@@ -119,7 +120,10 @@ def measure(url: str, body: bytes, concurrency: int, requests: int, warmup: int)
     embedded service that runs in this one."""
     out = subprocess.run(
         [sys.executable, __file__, "--load", url, str(concurrency), str(requests), str(warmup)],
-        input=body, capture_output=True, check=True, timeout=900,
+        input=body,
+        capture_output=True,
+        check=True,
+        timeout=900,
     ).stdout
     return tuple(json.loads(out.decode().strip().splitlines()[-1]))  # type: ignore[return-value]
 
@@ -141,8 +145,13 @@ def wait_healthy(api: httpx.Client, name: str, timeout_s: float = 300) -> dict:
 
 def train(api: httpx.Client) -> dict:
     spec = {
-        "workload": WORKLOAD, "config": CONFIG, "epochs": 1, "scaling": {"num_workers": 1},
-        "optimizer": {"name": "adam"}, "lr": {"base": 1e-3}, "checkpoint": {"keep": 1},
+        "workload": WORKLOAD,
+        "config": CONFIG,
+        "epochs": 1,
+        "scaling": {"num_workers": 1},
+        "optimizer": {"name": "adam"},
+        "lr": {"base": 1e-3},
+        "checkpoint": {"keep": 1},
     }
     job = api.post("/v1/jobs", json=spec)
     job.raise_for_status()
@@ -168,7 +177,9 @@ def start_plain(port: int, checkpoint: str, niceness: int) -> subprocess.Popen:
     same way to everything else that runs."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(
-        [sys.executable, __file__, "--plain-app", str(port), checkpoint], cwd=ROOT, env=env,
+        [sys.executable, __file__, "--plain-app", str(port), checkpoint],
+        cwd=ROOT,
+        env=env,
         preexec_fn=lambda: os.nice(niceness),
     )
     deadline = time.monotonic() + 120
@@ -188,7 +199,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
-        "--python-proxy", action="store_true",
+        "--python-proxy",
+        action="store_true",
         help="Serve's Python proxy actor as the ingress instead of HAProxy (ORCHESTRATOR_SERVE_HAPROXY=false)",
     )
     args = parser.parse_args()
@@ -202,15 +214,26 @@ def main() -> None:
 
     root = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     cluster = LocalRayCluster(
-        root / "var", gcs_port=free_port(), dashboard_port=free_port(), client_port=free_port(), num_cpus=2, num_gpus=0,
+        root / "var",
+        gcs_port=free_port(),
+        dashboard_port=free_port(),
+        client_port=free_port(),
+        num_cpus=2,
+        num_gpus=0,
         serve_haproxy=not args.python_proxy,
     )
     cluster.start()
     plain = None
     settings = Settings(
-        database_url=f"sqlite:///{root / 'orchestrator.db'}", storage=str(root / "storage"), var_dir=str(root / "var"),
-        host="127.0.0.1", port=free_port(), admin_token=ADMIN, serve_port=free_port(),
-        workload_packages="example_workloads", train_poll_interval_s=0.5,
+        database_url=f"sqlite:///{root / 'orchestrator.db'}",
+        storage=str(root / "storage"),
+        var_dir=str(root / "var"),
+        host="127.0.0.1",
+        port=free_port(),
+        admin_token=ADMIN,
+        serve_port=free_port(),
+        workload_packages="example_workloads",
+        train_poll_interval_s=0.5,
     )
     try:
         with serve_in_thread(settings, RayBackend(cluster.dashboard_url, cluster.token())) as url:
@@ -222,7 +245,12 @@ def main() -> None:
                 response = api.post(
                     "/v1/deployments",
                     # auth none: the load generator sends no key (the key check is one SHA-256 per request).
-                    json={"name": name, "source": {"checkpoint_id": checkpoint["id"]}, "batching": batching, "auth": "none"},
+                    json={
+                        "name": name,
+                        "source": {"checkpoint_id": checkpoint["id"]},
+                        "batching": batching,
+                        "auth": "none",
+                    },
                 )
                 response.raise_for_status()
             for arm, name in (("serve", "bench-unbatched"), ("serve+batch", "bench-batched")):
@@ -241,8 +269,11 @@ def main() -> None:
                     for arm in order:
                         measured = measure(urls[arm], body, concurrency, args.requests, args.warmup)
                         results.setdefault((arm, concurrency), []).append(measured)
-                        print(f"round {round_ + 1} c={concurrency:<2} {arm:<12} {measured[0]:7.1f} req/s "
-                              f"p50 {measured[1]:7.1f} ms  p99 {measured[2]:7.1f} ms", flush=True)
+                        print(
+                            f"round {round_ + 1} c={concurrency:<2} {arm:<12} {measured[0]:7.1f} req/s "
+                            f"p50 {measured[1]:7.1f} ms  p99 {measured[2]:7.1f} ms",
+                            flush=True,
+                        )
             for name in ("bench-batched", "bench-unbatched"):
                 api.delete(f"/v1/deployments/{name}")
     finally:
@@ -265,14 +296,20 @@ def main() -> None:
     print("\nratios:")
     for concurrency in CONCURRENCY:
         batch, plain_, serve = (median(arm, concurrency, 0) for arm in ("serve+batch", "plain", "serve"))
-        print(f"c={concurrency:<2}  serve+batch / plain = {batch / plain_:.2f}   serve+batch / serve = {batch / serve:.2f}"
-              f"   serve / plain = {serve / plain_:.2f}")
+        print(
+            f"c={concurrency:<2}  serve+batch / plain = {batch / plain_:.2f}   serve+batch / serve = {batch / serve:.2f}"
+            f"   serve / plain = {serve / plain_:.2f}"
+        )
     batched = [median("serve+batch", c, 0) for c in CONCURRENCY]
-    rises = all(b >= a for a, b in zip(batched, batched[1:], strict=False))
+    rises = all(b >= a for a, b in itertools.pairwise(batched))
     target = median("serve+batch", 32, 0) / median("plain", 32, 0)
-    print(f"\nserve+batch throughput by concurrency {' -> '.join(f'{b:.0f}' for b in batched)}: "
-          f"{'never falls' if rises else 'FALLS'}")
-    print(f"serve+batch / plain at concurrency 32: {target:.2f} (target >= 0.6: {'met' if target >= 0.6 else 'NOT met'})")
+    print(
+        f"\nserve+batch throughput by concurrency {' -> '.join(f'{b:.0f}' for b in batched)}: "
+        f"{'never falls' if rises else 'FALLS'}"
+    )
+    print(
+        f"serve+batch / plain at concurrency 32: {target:.2f} (target >= 0.6: {'met' if target >= 0.6 else 'NOT met'})"
+    )
 
 
 if __name__ == "__main__":

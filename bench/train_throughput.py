@@ -67,8 +67,16 @@ def service_arm(api: httpx.Client, spec: dict) -> float:
 
 def torchrun_arm(spec_path: Path) -> float:
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(free_port()),
-        "-m", "workers.runtime.torchrun", "--spec", str(spec_path),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_port",
+        str(free_port()),
+        "-m",
+        "workers.runtime.torchrun",
+        "--spec",
+        str(spec_path),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=True).stdout
@@ -84,7 +92,9 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="bench-throughput-"))
     text = work / "corpus.txt"
-    text.write_text("".join(f"line {i}: the quick brown fox jumps over the lazy dog {i * 7 % 13}.\n" for i in range(4000)))
+    text.write_text(
+        "".join(f"line {i}: the quick brown fox jumps over the lazy dog {i * 7 % 13}.\n" for i in range(4000))
+    )
     spec = job_spec(text, args.epochs, args.metrics_every)
     spec_path = work / "spec.json"
     spec_path.write_text(json.dumps(spec))
@@ -92,8 +102,12 @@ def main() -> None:
     cluster = LocalRayCluster(work / "var", free_port(), free_port(), free_port(), num_cpus=2, num_gpus=0)
     cluster.start()
     settings = Settings(
-        database_url=f"sqlite:///{work / 'bench.db'}", storage=str(work / "storage"), var_dir=str(work / "var"),
-        port=free_port(), admin_token=ADMIN, data_roots=str(work),  # the corpus
+        database_url=f"sqlite:///{work / 'bench.db'}",
+        storage=str(work / "storage"),
+        var_dir=str(work / "var"),
+        port=free_port(),
+        admin_token=ADMIN,
+        data_roots=str(work),  # the corpus
     )
     rows = []
     try:
@@ -103,8 +117,11 @@ def main() -> None:
                 service = service_arm(api, spec)
                 reference = torchrun_arm(spec_path)
                 rows.append((service, reference))
-                print(f"round {round_number}: service {service:.1f} samples/s, torchrun {reference:.1f} samples/s, "
-                      f"ratio {service / reference:.3f}", flush=True)
+                print(
+                    f"round {round_number}: service {service:.1f} samples/s, torchrun {reference:.1f} samples/s, "
+                    f"ratio {service / reference:.3f}",
+                    flush=True,
+                )
     finally:
         cluster.stop()
     ratio = statistics.median(s / r for s, r in rows)

@@ -42,12 +42,18 @@ def score(metrics: dict[str, Any] | None, metric: str) -> float | None:
 
 
 def best_first(
-    items: Iterable[T], metric: str, mode: str, *, metrics: Callable[[T], dict[str, Any] | None],
+    items: Iterable[T],
+    metric: str,
+    mode: str,
+    *,
+    metrics: Callable[[T], dict[str, Any] | None],
     order: Callable[[T], Any],
 ) -> list[T]:
     """``items`` that carry ``metric``, best first; equal values: the newer (larger ``order``) first."""
     sign = 1.0 if mode == "max" else -1.0
-    scored = [(sign * value, order(item), item) for item in items if (value := score(metrics(item), metric)) is not None]
+    scored = [
+        (sign * value, order(item), item) for item in items if (value := score(metrics(item), metric)) is not None
+    ]
     scored.sort(key=lambda entry: (entry[0], entry[1]), reverse=True)
     return [item for _, _, item in scored]
 
@@ -56,7 +62,7 @@ def select_kept(checkpoints: Sequence[RecordedCheckpoint], keep: int, keep_best:
     """Ids of the checkpoints retention keeps: the newest ``keep`` and the best ``keep_best.count`` by its
     metric. The latest is always kept."""
     ordered = sorted(checkpoints, key=lambda c: c.id)
-    kept = {c.id for c in ordered[-max(keep, 1):]}
+    kept = {c.id for c in ordered[-max(keep, 1) :]}
     if keep_best is not None:
         ranked = best_first(ordered, keep_best.metric, keep_best.mode or "max", metrics=_metrics, order=_id)
         kept |= {c.id for c in ranked[: keep_best.count]}

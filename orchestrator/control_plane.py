@@ -15,8 +15,8 @@ from orchestrator.services.log_archive import LogArchive, LogArchiver
 from orchestrator.services.logs import LogFollows
 from orchestrator.services.loops import Loop
 from orchestrator.services.reconciler import Reconciler
-from orchestrator.services.runs import revoke_driver_tokens
 from orchestrator.services.retention import CheckpointJanitor
+from orchestrator.services.runs import revoke_driver_tokens
 from orchestrator.services.scheduler import Scheduler
 from orchestrator.services.serving import ServingReconciler
 from orchestrator.settings import Settings
@@ -50,7 +50,10 @@ class ControlPlane:
         if self._backend is None:
             self._backend = self._connect_ray()
         self.log_follows = LogFollows(
-            self.sessions, self.backend, self.log_archive, self.settings.max_log_follows_per_key,
+            self.sessions,
+            self.backend,
+            self.log_archive,
+            self.settings.max_log_follows_per_key,
             self.settings.log_follow_poll_s,
         )
         scheduler = Scheduler(self.sessions, self.backend, self.settings)
@@ -66,10 +69,16 @@ class ControlPlane:
                 Loop("scheduler", scheduler.tick, self.settings.scheduler_interval_s),
                 Loop("checkpoints", self.checkpoints.tick, self.settings.checkpoint_sweep_interval_s),
                 # Re-applies every live deployment's Serve config after a Ray or control-plane restart.
-                Loop("serving", ServingReconciler(self.sessions, self.backend, self.settings).tick,
-                     self.settings.serve_reconciler_interval_s),
-                Loop("log-archive", LogArchiver(self.sessions, self.backend, self.log_archive).tick,
-                     self.settings.log_archive_interval_s),
+                Loop(
+                    "serving",
+                    ServingReconciler(self.sessions, self.backend, self.settings).tick,
+                    self.settings.serve_reconciler_interval_s,
+                ),
+                Loop(
+                    "log-archive",
+                    LogArchiver(self.sessions, self.backend, self.log_archive).tick,
+                    self.settings.log_archive_interval_s,
+                ),
             ]
             if self.local_cluster is not None:  # ours to keep alive; a RAY_ADDRESS cluster is its owner's
                 self.loops.append(Loop("ray-head", self._keep_local_head, self.settings.reconciler_interval_s))

@@ -24,12 +24,15 @@ class DataPathRefused(ValueError):
 def resolve_data_path(value: str, roots: tuple[str, ...], max_bytes: int) -> str:
     """The real path of ``value`` when it is a regular file inside one of ``roots``, under ``max_bytes``."""
     if not roots:
-        raise DataPathRefused("no data root is configured: set ORCHESTRATOR_DATA_ROOTS (or use local storage, "
-                              "whose data/ folder is one)")
+        raise DataPathRefused(
+            "no data root is configured: set ORCHESTRATOR_DATA_ROOTS (or use local storage, whose data/ folder is one)"
+        )
     real = os.path.realpath(os.path.join(roots[0], value))  # an absolute value replaces the root
     if not any(real == root or real.startswith(root + os.sep) for root in roots):
-        raise DataPathRefused(f"{value!r} is not inside a data root ({', '.join(roots)}): put the file there, or "
-                              "ask the operator to add its folder to ORCHESTRATOR_DATA_ROOTS")
+        raise DataPathRefused(
+            f"{value!r} is not inside a data root ({', '.join(roots)}): put the file there, or "
+            "ask the operator to add its folder to ORCHESTRATOR_DATA_ROOTS"
+        )
     try:
         info = os.stat(real)
     except OSError:
@@ -37,5 +40,7 @@ def resolve_data_path(value: str, roots: tuple[str, ...], max_bytes: int) -> str
     if not stat.S_ISREG(info.st_mode):
         raise DataPathRefused(f"{value!r} is not a regular file")
     if info.st_size > max_bytes:
-        raise DataPathRefused(f"{value!r} is {info.st_size} bytes, over the {max_bytes}-byte cap (ORCHESTRATOR_DATA_MAX_MB)")
+        raise DataPathRefused(
+            f"{value!r} is {info.st_size} bytes, over the {max_bytes}-byte cap (ORCHESTRATOR_DATA_MAX_MB)"
+        )
     return real

@@ -28,21 +28,26 @@ class OverLimit(ValueError):
 def _check_names(names: Iterable[str], settings: Settings, where: str) -> None:
     for name in names:
         if len(name) > settings.max_metric_name_chars:
-            raise OverLimit(f"metric name {name[:40]!r}... in {where} is {len(name)} characters: at most "
-                            f"{settings.max_metric_name_chars} (ORCHESTRATOR_MAX_METRIC_NAME_CHARS)")
+            raise OverLimit(
+                f"metric name {name[:40]!r}... in {where} is {len(name)} characters: at most "
+                f"{settings.max_metric_name_chars} (ORCHESTRATOR_MAX_METRIC_NAME_CHARS)"
+            )
 
 
 def _check_size(value: Any, settings: Settings, what: str) -> None:
     size = len(json.dumps(value, separators=(",", ":"), default=str).encode())
     if size > settings.max_result_kb * 1024:
-        raise OverLimit(f"{what} is {size} bytes of JSON: at most {settings.max_result_kb:g} KB "
-                        "(ORCHESTRATOR_MAX_RESULT_KB)")
+        raise OverLimit(
+            f"{what} is {size} bytes of JSON: at most {settings.max_result_kb:g} KB (ORCHESTRATOR_MAX_RESULT_KB)"
+        )
 
 
 def _check_count(names: set[str], settings: Settings, where: str) -> None:
     if len(names) > settings.max_metric_names:
-        raise OverLimit(f"{where} would have {len(names)} distinct metric names: at most "
-                        f"{settings.max_metric_names} (ORCHESTRATOR_MAX_METRIC_NAMES)")
+        raise OverLimit(
+            f"{where} would have {len(names)} distinct metric names: at most "
+            f"{settings.max_metric_names} (ORCHESTRATOR_MAX_METRIC_NAMES)"
+        )
 
 
 def check_job_batch(job: Job, batch: EventBatch, settings: Settings) -> None:
@@ -79,5 +84,8 @@ def check_priority(session: Session, project_id: str, priority: int, cluster_adm
     project = session.get(Project, project_id)
     cap = project.max_priority if project is not None else None
     if cap is not None and priority > cap and not cluster_admin:
-        raise SpecRejected(loc, f"priority {priority} is above this project's max_priority {cap} "
-                                "(set by a cluster-wide admin: PATCH /v1/projects/{id})")
+        raise SpecRejected(
+            loc,
+            f"priority {priority} is above this project's max_priority {cap} "
+            "(set by a cluster-wide admin: PATCH /v1/projects/{id})",
+        )

@@ -63,7 +63,9 @@ class PlanRequest(BaseModel):
         if self.workload is not None:
             config_model = BUILTIN_WORKLOADS.get(self.workload)
             if config_model is None:
-                raise ValueError(f"workload {self.workload!r}: the planner counts parameters of {sorted(BUILTIN_WORKLOADS)} only")
+                raise ValueError(
+                    f"workload {self.workload!r}: the planner counts parameters of {sorted(BUILTIN_WORKLOADS)} only"
+                )
             self.params = float(config_model.model_validate(self.config).param_count())
         return self
 
@@ -109,7 +111,9 @@ def plan(request: PlanRequest) -> PlanResponse:
             "activations": request.activation_gb,
         }
         total = sum(breakdown.values())
-        strategies[strategy] = StrategyFit(per_gpu_gb=total, fits=total <= request.gpu_memory_gb, breakdown_gb=breakdown)
+        strategies[strategy] = StrategyFit(
+            per_gpu_gb=total, fits=total <= request.gpu_memory_gb, breakdown_gb=breakdown
+        )
 
     fitting = [s for s in RUNNABLE if strategies[s].fits]
     recommended = fitting[0] if fitting else None
@@ -160,8 +164,12 @@ def plan_job(spec: JobSpec) -> TrainingPlan:
         )
     answer = plan(
         PlanRequest(
-            workload=spec.workload, config=spec.config, precision=spec.precision, optimizer=spec.optimizer.name,
-            gpus=spec.scaling.num_workers, gpu_memory_gb=spec.scaling.memory_per_worker_gb or 0.0,
+            workload=spec.workload,
+            config=spec.config,
+            precision=spec.precision,
+            optimizer=spec.optimizer.name,
+            gpus=spec.scaling.num_workers,
+            gpu_memory_gb=spec.scaling.memory_per_worker_gb or 0.0,
         )
     )
     if answer.recommended is None:

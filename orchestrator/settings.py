@@ -46,8 +46,11 @@ class Settings(BaseSettings):
     workload_packages: str = Field("", description="Comma-separated packages custom workloads may come from.")
     # --- input limits (issue 15, hole 6); past one a 4xx names the setting ---
     max_metric_names: int = Field(
-        64, ge=1, le=10_000, description="Distinct metric names a run (a job; a trial's point) may report; "
-        "past it the driver's batch is a 422, nothing of it applied."
+        64,
+        ge=1,
+        le=10_000,
+        description="Distinct metric names a run (a job; a trial's point) may report; "
+        "past it the driver's batch is a 422, nothing of it applied.",
     )
     max_metric_name_chars: int = Field(64, ge=1, le=1024, description="Longest metric name (characters).")
     max_result_kb: float = Field(

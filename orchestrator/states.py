@@ -38,7 +38,9 @@ def allowed(rules: tuple[Rule, ...], from_state, to_state) -> bool:
 # it is being stopped is the stop itself, so CANCELLING -> FAILED is not a rule: it ends CANCELLED.
 RULES: tuple[Rule, ...] = (
     Rule(frozenset({S.QUEUED}), frozenset({S.STARTING, S.CANCELLED, S.FAILED})),
-    Rule(frozenset({S.STARTING}), frozenset({S.RUNNING, S.RESTARTING, S.SUCCEEDED, S.FAILED, S.CANCELLING, S.CANCELLED})),
+    Rule(
+        frozenset({S.STARTING}), frozenset({S.RUNNING, S.RESTARTING, S.SUCCEEDED, S.FAILED, S.CANCELLING, S.CANCELLED})
+    ),
     Rule(frozenset({S.RUNNING}), frozenset({S.RESTARTING, S.SUCCEEDED, S.FAILED, S.CANCELLING})),
     # RESTARTING -> RESTARTING: a second failure before the job ran again (recorded with again=True).
     Rule(frozenset({S.RESTARTING}), frozenset({S.RESTARTING, S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLING})),
@@ -116,13 +118,34 @@ def set_job_state(
     IllegalTransition for a move the rules forbid. Never commits: the caller's transaction covers the
     job, its history row and whatever else the caller changed with it.
     """
-    return set_run_state(session, job, to_state, reason, message, again=again, subject=f"job {job.id}", history=lambda: JobEvent(
-        job_id=job.id, from_state=job.state, to_state=to_state, reason=reason, message=message, attempt=job.attempt,
-    ))
+    return set_run_state(
+        session,
+        job,
+        to_state,
+        reason,
+        message,
+        again=again,
+        subject=f"job {job.id}",
+        history=lambda: JobEvent(
+            job_id=job.id,
+            from_state=job.state,
+            to_state=to_state,
+            reason=reason,
+            message=message,
+            attempt=job.attempt,
+        ),
+    )
 
 
 def set_run_state(
-    session: Session, run: Any, to_state: JobState, reason: str, message: str, *, again: bool, subject: str,
+    session: Session,
+    run: Any,
+    to_state: JobState,
+    reason: str,
+    message: str,
+    *,
+    again: bool,
+    subject: str,
     history: Callable[[], Any],
 ) -> bool:
     """A job's or a sweep's transition under the job rules, with the lifecycle's timestamps."""

@@ -37,9 +37,19 @@ def set_sweep_state(
     """Move a locked sweep to ``to_state`` and record why (see ``orchestrator.states.set_job_state``).
     A sweep that ends takes its open trials with it. Never commits."""
     changed = set_run_state(
-        session, sweep, to_state, reason, message, again=again, subject=f"sweep {sweep.id}",
+        session,
+        sweep,
+        to_state,
+        reason,
+        message,
+        again=again,
+        subject=f"sweep {sweep.id}",
         history=lambda: SweepEvent(
-            sweep_id=sweep.id, from_state=sweep.state, to_state=to_state, reason=reason, message=message,
+            sweep_id=sweep.id,
+            from_state=sweep.state,
+            to_state=to_state,
+            reason=reason,
+            message=message,
             attempt=sweep.attempt,
         ),
     )

@@ -71,8 +71,14 @@ class FakeBackend:
         app = self.serve_apps[name]
         running = tuple(ServeReplica(f"{name}-r{i}", "RUNNING") for i in range(replicas)) if status == "RUNNING" else ()
         self.serve_apps[name] = ServeApp(
-            name=name, status=status, message=message, config=app.config, deployment_status="",
-            deployment_message="", replicas=running, target_replicas=replicas,
+            name=name,
+            status=status,
+            message=message,
+            config=app.config,
+            deployment_status="",
+            deployment_message="",
+            replicas=running,
+            target_replicas=replicas,
         )
 
     def _check(self, method: str) -> None:

@@ -50,9 +50,14 @@ def assert_trial_checkpoints_agree(http: httpx.Client, sweep_id: str, trials_dir
             elif not (verified := verify_checkpoint(path, pyarrow.fs.LocalFileSystem(), checksums=True)):
                 problems.append(f"trial {trial['tune_id']}: {path} does not verify: {verified.problem}")
         best = best_kept_epoch(points, sweep["metric"], sweep["mode"])
-        if best is not None and (trial["best_epoch"], trial["checkpoint_path"]) != (best["epoch"], best["checkpoint_path"]):
-            problems.append(f"trial {trial['tune_id']} names epoch {trial['best_epoch']} ({trial['checkpoint_path']}); "
-                            f"the best kept is {best['epoch']} ({best['checkpoint_path']})")
+        if best is not None and (trial["best_epoch"], trial["checkpoint_path"]) != (
+            best["epoch"],
+            best["checkpoint_path"],
+        ):
+            problems.append(
+                f"trial {trial['tune_id']} names epoch {trial['best_epoch']} ({trial['checkpoint_path']}); "
+                f"the best kept is {best['epoch']} ({best['checkpoint_path']})"
+            )
         if trial["state"] == "SUCCEEDED":  # a stopped trial's run may have registered an epoch Tune never took
             problems += _last_epoch_matches_ray(trial, points)
     best_trial = sweep["best_trial"]
@@ -63,8 +68,10 @@ def assert_trial_checkpoints_agree(http: httpx.Client, sweep_id: str, trials_dir
     while (stored := stored_checkpoints(trials_dir)) != recorded and time.monotonic() < deadline:
         time.sleep(0.5)
     if stored != recorded:
-        problems.append(f"storage and database differ {timeout_s:.0f} s after the sweep ended: only in storage "
-                        f"{sorted(stored - recorded)}, only in the database {sorted(recorded - stored)}")
+        problems.append(
+            f"storage and database differ {timeout_s:.0f} s after the sweep ended: only in storage "
+            f"{sorted(stored - recorded)}, only in the database {sorted(recorded - stored)}"
+        )
     assert not problems, f"sweep {sweep_id}:\n- " + "\n- ".join(problems)
 
 
@@ -81,6 +88,8 @@ def _last_epoch_matches_ray(trial: dict, points: list[dict]) -> list[str]:
         return [f"trial {trial['tune_id']}: cannot read {snapshot}: {exc}"]
     ray_metrics = latest["metrics"]
     if ray_metrics.get("epoch") != last["epoch"]:
-        return [f"trial {trial['tune_id']}: Ray Train's latest is epoch {ray_metrics.get('epoch')}, the database's {last['epoch']}"]
+        return [
+            f"trial {trial['tune_id']}: Ray Train's latest is epoch {ray_metrics.get('epoch')}, the database's {last['epoch']}"
+        ]
     differ = {k: (v, ray_metrics.get(k)) for k, v in last["values"].items() if ray_metrics.get(k) != v}
     return [f"trial {trial['tune_id']}: last epoch's metrics differ from Ray Train's: {differ}"] if differ else []

@@ -11,16 +11,16 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
 
-from api.deps import CurrentKey, ControlPlaneDep, SessionDep, WriterKey, target_project
+from api.deps import ControlPlaneDep, CurrentKey, SessionDep, WriterKey, target_project
 from api.paging import Page
 from api.schemas import DeploymentEventOut, DeploymentOut
 from orchestrator.auth import Principal
 from orchestrator.db.models import Deployment, DeploymentState
-from workers.contract.deployments import DeploymentCreate, DeploymentPatch
 from orchestrator.deployment_states import lock_deployment
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.services import deployments as ops
 from orchestrator.services.submission import SpecRejected
+from workers.contract.deployments import DeploymentCreate, DeploymentPatch
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
 
@@ -48,7 +48,9 @@ def create_deployment(
 ) -> DeploymentOut:
     """Serve a job's best (or latest) checkpoint, or a given checkpoint, at `route_prefix` on Ray Serve."""
     settings = ops.new_settings(body, service.settings)
-    ops.check_resources(settings["resources"], service.backend, settings["replicas"])  # asks Ray: before the transaction
+    ops.check_resources(
+        settings["resources"], service.backend, settings["replicas"]
+    )  # asks Ray: before the transaction
     target = target_project(session, principal, project_id)
     resolved = ops.resolve_source(session, body.source, principal.project_scope())
     deployment = ops.create_deployment(session, target, body, resolved, settings)
@@ -115,7 +117,9 @@ def update_deployment(
 
 
 @router.post("/{name}/rollback")
-def rollback_deployment(name: str, session: SessionDep, service: ControlPlaneDep, principal: WriterKey) -> DeploymentOut:
+def rollback_deployment(
+    name: str, session: SessionDep, service: ControlPlaneDep, principal: WriterKey
+) -> DeploymentOut:
     """Back to the version before the newest (as a new version with its checkpoint and settings)."""
     deployment = _deployment_or_404(session, name, principal)
     deployment = ops.rollback_deployment(session, _locked(session, deployment))

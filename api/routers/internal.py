@@ -27,10 +27,15 @@ Run = TypeVar("Run", Job, Sweep)
 
 def _check_token(run: Run | None, credentials) -> Run:
     # The same answer for an unknown run and a wrong token: a token says nothing about other runs.
-    if run is None or credentials is None or not run.token_hash or not secrets_equal(
-        hash_secret(credentials.credentials), run.token_hash
+    if (
+        run is None
+        or credentials is None
+        or not run.token_hash
+        or not secrets_equal(hash_secret(credentials.credentials), run.token_hash)
     ):
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "not this run's token", headers={"WWW-Authenticate": "Bearer"})
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED, "not this run's token", headers={"WWW-Authenticate": "Bearer"}
+        )
     return run
 
 
@@ -57,12 +62,17 @@ def _refusing_foreign(apply: Callable[[], int], session, run_id: str) -> int:
 
 
 @router.get("/{job_id}/assignment")
-def assignment(job_id: str, attempt: int, session: SessionDep, service: ControlPlaneDep, credentials: BearerDep) -> DriverAssignment:
+def assignment(
+    job_id: str, attempt: int, session: SessionDep, service: ControlPlaneDep, credentials: BearerDep
+) -> DriverAssignment:
     job = _check_token(session.get(Job, job_id), credentials)
     _current_attempt(job, attempt)
     return DriverAssignment(
-        job_id=job.id, attempt=job.attempt, spec=JobSpec.model_validate(job.spec),
-        plan=TrainingPlan.model_validate(job.plan), storage_path=service.settings.storage_path,
+        job_id=job.id,
+        attempt=job.attempt,
+        spec=JobSpec.model_validate(job.spec),
+        plan=TrainingPlan.model_validate(job.plan),
+        storage_path=service.settings.storage_path,
     )
 
 
@@ -73,8 +83,12 @@ def post_events(
     job = _check_token(lock_job(session, job_id), credentials)
     _current_attempt(job, batch.attempt)
     applied = _refusing_foreign(
-        lambda: check_job_batch(job, batch, service.settings) or apply_events(session, job, batch, service.checkpoints.storage),
-        session, job_id,
+        lambda: (
+            check_job_batch(job, batch, service.settings)
+            or apply_events(session, job, batch, service.checkpoints.storage)
+        ),
+        session,
+        job_id,
     )
     session.commit()
     if any(event.type == "checkpoint" for event in batch.events):
@@ -90,7 +104,9 @@ def sweep_assignment(
     sweep = _check_token(session.get(Sweep, sweep_id), credentials)
     _current_attempt(sweep, attempt)
     return SweepAssignment(
-        sweep_id=sweep.id, attempt=sweep.attempt, spec=SweepSpec.model_validate(sweep.spec),
+        sweep_id=sweep.id,
+        attempt=sweep.attempt,
+        spec=SweepSpec.model_validate(sweep.spec),
         storage_path=service.settings.storage_path,
     )
 
@@ -102,9 +118,12 @@ def post_sweep_events(
     sweep = _check_token(lock_sweep(session, sweep_id), credentials)
     _current_attempt(sweep, batch.attempt)
     applied = _refusing_foreign(
-        lambda: check_sweep_batch(batch, service.settings)
-        or apply_sweep_events(session, sweep, batch, service.checkpoints.storage),
-        session, sweep_id,
+        lambda: (
+            check_sweep_batch(batch, service.settings)
+            or apply_sweep_events(session, sweep, batch, service.checkpoints.storage)
+        ),
+        session,
+        sweep_id,
     )
     session.commit()
     with_checkpoints = {e.trial for e in batch.events if isinstance(e, TrialEvent) and e.checkpoint_path}

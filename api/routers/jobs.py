@@ -5,7 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from api.deps import CurrentKey, ControlPlaneDep, SessionDep, WriterKey, target_project
+from api.deps import ControlPlaneDep, CurrentKey, SessionDep, WriterKey, target_project
 from api.paging import JobsPage, MetricsPage, Page
 from api.schemas import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut
 from orchestrator.auth import Principal
@@ -97,7 +97,9 @@ def cancel(job_id: str, session: SessionDep, service: ControlPlaneDep, principal
 def events(job_id: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[JobEventOut]:
     """Oldest first; paged (X-Next-Cursor)."""
     _job_or_404(session, job_id, principal)
-    return [JobEventOut.model_validate(e) for e in page.fetch(lambda c, n: jobs_repo.page_events(session, job_id, c, n))]
+    return [
+        JobEventOut.model_validate(e) for e in page.fetch(lambda c, n: jobs_repo.page_events(session, job_id, c, n))
+    ]
 
 
 @router.get("/{job_id}/metrics")
@@ -121,8 +123,12 @@ def logs(
     service: ControlPlaneDep,
     principal: CurrentKey,
     follow: bool = False,
-    attempt: Annotated[int | None, Query(ge=1, description="An earlier attempt's output (default: the current one).")] = None,
-    tail: Annotated[int | None, Query(ge=0, le=1_000_000, description="Only the last N lines (a follow: to start with).")] = None,
+    attempt: Annotated[
+        int | None, Query(ge=1, description="An earlier attempt's output (default: the current one).")
+    ] = None,
+    tail: Annotated[
+        int | None, Query(ge=0, le=1_000_000, description="Only the last N lines (a follow: to start with).")
+    ] = None,
 ):
     """Driver and worker output of an attempt, from Ray while it has it, else from durable storage;
     `?follow=true` streams the current attempt's until the job ends, sending only what is new (at most
@@ -133,7 +139,9 @@ def logs(
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has had {job.attempt} attempt(s), not {attempt}")
     if follow:
         if attempt is not None:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, "follow streams the current attempt: drop attempt")
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_ENTITY, "follow streams the current attempt: drop attempt"
+            )
         try:
             stream = service.log_follows.start(job.id, principal.key_id or "environment-admin", tail)
         except TooManyFollows as exc:

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import PlainTextResponse
 
-from api.deps import CurrentKey, ControlPlaneDep, SessionDep, WriterKey, target_project
+from api.deps import ControlPlaneDep, CurrentKey, SessionDep, WriterKey, target_project
 from api.paging import MetricsPage, Page
 from api.schemas import JobEventOut, SweepOut, TrialMetricOut, TrialOut
 from orchestrator.auth import Principal
@@ -75,14 +75,18 @@ def get_sweep(sweep_id: str, session: SessionDep, principal: CurrentKey) -> Swee
 def list_trials(sweep_id: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[TrialOut]:
     """By number; paged (X-Next-Cursor)."""
     _sweep_or_404(session, sweep_id, principal)
-    return [TrialOut.model_validate(t) for t in page.fetch(lambda c, n: sweeps_repo.page_trials(session, sweep_id, c, n))]
+    return [
+        TrialOut.model_validate(t) for t in page.fetch(lambda c, n: sweeps_repo.page_trials(session, sweep_id, c, n))
+    ]
 
 
 @router.get("/{sweep_id}/events")
 def events(sweep_id: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[JobEventOut]:
     """The sweep's state history, oldest first; paged (X-Next-Cursor)."""
     _sweep_or_404(session, sweep_id, principal)
-    return [JobEventOut.model_validate(e) for e in page.fetch(lambda c, n: sweeps_repo.page_events(session, sweep_id, c, n))]
+    return [
+        JobEventOut.model_validate(e) for e in page.fetch(lambda c, n: sweeps_repo.page_events(session, sweep_id, c, n))
+    ]
 
 
 @router.get("/{sweep_id}/logs", response_class=PlainTextResponse)
@@ -90,7 +94,9 @@ def logs(
     sweep_id: str,
     service: ControlPlaneDep,
     principal: CurrentKey,
-    attempt: Annotated[int | None, Query(ge=1, description="An earlier attempt's output (default: the current one).")] = None,
+    attempt: Annotated[
+        int | None, Query(ge=1, description="An earlier attempt's output (default: the current one).")
+    ] = None,
     tail: Annotated[int | None, Query(ge=0, le=1_000_000, description="Only the last N lines.")] = None,
 ):
     """The sweep driver's output (Ray Tune's progress, every trial's workers' output) of an attempt."""

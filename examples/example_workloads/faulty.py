@@ -53,7 +53,9 @@ def build(config: dict, seed: int) -> Workload:
     time.sleep(float(faults.get("stall_s", 0)))
     if "fail_after_samples" in faults:
         workload.train_dataset = FailingDataset(
-            workload.train_dataset, int(faults["fail_after_samples"]), faults.get("error", "value"),
+            workload.train_dataset,
+            int(faults["fail_after_samples"]),
+            faults.get("error", "value"),
             faults.get("fail_once_marker"),
         )
     return workload

@@ -50,9 +50,7 @@ def build(config: dict, seed: int) -> Workload:
     val, train = order[:n_val], order[n_val:]
 
     # Weights come from torch's global RNG, which the training loop seeds from the job's seed.
-    model = nn.Sequential(
-        nn.Linear(2, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 2)
-    )
+    model = nn.Sequential(nn.Linear(2, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 2))
     return Workload(
         model=model,
         train_dataset=TensorDataset(x[train], y[train]),

@@ -44,7 +44,13 @@ def serve_haproxy_env(gcs_port: int) -> dict[str, str]:
         "RAY_SERVE_HAPROXY_SOCKET_PATH": str(folder / "admin.sock"),
         "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(folder),
         "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(folder / "server-state"),
-        **dict(zip(("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT"), map(str, _free_ports(2)))),
+        **dict(
+            zip(
+                ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT"),
+                map(str, _free_ports(2)),
+                strict=False,
+            )
+        ),
     }
 
 
@@ -115,15 +121,24 @@ class LocalRayCluster:
             return
         bin_dir = Path(sys.executable).parent
         command = [
-            str(bin_dir / "ray"), "start", "--head", "--block",
-            "--port", str(self.gcs_port),
-            "--node-ip-address", "127.0.0.1",
-            "--dashboard-host", "127.0.0.1",
-            "--dashboard-port", str(self.dashboard_port),
-            "--ray-client-server-port", str(self.client_port),
+            str(bin_dir / "ray"),
+            "start",
+            "--head",
+            "--block",
+            "--port",
+            str(self.gcs_port),
+            "--node-ip-address",
+            "127.0.0.1",
+            "--dashboard-host",
+            "127.0.0.1",
+            "--dashboard-port",
+            str(self.dashboard_port),
+            "--ray-client-server-port",
+            str(self.client_port),
             # Not Ray's fixed default (52365): a second cluster on this machine (tests, a local
             # multi-node setup) would find it taken, and jobs then fail with "No available agent".
-            "--dashboard-agent-listen-port", str(_free_port()),
+            "--dashboard-agent-listen-port",
+            str(_free_port()),
             "--disable-usage-stats",
         ]
         if self.num_cpus is not None:

@@ -7,12 +7,22 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from workers.contract.states import DeploymentState, JobState, Role, TrialState
-
 from sqlalchemy import (
-    JSON, DateTime, Enum, ForeignKey, Index, Integer, String, Text, TypeDecorator, UniqueConstraint, text,
+    JSON,
+    DateTime,
+    Enum,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from workers.contract.states import DeploymentState, JobState, Role, TrialState
 
 
 def utcnow() -> datetime:
@@ -37,10 +47,6 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 class Base(DeclarativeBase):
     type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON}
-
-
-
-
 
 
 def _enum(cls: type[enum.Enum]) -> Enum:
@@ -177,8 +183,6 @@ class Checkpoint(Base):
 # --- serving ------------------------------------------------------------------------------------------
 
 
-
-
 # A name and a route belong to one live deployment at a time (Serve's application names and routes are
 # cluster-wide); a deleted one's name may be used again.
 _LIVE = "state != 'DELETED'"
@@ -191,8 +195,11 @@ class Deployment(Base):
     __table_args__ = (
         Index("uq_deployments_live_name", "name", unique=True, sqlite_where=text(_LIVE), postgresql_where=text(_LIVE)),
         Index(
-            "uq_deployments_live_route", "route_prefix", unique=True,
-            sqlite_where=text(_LIVE), postgresql_where=text(_LIVE),
+            "uq_deployments_live_route",
+            "route_prefix",
+            unique=True,
+            sqlite_where=text(_LIVE),
+            postgresql_where=text(_LIVE),
         ),
         Index("ix_deployments_project_created", "project_id", "created_at"),
     )
@@ -299,8 +306,6 @@ class SweepEvent(_StateHistory, Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
-
-
 
 
 class Trial(Base):

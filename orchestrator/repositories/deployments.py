@@ -12,8 +12,13 @@ from orchestrator.repositories.paging import fetch_page
 
 def create_deployment(session: Session, project_id: str, name: str, workload: str, route_prefix: str) -> Deployment:
     deployment = Deployment(
-        project_id=project_id, name=name, workload=workload, route_prefix=route_prefix,
-        state=DeploymentState.DEPLOYING, reason="created", version=0,
+        project_id=project_id,
+        name=name,
+        workload=workload,
+        route_prefix=route_prefix,
+        state=DeploymentState.DEPLOYING,
+        reason="created",
+        version=0,
     )
     session.add(deployment)
     session.flush()
@@ -35,9 +40,16 @@ def add_version(
 ) -> DeploymentVersion:
     """Append the next version and make it the deployment's target (the caller moves the state)."""
     version = DeploymentVersion(
-        deployment_id=deployment.id, version=deployment.version + 1, checkpoint_id=checkpoint_id,
-        checkpoint_path=checkpoint_path, job_id=job_id, checkpoint=checkpoint, config=config, source=source,
-        settings=settings, note=note,
+        deployment_id=deployment.id,
+        version=deployment.version + 1,
+        checkpoint_id=checkpoint_id,
+        checkpoint_path=checkpoint_path,
+        job_id=job_id,
+        checkpoint=checkpoint,
+        config=config,
+        source=source,
+        settings=settings,
+        note=note,
     )
     deployment.versions.append(version)
     deployment.version = version.version
@@ -54,9 +66,7 @@ def find_live(session: Session, name: str) -> Deployment | None:
 
 def route_taken(session: Session, route_prefix: str) -> Deployment | None:
     return session.scalars(
-        select(Deployment).where(
-            Deployment.route_prefix == route_prefix, Deployment.state != DeploymentState.DELETED
-        )
+        select(Deployment).where(Deployment.route_prefix == route_prefix, Deployment.state != DeploymentState.DELETED)
     ).one_or_none()
 
 

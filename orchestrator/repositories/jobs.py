@@ -42,9 +42,7 @@ def get_job(session: Session, job_id: str, project_scope: str | None) -> Job | N
 
 
 def find_by_idempotency_key(session: Session, project_id: str, key: str) -> Job | None:
-    return session.scalars(
-        select(Job).where(Job.project_id == project_id, Job.idempotency_key == key)
-    ).one_or_none()
+    return session.scalars(select(Job).where(Job.project_id == project_id, Job.idempotency_key == key)).one_or_none()
 
 
 def list_jobs(
@@ -62,9 +60,7 @@ def list_jobs(
     if states:
         query = query.where(Job.state.in_(states))
     for key, value in (labels or {}).items():
-        query = query.where(
-            Job.id.in_(select(JobLabel.job_id).where(JobLabel.key == key, JobLabel.value == value))
-        )
+        query = query.where(Job.id.in_(select(JobLabel.job_id).where(JobLabel.key == key, JobLabel.value == value)))
     return fetch_page(session, query, (Job.created_at, Job.id), cursor, limit, descending=True)
 
 
@@ -87,14 +83,14 @@ def list_events(session: Session, job_id: str) -> list[JobEvent]:
 
 def last_transition(session: Session, job_id: str) -> JobEvent:
     """The history row of how the job entered its current state."""
-    return session.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id.desc()).limit(1)).one()
+    return session.scalars(
+        select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id.desc()).limit(1)
+    ).one()
 
 
 def list_metrics(session: Session, job_id: str) -> list[JobMetric]:
     return list(
-        session.scalars(
-            select(JobMetric).where(JobMetric.job_id == job_id).order_by(JobMetric.attempt, JobMetric.step)
-        )
+        session.scalars(select(JobMetric).where(JobMetric.job_id == job_id).order_by(JobMetric.attempt, JobMetric.step))
     )
 
 
@@ -108,15 +104,15 @@ def page_metrics(session: Session, job_id: str, cursor: str | None, limit: int) 
     return fetch_page(session, query, (JobMetric.attempt, JobMetric.step), cursor, limit)
 
 
-def page_checkpoints(session: Session, job_id: str, cursor: str | None, limit: int) -> tuple[list[Checkpoint], str | None]:
+def page_checkpoints(
+    session: Session, job_id: str, cursor: str | None, limit: int
+) -> tuple[list[Checkpoint], str | None]:
     query = select(Checkpoint).where(Checkpoint.job_id == job_id)
     return fetch_page(session, query, (Checkpoint.step, Checkpoint.id), cursor, limit)
 
 
 def list_checkpoints(session: Session, job_id: str) -> list[Checkpoint]:
-    return list(
-        session.scalars(select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step))
-    )
+    return list(session.scalars(select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step)))
 
 
 def record_metrics(session: Session, job: Job, attempt: int, epoch: int, step: int, values: dict[str, Any]) -> None:
@@ -142,14 +138,17 @@ def record_checkpoint(
     metrics: dict[str, Any],
 ) -> None:
     """Idempotent on the checkpoint's path."""
-    exists = session.scalars(
-        select(Checkpoint.id).where(Checkpoint.job_id == job.id, Checkpoint.path == path)
-    ).first()
+    exists = session.scalars(select(Checkpoint.id).where(Checkpoint.job_id == job.id, Checkpoint.path == path)).first()
     if exists is None:
         session.add(
             Checkpoint(
-                job_id=job.id, attempt=attempt, epoch=epoch, step=step, path=path,
-                size_bytes=size_bytes, metrics=dict(metrics),
+                job_id=job.id,
+                attempt=attempt,
+                epoch=epoch,
+                step=step,
+                path=path,
+                size_bytes=size_bytes,
+                metrics=dict(metrics),
             )
         )
 
@@ -158,9 +157,7 @@ def delete_checkpoints(session: Session, job_id: str, checkpoint_ids: list[int])
     """Forget these checkpoints of the job (their folders are already deleted); returns how many went."""
     if not checkpoint_ids:
         return 0
-    result = session.execute(
-        delete(Checkpoint).where(Checkpoint.job_id == job_id, Checkpoint.id.in_(checkpoint_ids))
-    )
+    result = session.execute(delete(Checkpoint).where(Checkpoint.job_id == job_id, Checkpoint.id.in_(checkpoint_ids)))
     return result.rowcount
 
 
@@ -168,7 +165,9 @@ def jobs_for_checkpoint_upkeep(session: Session, finished_since: datetime | None
     return runs_for_checkpoint_upkeep(session, Job, finished_since)
 
 
-def runs_for_checkpoint_upkeep(session: Session, model: Any, finished_since: datetime | None) -> list[tuple[str, JobState]]:
+def runs_for_checkpoint_upkeep(
+    session: Session, model: Any, finished_since: datetime | None
+) -> list[tuple[str, JobState]]:
     """``(id, state)`` of the runs of ``model`` (jobs, or sweeps: the same lifecycle columns) that ever started
     and are active or finished since ``finished_since`` (every one that ever started when it is None)."""
     query = select(model.id, model.state).where(model.attempt >= 1).order_by(model.created_at, model.id)

@@ -42,14 +42,23 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 def create_api_key(
-    session: Session, project_id: str, role: Role, name: str = "", cluster_wide: bool = False,
+    session: Session,
+    project_id: str,
+    role: Role,
+    name: str = "",
+    cluster_wide: bool = False,
     expires_at: datetime | None = None,
 ) -> tuple[ApiKey, str]:
     """Returns the row and the plaintext key, which is never stored and never shown again."""
     secret = generate_secret()
     key = ApiKey(
-        project_id=project_id, role=role, name=name, key_hash=hash_secret(secret), prefix=secret[:10],
-        cluster_wide=cluster_wide, expires_at=expires_at,
+        project_id=project_id,
+        role=role,
+        name=name,
+        key_hash=hash_secret(secret),
+        prefix=secret[:10],
+        cluster_wide=cluster_wide,
+        expires_at=expires_at,
     )
     session.add(key)
     session.flush()

@@ -69,7 +69,9 @@ def list_events(session: Session, sweep_id: str) -> list[SweepEvent]:
 
 
 def page_events(session: Session, sweep_id: str, cursor: str | None, limit: int) -> tuple[list[SweepEvent], str | None]:
-    return fetch_page(session, select(SweepEvent).where(SweepEvent.sweep_id == sweep_id), (SweepEvent.id,), cursor, limit)
+    return fetch_page(
+        session, select(SweepEvent).where(SweepEvent.sweep_id == sweep_id), (SweepEvent.id,), cursor, limit
+    )
 
 
 def last_transition(session: Session, sweep_id: str) -> SweepEvent:
@@ -118,9 +120,7 @@ def add_trial(session: Session, sweep_id: str, tune_id: str, config: dict[str, A
 def trial_counts(session: Session, sweep_id: str) -> dict[str, int]:
     """How many trials are in each state (every state listed, 0 included)."""
     counts = dict.fromkeys((s.value for s in TrialState), 0)
-    rows = session.execute(
-        select(Trial.state, func.count()).where(Trial.sweep_id == sweep_id).group_by(Trial.state)
-    )
+    rows = session.execute(select(Trial.state, func.count()).where(Trial.sweep_id == sweep_id).group_by(Trial.state))
     for state, count in rows:
         counts[TrialState(state).value] = count
     return counts
@@ -134,7 +134,9 @@ def record_trial_metric(
         select(TrialMetric).where(TrialMetric.trial_id == trial.id, TrialMetric.epoch == epoch)
     ).one_or_none()
     if point is None:
-        session.add(TrialMetric(trial_id=trial.id, epoch=epoch, step=step, values=dict(values), checkpoint_path=checkpoint_path))
+        session.add(
+            TrialMetric(trial_id=trial.id, epoch=epoch, step=step, values=dict(values), checkpoint_path=checkpoint_path)
+        )
     else:
         point.values = {**point.values, **values}
         if checkpoint_path:

@@ -8,9 +8,9 @@ the database. Only ``check_resources`` asks the cluster, for its size, before th
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sqlalchemy.exc import IntegrityError
@@ -19,6 +19,14 @@ from sqlalchemy.orm import Session
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.checkpoint_policy import best_first
 from orchestrator.db.models import Checkpoint, Deployment, DeploymentEvent, DeploymentState, Job, Sweep
+from orchestrator.deployment_states import TERMINAL, set_deployment_state
+from orchestrator.repositories import deployments as deployments_repo
+from orchestrator.repositories import jobs as jobs_repo
+from orchestrator.repositories import sweeps as sweeps_repo
+from orchestrator.services.submission import SpecRejected
+from orchestrator.settings import Settings
+from orchestrator.states import TERMINAL as JOB_TERMINAL
+from orchestrator.sweep_states import TRIAL_TERMINAL
 from workers.contract.deployments import (
     AutoscalingSpec,
     BatchingSpec,
@@ -30,14 +38,6 @@ from workers.contract.deployments import (
     max_body_mb_of,
     settings_of,
 )
-from orchestrator.deployment_states import TERMINAL, set_deployment_state
-from orchestrator.repositories import deployments as deployments_repo
-from orchestrator.repositories import jobs as jobs_repo
-from orchestrator.repositories import sweeps as sweeps_repo
-from orchestrator.services.submission import SpecRejected
-from orchestrator.settings import Settings
-from orchestrator.sweep_states import TRIAL_TERMINAL
-from orchestrator.states import TERMINAL as JOB_TERMINAL
 from workers.contract.jobs import is_custom_workload
 from workers.contract.sweeps import SweepSpec, trial_spec
 
@@ -90,8 +90,9 @@ def resolve_source(session: Session, source: SourceSpec, project_scope: str | No
         checkpoint = _pick(job, jobs_repo.list_checkpoints(session, job.id), source.select)
     if job.workload not in SERVABLE_WORKLOADS and not is_custom_workload(job.workload):
         raise SpecRejected(
-            loc, f"job {job.id} ran workload {job.workload!r}: serving supports {', '.join(SERVABLE_WORKLOADS)} "
-            "and custom workloads"
+            loc,
+            f"job {job.id} ran workload {job.workload!r}: serving supports {', '.join(SERVABLE_WORKLOADS)} "
+            "and custom workloads",
         )
     if job.state not in JOB_TERMINAL:
         raise SpecRejected(
@@ -107,7 +108,9 @@ def resolve_source(session: Session, source: SourceSpec, project_scope: str | No
         workload=job.workload,
         config=dict(job.spec.get("config") or {}),
         checkpoint={
-            "attempt": checkpoint.attempt, "epoch": checkpoint.epoch, "step": checkpoint.step,
+            "attempt": checkpoint.attempt,
+            "epoch": checkpoint.epoch,
+            "step": checkpoint.step,
             "metrics": dict(checkpoint.metrics or {}),
         },
     )
@@ -121,18 +124,26 @@ def _resolve_trial(session: Session, trial_id: str, project_scope: str | None) -
     if trial is None:
         raise SpecRejected(loc, f"no trial {trial_id} (GET /v1/sweeps/{{id}}/trials lists a sweep's trials)")
     if trial.state not in TRIAL_TERMINAL:
-        raise SpecRejected(loc, f"trial {trial_id} is {trial.state}: while it trains, retention may still replace "
-                           "its best checkpoint and delete the old one; deploy it once it has ended")
+        raise SpecRejected(
+            loc,
+            f"trial {trial_id} is {trial.state}: while it trains, retention may still replace "
+            "its best checkpoint and delete the old one; deploy it once it has ended",
+        )
     sweep = session.get(Sweep, trial.sweep_id)
     if sweep.workload not in SERVABLE_WORKLOADS and not is_custom_workload(sweep.workload):
-        raise SpecRejected(loc, f"trial {trial_id} ran workload {sweep.workload!r}: serving supports "
-                           f"{', '.join(SERVABLE_WORKLOADS)} and custom workloads")
+        raise SpecRejected(
+            loc,
+            f"trial {trial_id} ran workload {sweep.workload!r}: serving supports "
+            f"{', '.join(SERVABLE_WORKLOADS)} and custom workloads",
+        )
     sweep_spec = SweepSpec.model_validate(sweep.spec)
     points = sweeps_repo.trial_checkpoints(session, trial.id)
-    ranked = best_first(points, sweep_spec.metric, sweep_spec.mode or "max", metrics=lambda p: p.values,
-                        order=lambda p: p.epoch)
-    point = _first_usable(ranked, lambda p: p.checkpoint_path, loc,
-                          f"trial {trial_id} ({trial.state}) has no checkpoint left to deploy")
+    ranked = best_first(
+        points, sweep_spec.metric, sweep_spec.mode or "max", metrics=lambda p: p.values, order=lambda p: p.epoch
+    )
+    point = _first_usable(
+        ranked, lambda p: p.checkpoint_path, loc, f"trial {trial_id} ({trial.state}) has no checkpoint left to deploy"
+    )
     spec = trial_spec(sweep_spec.base, trial.config)
     return ResolvedSource(
         checkpoint_id=None,
@@ -141,8 +152,12 @@ def _resolve_trial(session: Session, trial_id: str, project_scope: str | None) -
         workload=sweep.workload,
         config=dict(spec.config),
         checkpoint={
-            "attempt": 1, "epoch": point.epoch, "step": point.step, "metrics": dict(point.values),
-            "sweep_id": sweep.id, "trial_id": trial.id,
+            "attempt": 1,
+            "epoch": point.epoch,
+            "step": point.step,
+            "metrics": dict(point.values),
+            "sweep_id": sweep.id,
+            "trial_id": trial.id,
         },
     )
 
@@ -154,11 +169,16 @@ def _pick(job: Job, checkpoints: list[Checkpoint], select_by: str) -> Checkpoint
     candidates = newest_first
     if select_by != "latest":
         metric, higher_is_better = selection_metric(job)
-        ranked = best_first(checkpoints, metric, "max" if higher_is_better else "min",
-                            metrics=lambda c: c.metrics, order=lambda c: c.id)
+        ranked = best_first(
+            checkpoints, metric, "max" if higher_is_better else "min", metrics=lambda c: c.metrics, order=lambda c: c.id
+        )
         candidates = ranked + [c for c in newest_first if c not in ranked]  # unscored ones: newest first
-    return _first_usable(candidates, lambda c: c.path, ("source", "job_id"),
-                         f"job {job.id} ({job.state}) has no committed checkpoint to deploy")
+    return _first_usable(
+        candidates,
+        lambda c: c.path,
+        ("source", "job_id"),
+        f"job {job.id} ({job.state}) has no committed checkpoint to deploy",
+    )
 
 
 def _first_usable(candidates: list[T], path_of: Callable[[T], str], loc: tuple[str, ...], none_left: str) -> T:
@@ -235,12 +255,14 @@ def patched_settings(current: dict[str, Any], patch: DeploymentPatch, settings: 
         batching = patch.batching
     else:
         batching = BatchingSpec.model_validate(current["batching"])
-    resources = patch.resources if "resources" in given and patch.resources is not None else (
-        ResourcesSpec.model_validate(current["resources"])
+    resources = (
+        patch.resources
+        if "resources" in given and patch.resources is not None
+        else (ResourcesSpec.model_validate(current["resources"]))
     )
     auth = patch.auth if "auth" in given and patch.auth is not None else auth_of(current)
-    max_body_mb = patch.max_body_mb if "max_body_mb" in given and patch.max_body_mb is not None else (
-        max_body_mb_of(current)
+    max_body_mb = (
+        patch.max_body_mb if "max_body_mb" in given and patch.max_body_mb is not None else (max_body_mb_of(current))
     )
     return settings_of(replicas, batching, resources, settings.serve_replica_cpus, auth, max_body_mb)
 
@@ -269,15 +291,21 @@ def create_deployment(
             _add_version(session, deployment, resolved, body.source, settings, "")
             session.add(
                 DeploymentEvent(
-                    deployment_id=deployment.id, from_state=None, to_state=D.DEPLOYING, reason="created",
-                    message=f"version 1 from {_describe(resolved)}", version=1,
+                    deployment_id=deployment.id,
+                    from_state=None,
+                    to_state=D.DEPLOYING,
+                    reason="created",
+                    message=f"version 1 from {_describe(resolved)}",
+                    version=1,
                 )
             )
             deployment.message = f"deploying version 1 from {_describe(resolved)}"
             deployment.rollout_started_at = deployment.created_at
     except IntegrityError:
         # A concurrent create won the name or the route (the partial unique indexes).
-        raise DeploymentConflict(f"a deployment named {body.name!r} or routed at {body.route_prefix} already exists") from None
+        raise DeploymentConflict(
+            f"a deployment named {body.name!r} or routed at {body.route_prefix} already exists"
+        ) from None
     return deployment
 
 
@@ -296,8 +324,12 @@ def update_deployment(
     assert current is not None
     if resolved is None:  # settings only: the same checkpoint
         resolved = ResolvedSource(
-            checkpoint_id=current.checkpoint_id, checkpoint_path=current.checkpoint_path, job_id=current.job_id,
-            workload=deployment.workload, config=current.config, checkpoint=current.checkpoint,
+            checkpoint_id=current.checkpoint_id,
+            checkpoint_path=current.checkpoint_path,
+            job_id=current.job_id,
+            workload=deployment.workload,
+            config=current.config,
+            checkpoint=current.checkpoint,
         )
         source_json = current.source
     else:
@@ -322,8 +354,12 @@ def rollback_deployment(session: Session, deployment: Deployment) -> Deployment:
     assert previous is not None
     _check_folder(previous.checkpoint_path, ("source",))
     resolved = ResolvedSource(
-        checkpoint_id=previous.checkpoint_id, checkpoint_path=previous.checkpoint_path, job_id=previous.job_id,
-        workload=deployment.workload, config=previous.config, checkpoint=previous.checkpoint,
+        checkpoint_id=previous.checkpoint_id,
+        checkpoint_path=previous.checkpoint_path,
+        job_id=previous.job_id,
+        workload=deployment.workload,
+        config=previous.config,
+        checkpoint=previous.checkpoint,
     )
     note = f"rollback to version {previous.version}"
     what = f"version {deployment.version + 1} ({note})"
@@ -350,8 +386,12 @@ def _retarget(
         set_deployment_state(session, deployment, D.DEPLOYING, reason, f"deploying {what}", again=True)
     else:
         set_deployment_state(
-            session, deployment, D.UPDATING, reason,
-            f"rolling out {what}; version {deployment.live_version} serves until it is healthy", again=True,
+            session,
+            deployment,
+            D.UPDATING,
+            reason,
+            f"rolling out {what}; version {deployment.live_version} serves until it is healthy",
+            again=True,
         )
     deployment.failed_version = None
     return deployment
@@ -361,7 +401,9 @@ def delete_deployment(session: Session, deployment: Deployment) -> Deployment:
     """DELETED at once; the reconciler removes the Serve application, and with it the route."""
     if deployment.state in TERMINAL:
         raise DeploymentConflict(f"deployment {deployment.name} was already deleted")
-    set_deployment_state(session, deployment, D.DELETED, "deleted", "deleted at the user's request; its route is removed")
+    set_deployment_state(
+        session, deployment, D.DELETED, "deleted", "deleted at the user's request; its route is removed"
+    )
     return deployment
 
 
@@ -374,15 +416,19 @@ def _add_version(
     note: str,
 ) -> None:
     deployments_repo.add_version(
-        session, deployment,
-        checkpoint_id=resolved.checkpoint_id, checkpoint_path=resolved.checkpoint_path, job_id=resolved.job_id,
-        checkpoint=resolved.checkpoint, config=resolved.config,
+        session,
+        deployment,
+        checkpoint_id=resolved.checkpoint_id,
+        checkpoint_path=resolved.checkpoint_path,
+        job_id=resolved.job_id,
+        checkpoint=resolved.checkpoint,
+        config=resolved.config,
         source=source.model_dump(exclude_none=True) if isinstance(source, SourceSpec) else dict(source),
-        settings=settings, note=note,
+        settings=settings,
+        note=note,
     )
 
 
 def _describe(resolved: ResolvedSource) -> str:
     where = f"job {resolved.job_id} " if resolved.job_id else ""
     return f"{where}checkpoint {resolved.checkpoint_id} (epoch {resolved.checkpoint.get('epoch')})"
-

@@ -41,8 +41,10 @@ def check_checkpoint_paths(job: Job, batch: EventBatch, storage: CheckpointStora
             paths.append(str(event.result["checkpoint_path"]))
         for path in paths:
             if not storage.owns_checkpoint(job.id, path):
-                raise RefusedEvent(f"checkpoint {path} is not a checkpoint_* folder of job {job.id}'s run folder "
-                                   f"{storage.run_dir(job.id)}")
+                raise RefusedEvent(
+                    f"checkpoint {path} is not a checkpoint_* folder of job {job.id}'s run folder "
+                    f"{storage.run_dir(job.id)}"
+                )
 
 
 def apply_events(session: Session, job: Job, batch: EventBatch, storage: CheckpointStorage) -> int:

@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import anyio
-
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend
@@ -69,8 +68,13 @@ class LogFollows:
     when its job does, after ``max_s``, or when the client goes away (the server cancels the stream)."""
 
     def __init__(
-        self, sessions: sessionmaker[Session], backend: ClusterBackend, archive: LogArchive, max_per_key: int,
-        poll_s: float = 1.0, max_s: float = 24 * 3600,
+        self,
+        sessions: sessionmaker[Session],
+        backend: ClusterBackend,
+        archive: LogArchive,
+        max_per_key: int,
+        poll_s: float = 1.0,
+        max_s: float = 24 * 3600,
     ):
         self.sessions, self.backend, self.archive = sessions, backend, archive
         self.max_per_key, self.poll_s, self.max_s = max_per_key, poll_s, max_s
@@ -88,8 +92,10 @@ class LogFollows:
         """Claim a follow for ``key`` now (TooManyFollows past the cap) and return its stream."""
         with self._lock:
             if self._by_key[key] >= self.max_per_key:
-                raise TooManyFollows(f"this key already follows {self._by_key[key]} logs, the most it may "
-                                     f"(ORCHESTRATOR_MAX_LOG_FOLLOWS_PER_KEY={self.max_per_key}): end one first")
+                raise TooManyFollows(
+                    f"this key already follows {self._by_key[key]} logs, the most it may "
+                    f"(ORCHESTRATOR_MAX_LOG_FOLLOWS_PER_KEY={self.max_per_key}): end one first"
+                )
             self._by_key[key] += 1
             self._by_job[job_id] += 1
         return self._stream(job_id, key, tail)

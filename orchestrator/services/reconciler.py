@@ -82,13 +82,18 @@ class Reconciler:
             elif status == RunStatus.FAILED:
                 resubmit = _next_attempt(session, kind, run, "driver_failed", info.message)
             elif status == RunStatus.STOPPED:
-                kind.set_state(session, run, S.FAILED, "stopped_externally", "the Ray job was stopped outside the control plane")
+                kind.set_state(
+                    session, run, S.FAILED, "stopped_externally", "the Ray job was stopped outside the control plane"
+                )
             elif status == RunStatus.MISSING and not _awaiting_first_report(session, kind, run):
                 resubmit = _next_attempt(session, kind, run, "driver_lost", "Ray has no record of the driver any more")
             elif run.state in (S.STARTING, S.RESTARTING) and self._start_timed_out(session, kind, run):
                 stop_again = run.submission_id
                 resubmit = _next_attempt(
-                    session, kind, run, "start_timeout",
+                    session,
+                    kind,
+                    run,
+                    "start_timeout",
                     f"{run.state} for longer than ORCHESTRATOR_START_TIMEOUT_S ({self.settings.start_timeout_s:g} s); "
                     f"Ray says the run is {status}: {info.message}",
                 )
@@ -112,7 +117,9 @@ def _next_attempt(session: Session, kind: RunKind, run: Run, reason: str, messag
     experiment state), while attempts last."""
     max_attempts = kind.max_attempts(run)
     if run.attempt >= max_attempts:
-        kind.set_state(session, run, S.FAILED, reason, f"{message}\n(attempt {run.attempt} of {max_attempts}: none left)")
+        kind.set_state(
+            session, run, S.FAILED, reason, f"{message}\n(attempt {run.attempt} of {max_attempts}: none left)"
+        )
         return None
     next_attempt = f"starting attempt {run.attempt + 1} of {max_attempts} from the latest checkpoint"
     kind.set_state(session, run, S.RESTARTING, reason, f"{message}\n({next_attempt})", again=True)
@@ -136,4 +143,3 @@ def _failure_message(info: RunInfo, backend: ClusterBackend, submission_id: str)
         logs = ""
     tail = logs[-4000:]
     return f"{info.message}\n--- end of driver output ---\n{tail}" if tail else info.message
-

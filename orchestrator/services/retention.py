@@ -176,8 +176,12 @@ class CheckpointJanitor:
             return True
         if path not in self._warned:
             self._warned.add(path)
-            log.warning("job %s: checkpoint %s lies outside %s; retention leaves it (and its record) alone",
-                        job_id, path, self.storage.run_dir(job_id))
+            log.warning(
+                "job %s: checkpoint %s lies outside %s; retention leaves it (and its record) alone",
+                job_id,
+                path,
+                self.storage.run_dir(job_id),
+            )
         return False
 
     def _served_names(self, job_id: str, served: set[str]) -> set[str]:
@@ -239,4 +243,3 @@ def _recorded(session: Session, job_id: str) -> list[RecordedCheckpoint]:
         RecordedCheckpoint(c.id, c.path, c.step, dict(c.metrics or {}))
         for c in jobs_repo.list_checkpoints(session, job_id)
     ]
-

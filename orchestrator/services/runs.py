@@ -104,4 +104,3 @@ def revoke_driver_tokens(session: Session) -> int:
             run.token_hash = ""
             revoked += 1
     return revoked
-

@@ -36,10 +36,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend, ServeApp, ServeConfigRejected, ServeStatus
 from orchestrator.db.models import ApiKey, Deployment, DeploymentState, DeploymentVersion, utcnow
-from workers.contract.deployments import auth_of, max_body_mb_of
 from orchestrator.deployment_states import ROLLING, lock_deployment, set_deployment_state
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.settings import Settings
+from workers.contract.deployments import auth_of, max_body_mb_of
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +232,9 @@ class ServingReconciler:
         if status.http_port is not None and status.http_port != self.settings.serve_port:
             log.warning(
                 "Ray Serve already listens on port %s, not ORCHESTRATOR_SERVE_PORT %s: Serve keeps the port it "
-                "started with until it is shut down", status.http_port, self.settings.serve_port,
+                "started with until it is shut down",
+                status.http_port,
+                self.settings.serve_port,
             )
         for snapshot in snapshots:
             self._reconcile(snapshot, status.apps.get(snapshot.name))
@@ -240,9 +242,14 @@ class ServingReconciler:
     def _snapshot(self, deployment: Deployment, key_hashes: list[str]) -> _Snapshot:
         version = applied_version(deployment)
         return _Snapshot(
-            id=deployment.id, name=deployment.name, state=deployment.state, version=deployment.version,
-            live_version=deployment.live_version, failed_version=deployment.failed_version,
-            rollout_started_at=deployment.rollout_started_at, observed=deployment.observed,
+            id=deployment.id,
+            name=deployment.name,
+            state=deployment.state,
+            version=deployment.version,
+            live_version=deployment.live_version,
+            failed_version=deployment.failed_version,
+            rollout_started_at=deployment.rollout_started_at,
+            observed=deployment.observed,
             applied=version.version if version else None,
             config=app_config(deployment, version, key_hashes) if version else None,
         )
@@ -269,7 +276,10 @@ class ServingReconciler:
         with self.sessions.begin() as session:
             deployment = lock_deployment(session, snapshot.id)
             if deployment is None or (
-                deployment.state, deployment.version, deployment.live_version, deployment.failed_version
+                deployment.state,
+                deployment.version,
+                deployment.live_version,
+                deployment.failed_version,
             ) != (snapshot.state, snapshot.version, snapshot.live_version, snapshot.failed_version):
                 return  # changed since we looked: decide again next tick
             if changed_observation:
@@ -309,7 +319,8 @@ class ServingReconciler:
         if s.state == D.HEALTHY:
             if app is None:
                 return _Decision(
-                    D.UNHEALTHY, "app_missing",
+                    D.UNHEALTHY,
+                    "app_missing",
                     f"Ray Serve has no application {s.name} (was Ray restarted?): its config is being applied again",
                 )
             if runs_it and app.status in FAILED_STATUSES:
@@ -324,7 +335,8 @@ class ServingReconciler:
         if s.live_version is None:
             return _Decision(D.FAILED, reason, f"version {s.version} failed: {why}", fail_version=True)
         return _Decision(
-            D.UNHEALTHY, reason,
+            D.UNHEALTHY,
+            reason,
             f"version {s.version} was not promoted: {why}. Version {s.live_version} keeps serving",
             fail_version=True,
         )

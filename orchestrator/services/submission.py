@@ -9,10 +9,10 @@ from sqlalchemy.orm import Session
 
 from orchestrator.admission import Demand, never_fits, sweep_demand
 from orchestrator.backend import BackendUnavailable, ClusterBackend
-from orchestrator.db.models import Job
-from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.data_paths import DataPathRefused, resolve_data_path
+from orchestrator.db.models import Job
 from orchestrator.planner import DoesNotFit, plan_job
+from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.settings import Settings
 from workers.contract.jobs import BUILTIN_WORKLOADS, JobSpec, TrainingPlan, data_path_fields, is_custom_workload
 from workers.contract.sweeps import Choice, Grid, SweepSpec
@@ -73,9 +73,7 @@ def check_runnable(spec: JobSpec, settings: Settings, backend: ClusterBackend) -
         allowed = settings.allowed_workload_packages
         if package not in allowed:
             allowed_text = ", ".join(sorted(allowed)) or "none are allowed (set ORCHESTRATOR_WORKLOAD_PACKAGES)"
-            raise SpecRejected(
-                ("workload",), f"package {package!r} is not an allowed workload package: {allowed_text}"
-            )
+            raise SpecRejected(("workload",), f"package {package!r} is not an allowed workload package: {allowed_text}")
     try:
         plan = plan_job(spec)
     except DoesNotFit as exc:
@@ -122,8 +120,7 @@ def submit_job(
 def _replay(existing: Job, spec: JobSpec) -> Job:
     if existing.spec != spec.model_dump(mode="json"):
         raise IdempotencyConflict(
-            f"Idempotency-Key was already used for job {existing.id} with a different spec; "
-            "use a new key for a new job"
+            f"Idempotency-Key was already used for job {existing.id} with a different spec; use a new key for a new job"
         )
     return existing
 

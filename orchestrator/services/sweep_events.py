@@ -33,8 +33,10 @@ def apply_sweep_events(session: Session, sweep: Sweep, batch: SweepEventBatch, s
     for event in batch.events:
         if isinstance(event, TrialEvent) and event.checkpoint_path:
             if storage.trial_run(sweep.id, event.trial, event.checkpoint_path) is None:
-                raise RefusedEvent(f"checkpoint {event.checkpoint_path} is not a checkpoint_* folder of trial "
-                                   f"{event.trial}'s runs in {storage.run_dir(trials_folder(sweep.id))}")
+                raise RefusedEvent(
+                    f"checkpoint {event.checkpoint_path} is not a checkpoint_* folder of trial "
+                    f"{event.trial}'s runs in {storage.run_dir(trials_folder(sweep.id))}"
+                )
     spec = SweepSpec.model_validate(sweep.spec)
     applied = 0
     for event in batch.events:
@@ -43,7 +45,11 @@ def apply_sweep_events(session: Session, sweep: Sweep, batch: SweepEventBatch, s
         elif isinstance(event, StateEvent):
             try:
                 applied += set_sweep_state(
-                    session, sweep, TARGET_STATE[event.state], event.reason or DEFAULT_REASON[event.state], event.message
+                    session,
+                    sweep,
+                    TARGET_STATE[event.state],
+                    event.reason or DEFAULT_REASON[event.state],
+                    event.message,
                 )
             except IllegalTransition as exc:
                 log.info("ignoring reported state: %s", exc)
@@ -97,8 +103,13 @@ def _consider_best(trial: Trial, spec: SweepSpec, event: TrialEvent) -> None:
         return
     has_checkpoint, best_has = bool(event.checkpoint_path), bool(trial.checkpoint_path)
     sign = 1.0 if (spec.mode or "max") == "max" else -1.0
-    wins = trial.best_metric is None or (has_checkpoint and not best_has) or (
-        has_checkpoint == best_has and (sign * value, event.epoch) >= (sign * trial.best_metric, trial.best_epoch or 0)
+    wins = (
+        trial.best_metric is None
+        or (has_checkpoint and not best_has)
+        or (
+            has_checkpoint == best_has
+            and (sign * value, event.epoch) >= (sign * trial.best_metric, trial.best_epoch or 0)
+        )
     )
     if wins:
         trial.best_metric, trial.best_epoch, trial.checkpoint_path = value, event.epoch, event.checkpoint_path

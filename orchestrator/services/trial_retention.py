@@ -78,7 +78,8 @@ class TrialCheckpointJanitor:
                 served = deployments_repo.referenced_checkpoint_paths(session)
             kept = select_kept(recorded, keep, keep_best)
             deleted = [
-                c.path for c in recorded
+                c.path
+                for c in recorded
                 if c.id not in kept and c.path not in served and self._delete(sweep_id, tune_id, c.path)
             ]
             if deleted:
@@ -91,7 +92,9 @@ class TrialCheckpointJanitor:
         ``checkpoint_*`` folder of one of the trial's runs is never deleted (and stays recorded)."""
         run = self.storage.trial_run(sweep_id, tune_id, path)
         if run is None:
-            log.warning("trial %s: checkpoint %s is not in one of its runs' folders; retention leaves it", tune_id, path)
+            log.warning(
+                "trial %s: checkpoint %s is not in one of its runs' folders; retention leaves it", tune_id, path
+            )
             return False
         try:
             self.storage.delete_checkpoint(run, path)
@@ -120,7 +123,9 @@ class TrialCheckpointJanitor:
         no epoch records. Returns (folders deleted, records forgotten)."""
         with self._busy:
             with self.sessions() as session:
-                recorded = {p.checkpoint_path: (t.id, t.tune_id) for t, p in sweeps_repo.sweep_checkpoints(session, sweep_id)}
+                recorded = {
+                    p.checkpoint_path: (t.id, t.tune_id) for t, p in sweeps_repo.sweep_checkpoints(session, sweep_id)
+                }
             # Listed after the rows were read: a recorded folder missing here really is gone.
             stored = self._stored(sweep_id)
             gone: dict[str, set[str]] = {}
@@ -152,7 +157,8 @@ class TrialCheckpointJanitor:
         recorded |= {(path, _run_name(path)) for path in served}
         keep_names = {
             (run, self.storage.checkpoint_name(run, path))
-            for path, tune_id in recorded if (run := self.storage.trial_run(sweep_id, tune_id, path)) is not None
+            for path, tune_id in recorded
+            if (run := self.storage.trial_run(sweep_id, tune_id, path)) is not None
         }
         deleted = []
         for run, names in stored.items():

@@ -144,9 +144,12 @@ class Api:
 
     def wait_for_step(self, job_id: str, step: int, timeout_s: float = 240) -> int:
         """Until the job has reported a metric point at ``step`` or later; returns the latest step."""
+
         def reached() -> int:
             job = self.job(job_id)
-            assert job["state"] not in TERMINAL, f"job ended {job['state']} before step {step}: {job['message'][-2000:]}"
+            assert job["state"] not in TERMINAL, (
+                f"job ended {job['state']} before step {step}: {job['message'][-2000:]}"
+            )
             latest = self.max_step(job_id)
             return latest if latest >= step else 0
 
@@ -236,8 +239,12 @@ class ServiceProcess:
         self.starts += 1
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [str(BIN / "orchestrator"), "serve"], cwd=ROOT, env=self.env(),
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                [str(BIN / "orchestrator"), "serve"],
+                cwd=ROOT,
+                env=self.env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
         def ready() -> bool:
@@ -328,7 +335,8 @@ class ServiceProcess:
     def submissions(self, run_id: str) -> list[str]:
         """Submission ids of the Ray jobs this cluster has for one of our jobs or sweeps (repeats included)."""
         return [
-            j.submission_id for j in self.ray_jobs().list_jobs()
+            j.submission_id
+            for j in self.ray_jobs().list_jobs()
             if run_id in ((j.metadata or {}).get("job_id"), (j.metadata or {}).get("sweep_id"))
         ]
 

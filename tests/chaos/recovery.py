@@ -160,14 +160,19 @@ def read_recovery(svc: ServiceProcess, api: Api, job_id: str, total_steps: int, 
             step_before = max([step_before, *steps.get(kill.attempt, [])])
         resumed_from.append(resume)
         repeated.append(max(0, step_before - resume.step))
-        restarting = [parse_time(e["created_at"]) for e in events
-                      if e["to_state"] == "RESTARTING" and parse_time(e["created_at"]) > kill.at]
+        restarting = [
+            parse_time(e["created_at"])
+            for e in events
+            if e["to_state"] == "RESTARTING" and parse_time(e["created_at"]) > kill.at
+        ]
         restarting_at.append(min(restarting) if restarting else None)
-        running = [parse_time(e["created_at"]) for e in events
-                   if e["to_state"] == "RUNNING" and parse_time(e["created_at"]) > kill.at]
+        running = [
+            parse_time(e["created_at"])
+            for e in events
+            if e["to_state"] == "RUNNING" and parse_time(e["created_at"]) > kill.at
+        ]
         resumed_at.append(min(running) if running else None)
-        made = [parse_time(p["created_at"]) for p in metrics
-                if running and parse_time(p["created_at"]) > min(running)]
+        made = [parse_time(p["created_at"]) for p in metrics if running and parse_time(p["created_at"]) > min(running)]
         first_new.append(min(made) if made else None)
 
     counts = Counter(step for attempt_steps in steps.values() for step in attempt_steps)
@@ -246,17 +251,21 @@ def assert_recovered(
     check(job["attempt"] in attempts, f"ended on attempt {job['attempt']}, expected one of {list(attempts)}")
     final = job["result"]["metrics"]
     for key, tolerance in (("val_accuracy", ACCURACY_TOLERANCE), ("val_loss", LOSS_TOLERANCE)):
-        check(abs(final[key] - reference["metrics"][key]) <= tolerance,
-              f"{key} {final[key]:.5f} vs {reference['metrics'][key]:.5f} without failures (tolerance {tolerance})")
+        check(
+            abs(final[key] - reference["metrics"][key]) <= tolerance,
+            f"{key} {final[key]:.5f} vs {reference['metrics'][key]:.5f} without failures (tolerance {tolerance})",
+        )
     check(final["step"] == reference["steps"], f"ended at step {final['step']}, not {reference['steps']}")
 
     check(not rec.missing_steps, f"steps never reported: {rec.missing_steps}")
     for attempt, steps in rec.steps.items():
         check(steps == list(range(steps[0], steps[-1] + 1)), f"attempt {attempt} skipped steps: {steps}")
-    for kill, resume, repeated in zip(kills, rec.resumed_from, rec.repeated_steps):
-        check(repeated <= CHECKPOINT_INTERVAL,
-              f"{kill.what} kill at step {kill.step_before} resumed from step {resume.step}: {repeated} steps "
-              f"repeated, more than one checkpoint interval ({CHECKPOINT_INTERVAL})")
+    for kill, resume, repeated in zip(kills, rec.resumed_from, rec.repeated_steps, strict=False):
+        check(
+            repeated <= CHECKPOINT_INTERVAL,
+            f"{kill.what} kill at step {kill.step_before} resumed from step {resume.step}: {repeated} steps "
+            f"repeated, more than one checkpoint interval ({CHECKPOINT_INTERVAL})",
+        )
         if kill.step_before > CHECKPOINT_INTERVAL:
             check(resume.step > 0, f"{kill.what} kill at step {kill.step_before}: restarted from scratch")
         # Where the Train controller itself goes down with the fault (a head or a node lost), the checkpoint
@@ -264,11 +273,15 @@ def assert_recovered(
         # it in that same request: the watcher's polling cannot see it. The resume line is only logged for a
         # checkpoint whose manifests and checksums verified, so it is still a committed one.
         if resume.path and resume_must_be_listed:
-            check(str(Path(resume.path)) in committed,
-                  f"resumed from {resume.path}, which the database never listed: {sorted(committed)}")
+            check(
+                str(Path(resume.path)) in committed,
+                f"resumed from {resume.path}, which the database never listed: {sorted(committed)}",
+            )
     cross_attempt_limit = CHECKPOINT_INTERVAL * sum(k.what != "worker" for k in kills)
-    check(rec.duplicate_points <= cross_attempt_limit,
-          f"{rec.duplicate_points} steps reported by two attempts (at most {cross_attempt_limit})")
+    check(
+        rec.duplicate_points <= cross_attempt_limit,
+        f"{rec.duplicate_points} steps reported by two attempts (at most {cross_attempt_limit})",
+    )
 
     try:
         submitted = submissions_are_unique(svc, job_id, range(1, job["attempt"] + 1))
@@ -282,8 +295,10 @@ def assert_recovered(
     except AssertionError as exc:
         problems.append(str(exc))
 
-    summary = (f"job {job_id}: attempts {list(rec.steps)}, kills {[(k.what, k.step_before) for k in kills]}, "
-               f"resumed from {[r.step for r in rec.resumed_from]}, repeated {rec.repeated_steps}")
+    summary = (
+        f"job {job_id}: attempts {list(rec.steps)}, kills {[(k.what, k.step_before) for k in kills]}, "
+        f"resumed from {[r.step for r in rec.resumed_from]}, repeated {rec.repeated_steps}"
+    )
     assert not problems, summary + "\n- " + "\n- ".join(problems)
     return rec
 

@@ -43,7 +43,8 @@ def test_control_plane_kill_while_a_job_runs(service, reference):
     # last step reported before the kill (a stalled job fails here, on the timeout, not on a timing).
     made_while_down = wait_until(
         lambda: (step := stored_step(service, job_id)) >= reported + CHECKPOINT_INTERVAL and step,
-        timeout_s=180, what="a checkpoint written while the control plane is down",
+        timeout_s=180,
+        what="a checkpoint written while the control plane is down",
     )
     service.restart_adopting_the_head()
     assert api.job(job_id)["attempt"] == 1

@@ -33,18 +33,37 @@ class ExtraNode:
             "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         }
         command = [
-            str(BIN / "ray"), "start", "--block", "--address", svc.gcs_address, "--node-ip-address", "127.0.0.1",
-            "--num-cpus", "1", "--num-gpus", "0", "--object-store-memory", str(200 * 1024**2),
+            str(BIN / "ray"),
+            "start",
+            "--block",
+            "--address",
+            svc.gcs_address,
+            "--node-ip-address",
+            "127.0.0.1",
+            "--num-cpus",
+            "1",
+            "--num-gpus",
+            "0",
+            "--object-store-memory",
+            str(200 * 1024**2),
             "--disable-usage-stats",
         ]
         # Two nodes on one machine: every port Ray would otherwise pick for itself, picked here, so
         # the nodes cannot race each other (or another cluster) for the same one.
-        for option in ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--metrics-export-port",
-                       "--node-manager-port", "--object-manager-port", "--runtime-env-agent-port"):
+        for option in (
+            "--dashboard-agent-listen-port",
+            "--dashboard-agent-grpc-port",
+            "--metrics-export-port",
+            "--node-manager-port",
+            "--object-manager-port",
+            "--runtime-env-agent-port",
+        ):
             command += [option, str(free_port())]
         self.log = svc.root / f"node-{name}.log"
         with self.log.open("ab") as out:
-            self.process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = subprocess.Popen(
+                command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     def raylet_pid(self) -> int | None:
         for pid in session_members(self.process.pid):

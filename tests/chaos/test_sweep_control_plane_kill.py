@@ -43,7 +43,11 @@ def test_control_plane_kill_while_a_sweep_runs(service):
         service.restart_adopting_the_head()
 
         most_running, deadline = 0, time.monotonic() + 300
-        while (sweep := api.http.get(f"/v1/sweeps/{sweep_id}").json())["state"] not in {"SUCCEEDED", "FAILED", "CANCELLED"}:
+        while (sweep := api.http.get(f"/v1/sweeps/{sweep_id}").json())["state"] not in {
+            "SUCCEEDED",
+            "FAILED",
+            "CANCELLED",
+        }:
             assert time.monotonic() < deadline, sweep
             most_running = max(most_running, sweep["trials"]["RUNNING"])
             time.sleep(0.5)

@@ -6,7 +6,13 @@ import pytest
 
 from tests.chaos.harness import kill, wait_until
 from tests.chaos.recovery import (
-    CHECKPOINT_INTERVAL, CheckpointWatcher, assert_recovered, events_of, inject, spec, storage_checkpoints,
+    CHECKPOINT_INTERVAL,
+    CheckpointWatcher,
+    assert_recovered,
+    events_of,
+    inject,
+    spec,
+    storage_checkpoints,
 )
 
 pytestmark = pytest.mark.chaos

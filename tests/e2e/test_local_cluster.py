@@ -69,7 +69,9 @@ def test_a_two_worker_job_spans_both_ray_nodes_and_stop_leaves_nothing(tmp_path)
     state = tmp_path / "local-cluster"
     database = f"orch_e2e_{uuid.uuid4().hex[:12]}"
     api_port, gcs_port, dashboard_port = free_port(), free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "ORCHESTRATOR_", "PYTEST", "LOCAL_CLUSTER_"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "ORCHESTRATOR_", "PYTEST", "LOCAL_CLUSTER_"))
+    }
     env.update(
         LOCAL_CLUSTER_DIR=str(state),
         LOCAL_CLUSTER_DB=database,

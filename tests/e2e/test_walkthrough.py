@@ -65,8 +65,11 @@ def test_make_run_then_the_walkthrough_then_ctrl_c(tmp_path):
     )
     base = f"http://127.0.0.1:{port}"
     log = (tmp_path / "make-run.log").open("w")
-    service = subprocess.Popen(["make", "run"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    service = subprocess.Popen(
+        ["make", "run"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     try:
+
         def ready() -> bool:
             assert service.poll() is None, (tmp_path / "make-run.log").read_text()[-5000:]
             try:
@@ -79,8 +82,11 @@ def test_make_run_then_the_walkthrough_then_ctrl_c(tmp_path):
 
         script = walkthrough_blocks()[1]
         result = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", script], env={**env, "ORCH": base},
-            capture_output=True, text=True, timeout=600,
+            ["bash", "-euo", "pipefail", "-c", script],
+            env={**env, "ORCH": base},
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
         out = result.stdout

@@ -24,7 +24,11 @@ START_TIMEOUT_S = 60.0
 def ray_cluster(tmp_path_factory) -> Iterator[LocalRayCluster]:
     cluster = LocalRayCluster(
         tmp_path_factory.mktemp("ray-var"),
-        gcs_port=free_port(), dashboard_port=free_port(), client_port=free_port(), num_cpus=2, num_gpus=0,
+        gcs_port=free_port(),
+        dashboard_port=free_port(),
+        client_port=free_port(),
+        num_cpus=2,
+        num_gpus=0,
     )
     cluster.start()
     try:
@@ -69,7 +73,9 @@ class Api:
             if deployment["state"] in {"FAILED", "DELETED"} - states:
                 pytest.fail(f"deployment ended {deployment['state']} ({deployment['reason']}): {deployment['message']}")
             time.sleep(0.5)
-        pytest.fail(f"deployment not in {states} after {timeout_s} s: {self.http.get(f'/v1/deployments/{name}').json()}")
+        pytest.fail(
+            f"deployment not in {states} after {timeout_s} s: {self.http.get(f'/v1/deployments/{name}').json()}"
+        )
 
 
 def key_headers(api: Api) -> dict[str, str]:
@@ -90,7 +96,8 @@ def remove_serving(api: Api, cluster: LocalRayCluster, name: str) -> None:
     api.http.delete(f"/v1/deployments/{name}")
     httpx.delete(
         f"{cluster.dashboard_url}/api/serve/applications/",
-        headers={"Authorization": f"Bearer {cluster.token()}"}, timeout=60,
+        headers={"Authorization": f"Bearer {cluster.token()}"},
+        timeout=60,
     )
 
 
@@ -98,13 +105,20 @@ def remove_serving(api: Api, cluster: LocalRayCluster, name: str) -> None:
 def service(ray_cluster, tmp_path_factory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("service")
     settings = Settings(
-        database_url=f"sqlite:///{root / 'orchestrator.db'}", storage=str(root / "storage"), var_dir=str(root / "var"),
-        host="127.0.0.1", port=free_port(), admin_token=ADMIN,
-        scheduler_interval_s=0.5, reconciler_interval_s=1.0, train_poll_interval_s=0.2,
+        database_url=f"sqlite:///{root / 'orchestrator.db'}",
+        storage=str(root / "storage"),
+        var_dir=str(root / "var"),
+        host="127.0.0.1",
+        port=free_port(),
+        admin_token=ADMIN,
+        scheduler_interval_s=0.5,
+        reconciler_interval_s=1.0,
+        train_poll_interval_s=0.2,
         start_timeout_s=START_TIMEOUT_S,
         workload_packages="example_workloads",  # examples/, installed by `make install`
         data_roots=str(tmp_path_factory.getbasetemp()),  # the tests' text files
-        serve_port=free_port(), serve_reconciler_interval_s=0.5,  # Ray Serve's proxy: a free port
+        serve_port=free_port(),
+        serve_reconciler_interval_s=0.5,  # Ray Serve's proxy: a free port
     )
     with serve_in_thread(settings, RayBackend(ray_cluster.dashboard_url, ray_cluster.token())) as url:
         yield url

@@ -71,13 +71,21 @@ def test_tied_epochs_keep_the_newest_and_best_deploys_it(member, ray_cluster):
     from tests.integration.conftest import remove_serving
 
     checkpoint = {"keep": 1, "keep_best": {"metric": "val_accuracy", "count": 1}}
-    response = member.submit(name="tie", epochs=3, checkpoint=checkpoint, lr={"base": 1e-9},
-                             scaling={"num_workers": 1, "cpus_per_worker": 0.9})
+    response = member.submit(
+        name="tie",
+        epochs=3,
+        checkpoint=checkpoint,
+        lr={"base": 1e-9},
+        scaling={"num_workers": 1, "cpus_per_worker": 0.9},
+    )
     assert response.status_code == 201, response.text
     job_id = response.json()["id"]
     member.wait(job_id, {"SUCCEEDED"}, timeout_s=300)
-    accuracies = {p["values"]["val_accuracy"] for p in member.http.get(f"/v1/jobs/{job_id}/metrics").json()
-                  if "val_accuracy" in p["values"]}
+    accuracies = {
+        p["values"]["val_accuracy"]
+        for p in member.http.get(f"/v1/jobs/{job_id}/metrics").json()
+        if "val_accuracy" in p["values"]
+    }
     assert len(accuracies) == 1, accuracies  # a certain tie
     recorded = _recorded(member, job_id)
     assert [c["epoch"] for c in recorded] == [3]

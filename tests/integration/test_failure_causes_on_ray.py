@@ -54,7 +54,9 @@ def test_an_exception_in_the_training_code_fails_at_once_with_its_traceback(memb
 
 def test_out_of_memory_is_never_retried_even_when_errors_are(member, ray_cluster):
     job_id = _submit(
-        member, "oom", {"fail_after_samples": 100, "error": "oom"},
+        member,
+        "oom",
+        {"fail_after_samples": 100, "error": "oom"},
         retries={"max_worker_restarts": 3, "retry_app_errors": True},
     )
     job = _wait_terminal(member, job_id)
@@ -67,7 +69,9 @@ def test_out_of_memory_is_never_retried_even_when_errors_are(member, ray_cluster
 def test_a_transient_error_is_retried_when_the_spec_asks_for_it(member, ray_cluster, tmp_path):
     marker = tmp_path / "failed-once"
     job_id = _submit(
-        member, "transient-error", {"fail_after_samples": 100, "fail_once_marker": str(marker)},
+        member,
+        "transient-error",
+        {"fail_after_samples": 100, "fail_once_marker": str(marker)},
         retries={"max_worker_restarts": 1, "retry_app_errors": True},
     )
     job = _wait_terminal(member, job_id)

@@ -134,7 +134,9 @@ def test_impossible_jobs_get_a_clear_reason_at_once(member):
 
 def test_a_second_start_adopts_the_running_local_cluster(ray_cluster):
     again = LocalRayCluster(
-        ray_cluster.dir.parent, gcs_port=ray_cluster.gcs_port, dashboard_port=ray_cluster.dashboard_port,
+        ray_cluster.dir.parent,
+        gcs_port=ray_cluster.gcs_port,
+        dashboard_port=ray_cluster.dashboard_port,
         client_port=ray_cluster.client_port,
     )
     pid = ray_cluster.pid_path.read_text()
@@ -146,8 +148,11 @@ def test_a_second_start_adopts_the_running_local_cluster(ray_cluster):
 def test_with_ray_address_the_service_uses_that_cluster_and_starts_none(ray_cluster, tmp_path, monkeypatch):
     monkeypatch.setenv("RAY_AUTH_TOKEN", ray_cluster.token())  # how a user hands over a remote token
     settings = Settings(
-        database_url=f"sqlite:///{tmp_path / 'o.db'}", var_dir=str(tmp_path / "var"), storage=str(tmp_path / "s"),
-        ray_address=ray_cluster.dashboard_url, admin_token="x",
+        database_url=f"sqlite:///{tmp_path / 'o.db'}",
+        var_dir=str(tmp_path / "var"),
+        storage=str(tmp_path / "s"),
+        ray_address=ray_cluster.dashboard_url,
+        admin_token="x",
     )
     service = ControlPlane(settings, run_loops=False)
     service.start()

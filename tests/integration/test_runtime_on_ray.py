@@ -28,8 +28,13 @@ def test_fsdp_tiny_gpt_with_step_checkpoints_and_a_full_export(member, tmp_path_
     text.write_text("".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(600)))
     config = {"text_path": str(text), "context": 32, "layers": 2, "width": 64, "heads": 4}
     response = member.submit(
-        workload="tiny_gpt", name="gpt-fsdp", config=config, strategy="fsdp", epochs=2,
-        batch={"per_worker": 16, "accumulation_steps": 2}, optimizer={"name": "adamw"},
+        workload="tiny_gpt",
+        name="gpt-fsdp",
+        config=config,
+        strategy="fsdp",
+        epochs=2,
+        batch={"per_worker": 16, "accumulation_steps": 2},
+        optimizer={"name": "adamw"},
         lr={"base": 3e-3, "base_batch": 64, "warmup_steps": 5},
         checkpoint={"every_epochs": None, "every_steps": 20, "keep": 2, "export_full": True},
     )
@@ -52,8 +57,9 @@ def test_fsdp_tiny_gpt_with_step_checkpoints_and_a_full_export(member, tmp_path_
 
 
 def test_custom_workload_from_an_allowed_package(member):
-    response = member.submit(workload="example_workloads.spirals:build", config={"points": 1000}, epochs=30,
-                             lr={"base": 0.1})
+    response = member.submit(
+        workload="example_workloads.spirals:build", config={"points": 1000}, epochs=30, lr={"base": 0.1}
+    )
     assert response.status_code == 201, response.text
     job = member.wait(response.json()["id"], {"SUCCEEDED"}, timeout_s=300)
     assert job["result"]["metrics"]["val_accuracy"] > 0.75  # chance is 0.5; 30 epochs reach 0.85-0.88

@@ -100,7 +100,8 @@ class Caller:
 
 def serve_app(cluster) -> dict:
     details = httpx.get(
-        f"{cluster.dashboard_url}/api/serve/applications/", headers={"Authorization": f"Bearer {cluster.token()}"},
+        f"{cluster.dashboard_url}/api/serve/applications/",
+        headers={"Authorization": f"Bearer {cluster.token()}"},
         timeout=30,
     ).json()
     return details["applications"][NAME]
@@ -132,8 +133,12 @@ def test_deploy_update_rollback_and_delete_without_a_failed_request(member, admi
 
     # Bad inputs: 4xx that say what is expected, never a 500.
     for body, status in [
-        ({"inputs": []}, 422), ({"inputs": [[1.0] * 63]}, 422), ({"inputs": [["x"] * 64]}, 422),
-        ({"inputs": [[0.0] * 64] * 257}, 422), ({"rows": ROWS}, 422), ([1, 2], 422),
+        ({"inputs": []}, 422),
+        ({"inputs": [[1.0] * 63]}, 422),
+        ({"inputs": [["x"] * 64]}, 422),
+        ({"inputs": [[0.0] * 64] * 257}, 422),
+        ({"rows": ROWS}, 422),
+        ([1, 2], 422),
     ]:
         response = httpx.post(url, json=body, headers=key, timeout=30)
         assert response.status_code == status, (body if len(str(body)) < 100 else "big", response.text)
@@ -189,4 +194,14 @@ def test_deploy_update_rollback_and_delete_without_a_failed_request(member, admi
         assert time.monotonic() < deadline, "the route still answers 60 s after the delete"
         time.sleep(0.5)
     history = [e["to_state"] for e in member.http.get(f"/v1/deployments/{NAME}/events").json()]
-    assert history == ["DEPLOYING", "HEALTHY", "UPDATING", "HEALTHY", "UPDATING", "HEALTHY", "UPDATING", "UNHEALTHY", "DELETED"]
+    assert history == [
+        "DEPLOYING",
+        "HEALTHY",
+        "UPDATING",
+        "HEALTHY",
+        "UPDATING",
+        "HEALTHY",
+        "UPDATING",
+        "UNHEALTHY",
+        "DELETED",
+    ]

@@ -31,9 +31,14 @@ def trained(member: Api, tmp_path_factory) -> dict:
     text = tmp_path_factory.mktemp("gpt-text") / "corpus.txt"
     text.write_text("".join(f"{i % 10}: {LINE}\n" for i in range(600)))  # ~29 KB of ASCII
     response = member.submit(
-        workload="tiny_gpt", name="gpt-serving-source", config={"text_path": str(text), **CONFIG}, epochs=1,
-        scaling={"num_workers": 2, "cpus_per_worker": 0.5}, batch={"per_worker": 8},
-        optimizer={"name": "adamw"}, lr={"base": 1e-2, "base_batch": 16, "warmup_steps": 5},
+        workload="tiny_gpt",
+        name="gpt-serving-source",
+        config={"text_path": str(text), **CONFIG},
+        epochs=1,
+        scaling={"num_workers": 2, "cpus_per_worker": 0.5},
+        batch={"per_worker": 8},
+        optimizer={"name": "adamw"},
+        lr={"base": 1e-2, "base_batch": 16, "warmup_steps": 5},
     )
     assert response.status_code == 201, response.text
     return member.wait(response.json()["id"], {"SUCCEEDED"}, timeout_s=180)
@@ -92,17 +97,28 @@ def test_tiny_gpt_deployment_generates_the_local_models_text(member, trained, cl
 
     # Bad inputs: 4xx that say what is expected, never a 500.
     for body in [
-        {"prompt": ""}, {"prompt": 5}, {"prompt": ["the"]}, {"prompt": None}, {}, {"text": "the"},
-        {"prompt": "the", "max_new_tokens": 0}, {"prompt": "the", "max_new_tokens": "8"},
-        {"prompt": "the", "max_new_tokens": 10_000}, {"prompt": "the", "max_new_tokens": True},
-        {"prompt": "the", "temperature": -1}, {"prompt": "the", "temperature": "hot"},
-        {"prompt": "the", "seed": -1}, {"prompt": "x" * 5000}, ["the"], "the",
+        {"prompt": ""},
+        {"prompt": 5},
+        {"prompt": ["the"]},
+        {"prompt": None},
+        {},
+        {"text": "the"},
+        {"prompt": "the", "max_new_tokens": 0},
+        {"prompt": "the", "max_new_tokens": "8"},
+        {"prompt": "the", "max_new_tokens": 10_000},
+        {"prompt": "the", "max_new_tokens": True},
+        {"prompt": "the", "temperature": -1},
+        {"prompt": "the", "temperature": "hot"},
+        {"prompt": "the", "seed": -1},
+        {"prompt": "x" * 5000},
+        ["the"],
+        "the",
     ]:
         response = httpx.post(url, headers=key, json=body, timeout=30)
         assert response.status_code == 422, (str(body)[:80], response.status_code, response.text)
         assert response.json()["detail"] and "prompt" in response.json()["expected"]
     assert httpx.post(url, headers=key, content=b"not json", timeout=30).status_code == 400
     # After all that, it still answers.
-    assert httpx.post(url, headers=key, json={"prompt": "the quick ", "max_new_tokens": 24}, timeout=30).json()["text"] == (
-        local_greedy(model, "the quick ", 24, context)
-    )
+    assert httpx.post(url, headers=key, json={"prompt": "the quick ", "max_new_tokens": 24}, timeout=30).json()[
+        "text"
+    ] == (local_greedy(model, "the quick ", 24, context))

@@ -68,8 +68,10 @@ def _trials_dir(sweep: dict) -> Path:
 
 def _most_at_once(trials: list[dict]) -> int:
     """The most trials running at one time, from the start and end the control plane recorded for each."""
-    edges = sorted([(datetime.fromisoformat(t["started_at"]), 1) for t in trials if t["started_at"]]
-                   + [(datetime.fromisoformat(t["finished_at"]), -1) for t in trials if t["finished_at"]])
+    edges = sorted(
+        [(datetime.fromisoformat(t["started_at"]), 1) for t in trials if t["started_at"]]
+        + [(datetime.fromisoformat(t["finished_at"]), -1) for t in trials if t["finished_at"]]
+    )
     running = most = 0
     for _, step in edges:  # an end and a start at the same instant: the end first
         running += step
@@ -172,8 +174,8 @@ def test_asha_stops_the_poor_trials_early_and_frees_their_workers(admin, ray_clu
 def test_the_best_trial_deploys_to_ray_serve(admin, ray_cluster, asha_sweep):
     from sklearn.datasets import load_digits
 
-    from workers.train.checkpoints import load_model_from_checkpoint
     from workers.contract.jobs import DigitsConfig
+    from workers.train.checkpoints import load_model_from_checkpoint
 
     sweep, _ = asha_sweep
     best = sweep["best_trial"]
@@ -307,7 +309,9 @@ def _wait_for_committed_epoch(train_run: Path, epoch: int, timeout_s: float = 12
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            latest = json.loads((train_run / "checkpoint_manager_snapshot.json").read_text())["latest_checkpoint_result"]
+            latest = json.loads((train_run / "checkpoint_manager_snapshot.json").read_text())[
+                "latest_checkpoint_result"
+            ]
             if latest and latest["metrics"].get("epoch") == epoch:
                 return
         except (FileNotFoundError, json.JSONDecodeError):  # not written yet, or being rewritten
@@ -335,7 +339,9 @@ def test_a_killed_sweep_driver_resumes_without_rerunning_finished_trials(admin, 
     else:
         pytest.fail(f"the first trial never finished with the second under way: {_trials(admin, sweep['id'])}")
     first_points = admin.http.get(f"/v1/trials/{trials[0]['id']}/metrics").json()
-    ray_jobs = JobSubmissionClient(ray_cluster.dashboard_url, headers={"Authorization": f"Bearer {ray_cluster.token()}"})
+    ray_jobs = JobSubmissionClient(
+        ray_cluster.dashboard_url, headers={"Authorization": f"Bearer {ray_cluster.token()}"}
+    )
     driver_pid = int(ray_jobs.get_job_info(f"{sweep['id']}-1").driver_info.pid)
     # The hardest moment: the second trial's Train run has just committed its last epoch, which the driver
     # has not passed on yet. Restored, that run is finished and trains no more; the epoch must still arrive.

@@ -11,11 +11,11 @@ import pytest
 import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from api.app import create_app
 from orchestrator.settings import Settings
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import response_schema_conformance
 from tests.fakes import FakeBackend
 from tests.unit.api_helpers import ADMIN, auth, make_project
 
@@ -26,9 +26,14 @@ KEYS: dict[str, str] = {}
 @pytest.fixture
 def fuzzed_app(tmp_path):
     app = create_app(
-        Settings(database_url=f"sqlite:///{tmp_path / 'fuzz.db'}", storage=str(tmp_path / "storage"),
-                 var_dir=str(tmp_path / "var"), admin_token=ADMIN),
-        backend=FakeBackend(), run_loops=False,
+        Settings(
+            database_url=f"sqlite:///{tmp_path / 'fuzz.db'}",
+            storage=str(tmp_path / "storage"),
+            var_dir=str(tmp_path / "var"),
+            admin_token=ADMIN,
+        ),
+        backend=FakeBackend(),
+        run_loops=False,
     )
     with TestClient(app) as client:
         _, keys = make_project(client, "fuzz")
@@ -48,16 +53,24 @@ def test_no_request_makes_the_api_fail_or_break_its_schema(fuzzed_app, role):
     assert len(operations) > 30  # the whole API, not an empty schema
 
     for operation in operations:
-        @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
-                  database=None)
+
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            derandomize=True,
+            database=None,
+        )
         @given(case=operation.as_strategy())
         def fuzz(case) -> None:
             if case.path.endswith("/logs") and "follow" in (case.query or {}):
-                case.query = {k: v for k, v in case.query.items() if k != "follow"}  # a follow streams until its job ends
+                case.query = {
+                    k: v for k, v in case.query.items() if k != "follow"
+                }  # a follow streams until its job ends
             case.call_and_validate(headers=auth(KEYS[role]), checks=[not_a_server_error, response_schema_conformance])
 
         try:
             fuzz()
-        except (Exception, BaseExceptionGroup) as exc:  # noqa: BLE001 - collected and reported below
+        except (Exception, BaseExceptionGroup) as exc:
             failures[f"{operation.method.upper()} {operation.path}"] = str(exc)[:2000]
     assert not failures, "\n\n".join(f"{name}:\n{problem}" for name, problem in failures.items())

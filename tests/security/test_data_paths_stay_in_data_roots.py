@@ -22,8 +22,11 @@ def settings_overrides() -> dict:
 
 
 def submit(client, text_path: str):
-    return client.post("/v1/jobs", json={"workload": "tiny_gpt", "config": {"text_path": text_path, **GPT}, "epochs": 1},
-                       headers=auth(ADMIN))
+    return client.post(
+        "/v1/jobs",
+        json={"workload": "tiny_gpt", "config": {"text_path": text_path, **GPT}, "epochs": 1},
+        headers=auth(ADMIN),
+    )
 
 
 def data_root(app) -> Path:
@@ -76,17 +79,29 @@ def test_a_good_path_is_stored_resolved(app, client):
 def test_a_sweep_may_not_search_over_files_outside_the_roots(app, client):
     root = data_root(app)
     (root / "corpus.txt").write_text("hello world\n" * 10)
-    base = {**BASE, "workload": "tiny_gpt", "config": {"text_path": "corpus.txt", **GPT},
-            "scaling": {"num_workers": 1, "cpus_per_worker": 0.5}}
+    base = {
+        **BASE,
+        "workload": "tiny_gpt",
+        "config": {"text_path": "corpus.txt", **GPT},
+        "scaling": {"num_workers": 1, "cpus_per_worker": 0.5},
+    }
     space = {"config.text_path": {"type": "choice", "values": ["corpus.txt", "/etc/passwd"]}}
     response = client.post("/v1/sweeps", json={"base": base, "search_space": space}, headers=auth(ADMIN))
     refused(response, "'/etc/passwd' is not inside a data root")
     bad_base = {**base, "config": {**base["config"], "text_path": "/etc/shadow"}}
-    response = client.post("/v1/sweeps", json={"base": bad_base, "search_space": {"lr.base": {"type": "choice", "values": [0.1]}}},
-                           headers=auth(ADMIN))
-    assert response.status_code == 422 and response.json()["detail"][0]["loc"][:3] == ["body", "base", "config"], response.text
-    ok = client.post("/v1/sweeps", json={"base": base, "search_space": {"config.text_path": {"type": "choice", "values": ["corpus.txt"]}}},
-                     headers=auth(ADMIN))
+    response = client.post(
+        "/v1/sweeps",
+        json={"base": bad_base, "search_space": {"lr.base": {"type": "choice", "values": [0.1]}}},
+        headers=auth(ADMIN),
+    )
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"][:3] == ["body", "base", "config"], (
+        response.text
+    )
+    ok = client.post(
+        "/v1/sweeps",
+        json={"base": base, "search_space": {"config.text_path": {"type": "choice", "values": ["corpus.txt"]}}},
+        headers=auth(ADMIN),
+    )
     assert ok.status_code == 201, ok.text
     assert ok.json()["spec"]["search_space"]["config.text_path"]["values"] == [str((root / "corpus.txt").resolve())]
     assert ok.json()["spec"]["base"]["config"]["text_path"] == str((root / "corpus.txt").resolve())

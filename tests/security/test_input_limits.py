@@ -40,8 +40,12 @@ def test_a_runs_distinct_metric_names_and_their_length_are_capped(app, client, b
 
     long_name = post(client, job, token, metrics(4, **{"x" * 21: 1.0}))
     assert long_name.status_code == 422 and "ORCHESTRATOR_MAX_METRIC_NAME_CHARS" in long_name.text
-    checkpoint_metrics = post(client, job, token, {"type": "checkpoint", "epoch": 4, "step": 4, "path": "/nowhere",
-                                                  "size_bytes": 1, "metrics": {"y" * 21: 1.0}})
+    checkpoint_metrics = post(
+        client,
+        job,
+        token,
+        {"type": "checkpoint", "epoch": 4, "step": 4, "path": "/nowhere", "size_bytes": 1, "metrics": {"y" * 21: 1.0}},
+    )
     assert checkpoint_metrics.status_code == 422 and "ORCHESTRATOR_MAX_METRIC_NAME_CHARS" in checkpoint_metrics.text
 
 
@@ -61,17 +65,23 @@ def test_a_trials_config_and_metric_names_are_capped(app, client, backend):
     headers = driver_token(backend, f"{sweep['id']}-1")
 
     def send(*events):
-        return client.post(f"/internal/v1/sweeps/{sweep['id']}/events", json={"attempt": 1, "events": list(events)},
-                           headers=headers)
+        return client.post(
+            f"/internal/v1/sweeps/{sweep['id']}/events", json={"attempt": 1, "events": list(events)}, headers=headers
+        )
 
     trial = {"type": "trial", "trial": "t_00000", "state": "running"}
     big = send(trial | {"config": {"lr.base": 0.1, "junk": "x" * 5000}})
     assert big.status_code == 422 and "ORCHESTRATOR_MAX_RESULT_KB" in big.text
     assert client.get(f"/v1/sweeps/{sweep['id']}/trials", headers=auth(ADMIN)).json() == []
-    names = send(trial | {"config": {"lr.base": 0.1}, "epoch": 1, "step": 1, "metrics": {f"m{i}": 1.0 for i in range(9)}})
+    names = send(
+        trial | {"config": {"lr.base": 0.1}, "epoch": 1, "step": 1, "metrics": {f"m{i}": 1.0 for i in range(9)}}
+    )
     assert names.status_code == 422 and "ORCHESTRATOR_MAX_METRIC_NAMES" in names.text
     assert client.get(f"/v1/sweeps/{sweep['id']}/trials", headers=auth(ADMIN)).json() == []
-    assert send(trial | {"config": {"lr.base": 0.1}, "epoch": 1, "step": 1, "metrics": {"val_accuracy": 0.5}}).status_code == 200
+    assert (
+        send(trial | {"config": {"lr.base": 0.1}, "epoch": 1, "step": 1, "metrics": {"val_accuracy": 0.5}}).status_code
+        == 200
+    )
 
 
 def test_the_label_filters_of_a_query_are_capped(client):

@@ -7,12 +7,11 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
+from orchestrator.db.models import Deployment, DeploymentEvent, DeploymentState
 from tests.security.test_run_tokens_and_checkpoint_paths import post, started_job
 from tests.unit.api_helpers import ADMIN, auth, submit, tick
 from tests.unit.test_deployments import deploy, finished_job
 from tests.unit.test_sweeps import driver_token, post_sweep
-from orchestrator.db.models import Deployment, DeploymentEvent, DeploymentState
-
 
 MAX_PAGE, MAX_METRICS_PAGE = 200, 1000  # api/paging.py; said in docs/security.md
 
@@ -49,9 +48,22 @@ def test_every_list_endpoint_pages_with_a_cursor_header(app, client, backend, tm
     sweeps = [post_sweep(client).json()["id"] for _ in range(3)]
     tick(app)
     headers = driver_token(backend, f"{sweeps[0]}-1")
-    events = [{"type": "trial", "trial": f"t_{i:05d}", "state": "running", "config": {"lr.base": 0.1},
-               "epoch": e, "step": e, "metrics": {"val_accuracy": 0.1 * e}} for i in range(5) for e in (1, 2, 3)]
-    sent = client.post(f"/internal/v1/sweeps/{sweeps[0]}/events", json={"attempt": 1, "events": events}, headers=headers)
+    events = [
+        {
+            "type": "trial",
+            "trial": f"t_{i:05d}",
+            "state": "running",
+            "config": {"lr.base": 0.1},
+            "epoch": e,
+            "step": e,
+            "metrics": {"val_accuracy": 0.1 * e},
+        }
+        for i in range(5)
+        for e in (1, 2, 3)
+    ]
+    sent = client.post(
+        f"/internal/v1/sweeps/{sweeps[0]}/events", json={"attempt": 1, "events": events}, headers=headers
+    )
     assert sent.status_code == 200, sent.text
     done, _ = finished_job(app, tmp_path, accuracies=(0.1, 0.2, 0.3, 0.4, 0.5))
     for name in ("d-a", "d-b", "d-c"):
@@ -59,14 +71,27 @@ def test_every_list_endpoint_pages_with_a_cursor_header(app, client, backend, tm
     with app.state.service.sessions.begin() as session:  # a deployment with a history worth paging
         deployment_id = session.scalars(select(Deployment.id).where(Deployment.name == "d-a")).one()
         for i in range(5):
-            session.add(DeploymentEvent(deployment_id=deployment_id, version=1, from_state=None,
-                                        to_state=DeploymentState.DEPLOYING, reason=f"r{i}"))
+            session.add(
+                DeploymentEvent(
+                    deployment_id=deployment_id,
+                    version=1,
+                    from_state=None,
+                    to_state=DeploymentState.DEPLOYING,
+                    reason=f"r{i}",
+                )
+            )
     trials = client.get(f"/v1/sweeps/{sweeps[0]}/trials", headers=auth(ADMIN)).json()
 
     for path, limit in [
-        (f"/v1/jobs/{job}/events", 1), (f"/v1/jobs/{job}/metrics", 2), (f"/v1/jobs/{done}/checkpoints", 2),
-        ("/v1/sweeps", 2), (f"/v1/sweeps/{sweeps[0]}/trials", 2), (f"/v1/sweeps/{sweeps[0]}/events", 1),
-        (f"/v1/trials/{trials[0]['id']}/metrics", 1), ("/v1/deployments", 2), ("/v1/deployments/d-a/events", 2),
+        (f"/v1/jobs/{job}/events", 1),
+        (f"/v1/jobs/{job}/metrics", 2),
+        (f"/v1/jobs/{done}/checkpoints", 2),
+        ("/v1/sweeps", 2),
+        (f"/v1/sweeps/{sweeps[0]}/trials", 2),
+        (f"/v1/sweeps/{sweeps[0]}/events", 1),
+        (f"/v1/trials/{trials[0]['id']}/metrics", 1),
+        ("/v1/deployments", 2),
+        ("/v1/deployments/d-a/events", 2),
     ]:
         whole = client.get(path, headers=auth(ADMIN))  # no limit: the whole (small) list, as before
         assert whole.status_code == 200 and "X-Next-Cursor" not in whole.headers
@@ -75,7 +100,10 @@ def test_every_list_endpoint_pages_with_a_cursor_header(app, client, backend, tm
         assert paged == whole.json(), path  # same items, same order, none twice
         assert pages > 1, path
 
-    assert client.get(f"/v1/jobs/{job}/metrics", params={"limit": MAX_METRICS_PAGE + 1}, headers=auth(ADMIN)).status_code == 422
+    assert (
+        client.get(f"/v1/jobs/{job}/metrics", params={"limit": MAX_METRICS_PAGE + 1}, headers=auth(ADMIN)).status_code
+        == 422
+    )
     assert client.get("/v1/sweeps", params={"limit": MAX_PAGE + 1}, headers=auth(ADMIN)).status_code == 422
     bad = client.get(f"/v1/jobs/{job}/events", params={"cursor": "not-a-cursor"}, headers=auth(ADMIN))
     assert bad.status_code == 422 and "cursor" in bad.text

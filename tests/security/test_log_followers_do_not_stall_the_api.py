@@ -30,9 +30,17 @@ ANSWER_WITHIN_S = 60  # what "stalled" means here: the old code never answered
 def served(database_url: str, tmp_path, **overrides) -> Iterator[tuple[str, object, FakeBackend]]:
     """The app over the fake cluster behind uvicorn on a free port: (url, app, backend)."""
     backend = FakeBackend()
-    settings = Settings(database_url=database_url, storage=str(tmp_path / "storage"), var_dir=str(tmp_path / "var"),
-                        admin_token=ADMIN, host="127.0.0.1", port=free_port(), scheduler_interval_s=0.1,
-                        log_follow_poll_s=0.2, **overrides)
+    settings = Settings(
+        database_url=database_url,
+        storage=str(tmp_path / "storage"),
+        var_dir=str(tmp_path / "var"),
+        admin_token=ADMIN,
+        host="127.0.0.1",
+        port=free_port(),
+        scheduler_interval_s=0.1,
+        log_follow_poll_s=0.2,
+        **overrides,
+    )
     app = create_app(settings, backend=backend)
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -63,8 +71,9 @@ class Follower:
 
     def __init__(self, url: str, job: str, key: str):
         self.client = httpx.Client(base_url=url, headers=auth(key), timeout=ANSWER_WITHIN_S)
-        self.response = self.client.send(self.client.build_request("GET", f"/v1/jobs/{job}/logs", params={"follow": "true"}),
-                                          stream=True)
+        self.response = self.client.send(
+            self.client.build_request("GET", f"/v1/jobs/{job}/logs", params={"follow": "true"}), stream=True
+        )
         self.status = self.response.status_code
         # The iterator is kept: dropped, it would close the stream (and the server would end the follow).
         self.chunks = self.response.iter_text()
@@ -87,7 +96,10 @@ def test_a_hundred_followers_leave_the_api_and_the_drivers_reports_answering(dat
             reads_before = backend.asked.count("logs")
             # Every follower holds its stream; the API and the drivers' reports still answer.
             assert http.get("/v1/jobs").status_code == 200
-            batch = {"attempt": 1, "events": [{"type": "metrics", "epoch": 1, "step": 1, "values": {"train_loss": 1.0}}]}
+            batch = {
+                "attempt": 1,
+                "events": [{"type": "metrics", "epoch": 1, "step": 1, "values": {"train_loss": 1.0}}],
+            }
             assert http.post(f"/internal/v1/jobs/{job}/events", json=batch, headers=auth(token)).status_code == 200
             time.sleep(1.0)  # five polls: the job's output is read once a poll, not once a poll per follower
             assert backend.asked.count("logs") - reads_before <= 2 * 6, backend.asked.count("logs") - reads_before
@@ -104,7 +116,7 @@ def test_a_hundred_followers_leave_the_api_and_the_drivers_reports_answering(dat
 def test_follows_per_key_are_capped_with_a_429(database_url, tmp_path):
     with served(database_url, tmp_path, max_log_follows_per_key=2) as (url, app, backend):
         http = httpx.Client(base_url=url, headers=auth(ADMIN), timeout=ANSWER_WITHIN_S)
-        _, keys = make_project(http, "p")
+        _, _keys = make_project(http, "p")
         job, _ = started_job(http, backend)
         first, second = Follower(url, job, ADMIN), Follower(url, job, ADMIN)
         try:
@@ -127,7 +139,7 @@ def test_follows_per_key_are_capped_with_a_429(database_url, tmp_path):
 
 @pytest.mark.parametrize("tail", [0, 1])
 def test_tail_sends_only_the_last_lines(database_url, tmp_path, tail):
-    with served(database_url, tmp_path) as (url, app, backend):
+    with served(database_url, tmp_path) as (url, _app, backend):
         http = httpx.Client(base_url=url, headers=auth(ADMIN), timeout=ANSWER_WITHIN_S)
         job, _ = started_job(http, backend)
         backend.logs = lambda submission_id: "one\ntwo\nthree\n"

@@ -35,8 +35,13 @@ def test_a_cluster_admin_caps_a_projects_priority_and_members_cannot_pass_it(cli
     assert sweep.status_code == 422 and "max_priority" in sweep.text
 
     # Only a cluster-wide admin changes the cap.
-    assert client.patch(f"/v1/projects/{project_id}", json={"max_priority": 1000}, headers=auth(project_admin)).status_code == 403
-    assert client.patch(f"/v1/projects/{project_id}", json={"max_priority": 1000}, headers=auth(member)).status_code == 403
+    assert (
+        client.patch(f"/v1/projects/{project_id}", json={"max_priority": 1000}, headers=auth(project_admin)).status_code
+        == 403
+    )
+    assert (
+        client.patch(f"/v1/projects/{project_id}", json={"max_priority": 1000}, headers=auth(member)).status_code == 403
+    )
     patched = client.patch(f"/v1/projects/{project_id}", json={"max_priority": 0}, headers=auth(ADMIN))
     assert patched.status_code == 200 and patched.json()["max_priority"] == 0
     assert submit(client, member, priority=1).status_code == 422
@@ -53,8 +58,14 @@ def test_a_deployment_cannot_ask_more_than_the_whole_cluster_holds(app, client, 
     too_many = deploy(client, keys["member"], name="big", source={"job_id": job}, replicas=3, resources={"gpus": 1})
     assert too_many.status_code == 422, too_many.text
     assert "2 GPU" in too_many.text and "at most 2 replicas" in too_many.text
-    scaling = deploy(client, keys["member"], name="big", source={"job_id": job},
-                     replicas={"min": 1, "max": 100}, resources={"gpus": 0.5})
+    scaling = deploy(
+        client,
+        keys["member"],
+        name="big",
+        source={"job_id": job},
+        replicas={"min": 1, "max": 100},
+        resources={"gpus": 0.5},
+    )
     assert scaling.status_code == 422 and "replicas" in scaling.text
     fits = deploy(client, keys["member"], name="fits", source={"job_id": job}, replicas=2, resources={"gpus": 1})
     assert fits.status_code == 201, fits.text

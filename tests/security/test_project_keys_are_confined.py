@@ -49,9 +49,12 @@ def test_asking_for_a_cluster_wide_key_through_a_project_route_is_a_422(client):
     assert "cluster-wide" in message and "ORCHESTRATOR_ADMIN_TOKEN" in message, message
     assert response.json()["detail"][0]["loc"] == ["body", "scope"]
     # Saying so explicitly is fine.
-    assert client.post(
-        f"/v1/projects/{a}/keys", json={"role": "admin", "scope": "project"}, headers=auth(ADMIN)
-    ).status_code == 201
+    assert (
+        client.post(
+            f"/v1/projects/{a}/keys", json={"role": "admin", "scope": "project"}, headers=auth(ADMIN)
+        ).status_code
+        == 201
+    )
 
 
 def test_the_upgrade_confines_every_existing_admin_key_but_the_one_the_first_start_printed(database_url):
@@ -63,7 +66,9 @@ def test_the_upgrade_confines_every_existing_admin_key_but_the_one_the_first_sta
         now = datetime.now(UTC)
         with engine.begin() as connection:
             connection.execute(
-                text("INSERT INTO projects (id, name, created_at) VALUES ('p1', 'default', :now), ('p2', 'beta', :now)"),
+                text(
+                    "INSERT INTO projects (id, name, created_at) VALUES ('p1', 'default', :now), ('p2', 'beta', :now)"
+                ),
                 {"now": now},
             )
             for key_id, project, name in [("k1", "p1", "bootstrap"), ("k2", "p2", "bootstrap"), ("k3", "p1", "ops")]:

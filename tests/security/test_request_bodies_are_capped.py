@@ -40,7 +40,7 @@ def _big_spec(size: int) -> bytes:
 
 
 def _chunks(data: bytes) -> list[bytes]:
-    return [data[i:i + CHUNK] for i in range(0, len(data), CHUNK)]
+    return [data[i : i + CHUNK] for i in range(0, len(data), CHUNK)]
 
 
 def _says_the_limit(response: httpx.Response) -> None:
@@ -69,13 +69,17 @@ def test_a_body_under_the_cap_is_served(app, client):
     spec = json.dumps({"workload": "digits", "name": "n" * 100}).encode()
     response, _ = _post(app, [spec], {"Content-Type": "application/json"})
     assert response.status_code == 201, response.text[:300]
-    near = client.post("/v1/jobs", content=_big_spec(MB - 1000), headers={**auth(ADMIN), "Content-Type": "application/json"})
+    near = client.post(
+        "/v1/jobs", content=_big_spec(MB - 1000), headers={**auth(ADMIN), "Content-Type": "application/json"}
+    )
     assert near.status_code == 422, near.text[:300]  # parsed: refused by validation (labels), not by the cap
 
 
 @pytest.mark.parametrize("settings_overrides", [{"max_body_mb": 0.01}])
 def test_the_cap_is_a_setting(app, client):
-    small = client.post("/v1/jobs", content=_big_spec(20_000), headers={**auth(ADMIN), "Content-Type": "application/json"})
+    small = client.post(
+        "/v1/jobs", content=_big_spec(20_000), headers={**auth(ADMIN), "Content-Type": "application/json"}
+    )
     assert small.status_code == 413, small.text[:300]
     assert "ORCHESTRATOR_MAX_BODY_MB (0.01 MB)" in small.json()["detail"]
 

@@ -22,7 +22,9 @@ def started_job(app, client, backend, key: str = ADMIN) -> tuple[str, str]:
 
 
 def post(client, job: str, token: str, *events: dict):
-    return client.post(f"/internal/v1/jobs/{job}/events", json={"attempt": 1, "events": list(events)}, headers=auth(token))
+    return client.post(
+        f"/internal/v1/jobs/{job}/events", json={"attempt": 1, "events": list(events)}, headers=auth(token)
+    )
 
 
 def checkpoint(path: Path | str, step: int = 10) -> dict:
@@ -38,7 +40,10 @@ def folder(path: Path) -> Path:
 def test_a_jobs_token_stops_working_when_the_job_ends(app, client, backend):
     done, token = started_job(app, client, backend)
     assert post(client, done, token, {"type": "state", "state": "running"}).status_code == 200
-    assert post(client, done, token, {"type": "state", "state": "succeeded", "result": {"metrics": {"a": 1}}}).status_code == 200
+    assert (
+        post(client, done, token, {"type": "state", "state": "succeeded", "result": {"metrics": {"a": 1}}}).status_code
+        == 200
+    )
     rewrite = {"type": "state", "state": "succeeded", "result": {"metrics": {"a": 2}}}
     assert post(client, done, token, rewrite).status_code == 401
     assert client.get(f"/v1/jobs/{done}", headers=auth(ADMIN)).json()["result"] == {"metrics": {"a": 1}}
@@ -59,7 +64,9 @@ def test_a_late_state_the_rules_refuse_does_not_rewrite_the_result(app, client, 
     with app.state.service.sessions.begin() as session:  # below the endpoint: even with a valid token
         row = session.get(Job, job)
         assert row.state == JobState.CANCELLED
-        batch = EventBatch.model_validate({"attempt": 1, "events": [{"type": "state", "state": "succeeded", "result": {"x": 1}}]})
+        batch = EventBatch.model_validate(
+            {"attempt": 1, "events": [{"type": "state", "state": "succeeded", "result": {"x": 1}}]}
+        )
         assert apply_events(session, row, batch, storage) == 0
         assert row.result is None
 
@@ -74,10 +81,21 @@ def test_a_driver_records_only_its_own_runs_checkpoints(app, client, backend):
     link = storage / job / "checkpoint_000002"
     os.symlink(theirs, link)  # inside my run folder by name, another project's folder in fact
 
-    for path in (theirs, link, storage / job, storage / job / "checkpoint_000001" / ".." / ".." / victim / "checkpoint_000001",
-                 "/etc", f"{mine}/../../{victim}/checkpoint_000001"):
-        response = post(client, job, token, {"type": "metrics", "epoch": 1, "step": 5, "values": {"train_loss": 1.0}},
-                        checkpoint(path))
+    for path in (
+        theirs,
+        link,
+        storage / job,
+        storage / job / "checkpoint_000001" / ".." / ".." / victim / "checkpoint_000001",
+        "/etc",
+        f"{mine}/../../{victim}/checkpoint_000001",
+    ):
+        response = post(
+            client,
+            job,
+            token,
+            {"type": "metrics", "epoch": 1, "step": 5, "values": {"train_loss": 1.0}},
+            checkpoint(path),
+        )
         assert response.status_code == 400, (path, response.text)
         assert "is not a checkpoint_* folder of job" in response.json()["detail"]
     # Nothing of a refused batch was applied, not even its metric point.
@@ -90,7 +108,9 @@ def test_a_driver_records_only_its_own_runs_checkpoints(app, client, backend):
     assert [c["path"] for c in client.get(f"/v1/jobs/{job}/checkpoints", headers=auth(ADMIN)).json()] == [str(mine)]
 
 
-def test_a_sweep_driver_records_only_each_trials_own_checkpoints_and_its_token_ends_with_the_sweep(app, client, backend):
+def test_a_sweep_driver_records_only_each_trials_own_checkpoints_and_its_token_ends_with_the_sweep(
+    app, client, backend
+):
     sweep = post_sweep(client, search_space={"lr.base": {"type": "grid", "values": [0.1, 0.2]}}).json()
     tick(app)
     headers = driver_token(backend, f"{sweep['id']}-1")
@@ -98,14 +118,29 @@ def test_a_sweep_driver_records_only_each_trials_own_checkpoints_and_its_token_e
     own, others = folder(trials / "t_00000" / "checkpoint_000001"), folder(trials / "t_00001" / "checkpoint_000001")
 
     def report(tune_id: str, path: Path):
-        event = {"type": "trial", "trial": tune_id, "state": "running", "config": {"lr.base": 0.1}, "epoch": 1,
-                 "step": 10, "metrics": {"val_accuracy": 0.5}, "checkpoint_path": str(path)}
-        return client.post(f"/internal/v1/sweeps/{sweep['id']}/events", json={"attempt": 1, "events": [event]}, headers=headers)
+        event = {
+            "type": "trial",
+            "trial": tune_id,
+            "state": "running",
+            "config": {"lr.base": 0.1},
+            "epoch": 1,
+            "step": 10,
+            "metrics": {"val_accuracy": 0.5},
+            "checkpoint_path": str(path),
+        }
+        return client.post(
+            f"/internal/v1/sweeps/{sweep['id']}/events", json={"attempt": 1, "events": [event]}, headers=headers
+        )
 
     assert report("t_00000", others).status_code == 400  # another trial's run
     assert report("t_00000", Path("/etc") / "checkpoint_1").status_code == 400
     assert client.get(f"/v1/sweeps/{sweep['id']}/trials", headers=auth(ADMIN)).json() == []
     assert report("t_00000", own).status_code == 200
     done = {"type": "state", "state": "succeeded"}
-    assert client.post(f"/internal/v1/sweeps/{sweep['id']}/events", json={"attempt": 1, "events": [done]}, headers=headers).status_code == 200
+    assert (
+        client.post(
+            f"/internal/v1/sweeps/{sweep['id']}/events", json={"attempt": 1, "events": [done]}, headers=headers
+        ).status_code
+        == 200
+    )
     assert report("t_00000", own).status_code == 401

@@ -50,14 +50,17 @@ def test_a_new_deployment_requires_a_project_key_and_the_api_says_which_auth_it_
     assert created.status_code == 201, created.text
     assert (created.json()["auth"], created.json()["max_body_mb"]) == ("project", 1.0)
     open_one = client.post(
-        "/v1/deployments", json={"name": "open", "source": {"job_id": job_id}, "auth": "none", "max_body_mb": 0.5},
+        "/v1/deployments",
+        json={"name": "open", "source": {"job_id": job_id}, "auth": "none", "max_body_mb": 0.5},
         headers=auth(keys["member"]),
     )
     assert open_one.status_code == 201, open_one.text
     seen = client.get("/v1/deployments/open", headers=auth(keys["viewer"])).json()
     assert (seen["auth"], seen["max_body_mb"]) == ("none", 0.5)
     bad = client.post(
-        "/v1/deployments", json={"name": "x", "source": {"job_id": job_id}, "auth": "anyone"}, headers=auth(keys["member"])
+        "/v1/deployments",
+        json={"name": "x", "source": {"job_id": job_id}, "auth": "anyone"},
+        headers=auth(keys["member"]),
     )
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "auth"]
     # Turning auth on later is a PATCH (a new version, applied in place); a rollback keeps it on.
@@ -73,15 +76,20 @@ def test_serve_is_sent_the_projects_key_hashes_never_a_key_and_a_revoked_key_lea
     project, keys = make_project(client, "served")
     _, other_keys = make_project(client, "other")
     job_id, _ = finished_job(app, tmp_path, project_id=project)
-    assert client.post(
-        "/v1/deployments", json={"name": "locked", "source": {"job_id": job_id}}, headers=auth(keys["member"])
-    ).status_code == 201
+    assert (
+        client.post(
+            "/v1/deployments", json={"name": "locked", "source": {"job_id": job_id}}, headers=auth(keys["member"])
+        ).status_code
+        == 201
+    )
     extra = client.post(f"/v1/projects/{project}/keys", json={"role": "viewer"}, headers=auth(ADMIN)).json()
     reconcile(app)
     sent = json.dumps(backend.serve_applied[-1])
     user_config = app_of(backend, "locked")["deployments"][0]["user_config"]
     assert user_config["auth"] == "project" and user_config["max_body_mb"] == 1.0
-    assert sorted(user_config["key_hashes"]) == sorted(sha256(k) for k in (keys["member"], keys["viewer"], extra["key"]))
+    assert sorted(user_config["key_hashes"]) == sorted(
+        sha256(k) for k in (keys["member"], keys["viewer"], extra["key"])
+    )
     for secret in (*keys.values(), *other_keys.values(), extra["key"], ADMIN):
         assert secret not in sent  # no key, of this project or any other, nor the admin token
     assert sha256(other_keys["member"]) not in sent and sha256(ADMIN) not in sent
@@ -104,10 +112,14 @@ def test_serve_is_sent_the_projects_key_hashes_never_a_key_and_a_revoked_key_lea
 def test_a_deployment_with_auth_none_is_sent_no_key_hashes(app, client, backend, tmp_path):
     project, keys = make_project(client, "served")
     job_id, _ = finished_job(app, tmp_path, project_id=project)
-    assert client.post(
-        "/v1/deployments", json={"name": "open", "source": {"job_id": job_id}, "auth": "none"},
-        headers=auth(keys["member"]),
-    ).status_code == 201
+    assert (
+        client.post(
+            "/v1/deployments",
+            json={"name": "open", "source": {"job_id": job_id}, "auth": "none"},
+            headers=auth(keys["member"]),
+        ).status_code
+        == 201
+    )
     reconcile(app)
     user_config = app_of(backend, "open")["deployments"][0]["user_config"]
     assert (user_config["auth"], user_config["key_hashes"]) == ("none", [])

@@ -11,7 +11,7 @@ import yaml
 from sqlalchemy.exc import OperationalError
 
 from orchestrator.backend import BackendUnavailable
-from tests.unit.api_helpers import auth, make_project
+from tests.unit.api_helpers import make_project
 from tests.unit.test_deploy_chart import DEPLOY, _interpolate
 from tests.unit.test_deployments import deploy, finished_job
 

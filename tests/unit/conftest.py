@@ -24,10 +24,16 @@ def settings_overrides() -> dict:
 
 @pytest.fixture
 def app(database_url, tmp_path, backend, settings_overrides):
-    settings = Settings(**{
-        "database_url": database_url, "storage": str(tmp_path / "storage"), "var_dir": str(tmp_path / "var"),
-        "admin_token": ADMIN, "workload_packages": "allowed_pkg", **settings_overrides,
-    })
+    settings = Settings(
+        **{
+            "database_url": database_url,
+            "storage": str(tmp_path / "storage"),
+            "var_dir": str(tmp_path / "var"),
+            "admin_token": ADMIN,
+            "workload_packages": "allowed_pkg",
+            **settings_overrides,
+        }
+    )
     application = create_app(settings, backend=backend, run_loops=False)
     with TestClient(application) as client:
         application.state.client = client

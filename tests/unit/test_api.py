@@ -23,7 +23,12 @@ from tests.unit.api_helpers import ADMIN, auth, count_jobs, make_project, reconc
 def test_health_needs_no_key_but_everything_else_does(client):
     assert client.get("/healthz").status_code == 200
     assert client.get("/readyz").json()["ray"].startswith("ok")
-    for method, path in [("get", "/v1/jobs"), ("post", "/v1/jobs"), ("get", "/v1/projects"), ("get", "/v1/jobs/x/logs")]:
+    for method, path in [
+        ("get", "/v1/jobs"),
+        ("post", "/v1/jobs"),
+        ("get", "/v1/projects"),
+        ("get", "/v1/jobs/x/logs"),
+    ]:
         response = getattr(client, method)(path)
         assert response.status_code == 401, (path, response.text)
     assert client.get("/v1/jobs", headers=auth("ork_not-a-key")).status_code == 401
@@ -42,7 +47,10 @@ def test_roles(client):
     project_id, keys = make_project(client, "vision")
     assert submit(client, keys["viewer"]).status_code == 403
     assert client.post("/v1/projects", json={"name": "x"}, headers=auth(keys["member"])).status_code == 403
-    assert client.post(f"/v1/projects/{project_id}/keys", json={"role": "admin"}, headers=auth(keys["member"])).status_code == 403
+    assert (
+        client.post(f"/v1/projects/{project_id}/keys", json={"role": "admin"}, headers=auth(keys["member"])).status_code
+        == 403
+    )
     job = submit(client, keys["member"])
     assert job.status_code == 201
     assert client.get(f"/v1/jobs/{job.json()['id']}", headers=auth(keys["viewer"])).status_code == 200
@@ -89,8 +97,12 @@ def test_submit_stores_the_full_spec_as_queued(client):
         ({"workload": "digits", "config": {"epochs": 2}}, ["body", "config", "epochs"]),
         ({"workload": "digits", "precision": "fp16"}, ["body"]),
         (
-            {"workload": "tiny_gpt", "strategy": "auto", "config": {"text_path": "t", "width": 2048, "heads": 8},
-             "scaling": {"num_workers": 2, "memory_per_worker_gb": 0.1}},
+            {
+                "workload": "tiny_gpt",
+                "strategy": "auto",
+                "config": {"text_path": "t", "width": 2048, "heads": 8},
+                "scaling": {"num_workers": 2, "memory_per_worker_gb": 0.1},
+            },
             ["body", "strategy"],
         ),
         ({"workload": "digits", "scaling": {"num_workers": 0}}, ["body", "scaling", "num_workers"]),
@@ -126,7 +138,9 @@ def test_allowed_custom_package_is_accepted(client):
 
 
 def test_malformed_json_is_422(client):
-    response = client.post("/v1/jobs", content=b"{not json", headers={**auth(ADMIN), "Content-Type": "application/json"})
+    response = client.post(
+        "/v1/jobs", content=b"{not json", headers={**auth(ADMIN), "Content-Type": "application/json"}
+    )
     assert response.status_code == 422
 
 
@@ -148,7 +162,9 @@ def test_list_newest_first_with_cursor_pagination_and_filters(client):
     ids = [submit(client, ADMIN, labels={"n": str(i), "team": "a" if i % 2 else "b"}).json()["id"] for i in range(5)]
     seen, cursor = [], None
     while True:
-        page = client.get("/v1/jobs", params={"limit": 2, **({"cursor": cursor} if cursor else {})}, headers=auth(ADMIN)).json()
+        page = client.get(
+            "/v1/jobs", params={"limit": 2, **({"cursor": cursor} if cursor else {})}, headers=auth(ADMIN)
+        ).json()
         seen += [j["id"] for j in page["items"]]
         cursor = page["next_cursor"]
         if cursor is None:
@@ -190,8 +206,12 @@ def test_scheduler_admits_by_priority_and_queues_the_rest_with_a_reason(app, cli
 
 @pytest.mark.parametrize(
     ("overrides", "watcher"),
-    [({}, "0"), ({"ray_address": "ray://head:10001"}, "1"), ({"train_preemption_watcher": True}, "1"),
-     ({"ray_address": "ray://head:10001", "train_preemption_watcher": False}, "0")],
+    [
+        ({}, "0"),
+        ({"ray_address": "ray://head:10001"}, "1"),
+        ({"train_preemption_watcher": True}, "1"),
+        ({"ray_address": "ray://head:10001", "train_preemption_watcher": False}, "0"),
+    ],
 )
 def test_ray_trains_preemption_watcher_is_on_only_where_nodes_can_be_drained(overrides, watcher):
     from orchestrator.services.launch import driver_env
@@ -268,8 +288,15 @@ def test_cancel_started_job_stops_it_in_ray(app, client, backend):
     reconcile(app)
     body = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
     assert body["state"] == "CANCELLED"
-    history = [(e["from_state"], e["to_state"]) for e in client.get(f"/v1/jobs/{job}/events", headers=auth(ADMIN)).json()]
-    assert history == [(None, "QUEUED"), ("QUEUED", "STARTING"), ("STARTING", "CANCELLING"), ("CANCELLING", "CANCELLED")]
+    history = [
+        (e["from_state"], e["to_state"]) for e in client.get(f"/v1/jobs/{job}/events", headers=auth(ADMIN)).json()
+    ]
+    assert history == [
+        (None, "QUEUED"),
+        ("QUEUED", "STARTING"),
+        ("STARTING", "CANCELLING"),
+        ("CANCELLING", "CANCELLED"),
+    ]
 
 
 # --- the internal events endpoint ------------------------------------------------------------------------
@@ -283,12 +310,15 @@ def _started_job(app, client, backend) -> tuple[str, str]:
 
 def test_events_need_the_jobs_own_token(app, client, backend):
     job, token = _started_job(app, client, backend)
-    other, other_token = _started_job(app, client, backend)
+    _other, other_token = _started_job(app, client, backend)
     batch = {"attempt": 1, "events": [{"type": "state", "state": "running"}]}
     assert client.post(f"/internal/v1/jobs/{job}/events", json=batch).status_code == 401
     assert client.post(f"/internal/v1/jobs/{job}/events", json=batch, headers=auth(other_token)).status_code == 401
     assert client.post(f"/internal/v1/jobs/{job}/events", json=batch, headers=auth(ADMIN)).status_code == 401
-    assert client.post(f"/internal/v1/jobs/{job}/events", json={**batch, "attempt": 7}, headers=auth(token)).status_code == 409
+    assert (
+        client.post(f"/internal/v1/jobs/{job}/events", json={**batch, "attempt": 7}, headers=auth(token)).status_code
+        == 409
+    )
     assert client.post(f"/internal/v1/jobs/{job}/events", json=batch, headers=auth(token)).status_code == 200
     assert client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()["state"] == "RUNNING"
     assignment = client.get(f"/internal/v1/jobs/{job}/assignment", params={"attempt": 1}, headers=auth(token))
@@ -303,13 +333,23 @@ def test_events_record_metrics_checkpoints_and_result_idempotently(app, client, 
         "events": [
             {"type": "state", "state": "running"},
             {"type": "metrics", "epoch": 1, "step": 23, "values": {"train_loss": 0.9, "val_accuracy": 0.8}},
-            {"type": "checkpoint", "epoch": 1, "step": 23, "path": ckpt_1, "size_bytes": 100, "metrics": {"val_accuracy": 0.8}},
+            {
+                "type": "checkpoint",
+                "epoch": 1,
+                "step": 23,
+                "path": ckpt_1,
+                "size_bytes": 100,
+                "metrics": {"val_accuracy": 0.8},
+            },
             {"type": "metrics", "epoch": 2, "step": 46, "values": {"train_loss": 0.5, "val_accuracy": 0.9}},
         ],
     }
     for _ in range(2):  # the reporter may deliver a batch twice
         assert client.post(f"/internal/v1/jobs/{job}/events", json=batch, headers=auth(token)).status_code == 200
-    done = {"attempt": 1, "events": [{"type": "state", "state": "succeeded", "result": {"metrics": {"val_accuracy": 0.9}}}]}
+    done = {
+        "attempt": 1,
+        "events": [{"type": "state", "state": "succeeded", "result": {"metrics": {"val_accuracy": 0.9}}}],
+    }
     client.post(f"/internal/v1/jobs/{job}/events", json=done, headers=auth(token))
     body = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
     assert body["state"] == "SUCCEEDED" and body["result"] == {"metrics": {"val_accuracy": 0.9}}
@@ -374,7 +414,11 @@ def archive_logs(app):
 
 def test_logs_are_copied_to_storage_as_they_run_and_served_after_ray_lost_them(app, client, backend, tmp_path):
     job, token = _started_job(app, client, backend)
-    client.post(f"/internal/v1/jobs/{job}/events", json={"attempt": 1, "events": [{"type": "state", "state": "running"}]}, headers=auth(token))
+    client.post(
+        f"/internal/v1/jobs/{job}/events",
+        json={"attempt": 1, "events": [{"type": "state", "state": "running"}]},
+        headers=auth(token),
+    )
     archive_logs(app)
     copy = tmp_path / "storage" / job / "logs" / "attempt-0001.log"
     assert copy.read_text() == f"log of {job}-1\n"
@@ -414,14 +458,14 @@ def test_a_dead_local_ray_head_is_started_again_and_its_drivers_silenced(app, cl
     assert client.post(f"/internal/v1/jobs/{job}/events", json=failed, headers=auth(token)).status_code == 401
 
 
-
 def test_only_the_newest_checkpoints_are_kept_like_ray_does(app, client, backend):
     job = submit(client, ADMIN, checkpoint={"keep": 2}).json()["id"]
     tick(app)
     token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
     run = f"{app.state.service.settings.storage_path}/{job}"
     events = [
-        {"type": "checkpoint", "epoch": e, "step": 10 * e, "path": f"{run}/checkpoint_{e}", "size_bytes": 1} for e in (1, 2, 3)
+        {"type": "checkpoint", "epoch": e, "step": 10 * e, "path": f"{run}/checkpoint_{e}", "size_bytes": 1}
+        for e in (1, 2, 3)
     ]
     client.post(f"/internal/v1/jobs/{job}/events", json={"attempt": 1, "events": events}, headers=auth(token))
     paths = [c["path"] for c in client.get(f"/v1/jobs/{job}/checkpoints", headers=auth(ADMIN)).json()]
@@ -467,7 +511,6 @@ def test_gpu_jobs_queue_for_gpus(app, client, backend):
     assert client.get(f"/v1/jobs/{cpu_only}", headers=auth(ADMIN)).json()["state"] == "STARTING"  # CPUs were free
 
 
-
 def test_plan_endpoint(client):
     body = {"params": 2e9, "precision": "bf16", "optimizer": "adam", "gpus": 8, "gpu_memory_gb": 16, "activation_gb": 3}
     assert client.post("/v1/plan", json=body).status_code == 401
@@ -482,9 +525,10 @@ def test_auto_strategy_is_resolved_and_explained_on_the_job(app, client, backend
     assert job["plan"]["strategy"] == "ddp" and job["plan"]["reason"].startswith("planner: ddp fits")
     tick(app)
     token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
-    assignment = client.get(f"/internal/v1/jobs/{job['id']}/assignment", params={"attempt": 1}, headers=auth(token)).json()
+    assignment = client.get(
+        f"/internal/v1/jobs/{job['id']}/assignment", params={"attempt": 1}, headers=auth(token)
+    ).json()
     assert assignment["plan"]["strategy"] == "ddp" and assignment["spec"]["strategy"] == "auto"
-
 
 
 def test_a_lost_driver_gets_a_new_attempt_until_attempts_run_out(app, client, backend):
@@ -509,17 +553,27 @@ def test_a_lost_driver_gets_a_new_attempt_until_attempts_run_out(app, client, ba
     reconcile(app)
     body = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
     assert body["state"] == "FAILED" and "attempt 3 of 3: none left" in body["message"]
-    history = [(e["to_state"], e["reason"], e["attempt"]) for e in client.get(f"/v1/jobs/{job}/events", headers=auth(ADMIN)).json()]
+    history = [
+        (e["to_state"], e["reason"], e["attempt"])
+        for e in client.get(f"/v1/jobs/{job}/events", headers=auth(ADMIN)).json()
+    ]
     assert history[2:] == [
-        ("RUNNING", "training_started", 1), ("RESTARTING", "driver_lost", 1),
-        ("RUNNING", "training_started", 2), ("RESTARTING", "driver_lost", 2),
-        ("RUNNING", "training_started", 3), ("FAILED", "driver_failed", 3),
+        ("RUNNING", "training_started", 1),
+        ("RESTARTING", "driver_lost", 1),
+        ("RUNNING", "training_started", 2),
+        ("RESTARTING", "driver_lost", 2),
+        ("RUNNING", "training_started", 3),
+        ("FAILED", "driver_failed", 3),
     ]
 
 
 def test_a_new_attempt_that_ray_lost_before_it_ran_is_resubmitted_not_counted(app, client, backend, monkeypatch):
     job, token = _started_job(app, client, backend)
-    client.post(f"/internal/v1/jobs/{job}/events", json={"attempt": 1, "events": [{"type": "state", "state": "running"}]}, headers=auth(token))
+    client.post(
+        f"/internal/v1/jobs/{job}/events",
+        json={"attempt": 1, "events": [{"type": "state", "state": "running"}]},
+        headers=auth(token),
+    )
     del backend.runs[f"{job}-1"]
     reconcile(app)  # attempt 2 submitted
     del backend.runs[f"{job}-2"]  # and lost with the head before its driver said anything
@@ -566,7 +620,9 @@ def test_a_job_stuck_starting_is_stopped_and_retried_then_fails_with_start_timeo
     time.sleep(0.05)
     reconcile(app)
     body = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
-    assert (body["state"], body["reason"]) == ("FAILED", "start_timeout") and "attempt 2 of 2: none left" in body["message"]
+    assert (body["state"], body["reason"]) == ("FAILED", "start_timeout") and "attempt 2 of 2: none left" in body[
+        "message"
+    ]
     assert backend.stopped == [f"{job}-1", f"{job}-2"] and len(backend.submitted) == 2
 
 
@@ -576,4 +632,8 @@ def test_a_worker_restart_is_reported_as_restarting(app, client, backend):
         event = {"type": "state", "state": state}
         client.post(f"/internal/v1/jobs/{job}/events", json={"attempt": 1, "events": [event]}, headers=auth(token))
     history = [(e["to_state"], e["reason"]) for e in client.get(f"/v1/jobs/{job}/events", headers=auth(ADMIN)).json()]
-    assert history[2:] == [("RUNNING", "training_started"), ("RESTARTING", "worker_died"), ("RUNNING", "training_started")]
+    assert history[2:] == [
+        ("RUNNING", "training_started"),
+        ("RESTARTING", "worker_died"),
+        ("RUNNING", "training_started"),
+    ]

@@ -13,18 +13,18 @@ import pytest
 from ray.train import Checkpoint
 
 from tests.unit.harness import MLP, RecordingReporter, job_config, run_on_ranks, train
-from workers.train.callbacks import checkpoint_event
+from workers.contract.jobs import CHECKPOINT_METRICS
 from workers.runtime.context import LocalContext, latest_checkpoint
 from workers.runtime.manifest import (
-    choose_resume_checkpoint,
     checkpoint_folders,
+    choose_resume_checkpoint,
     newest_verified_checkpoint,
     verify_checkpoint,
     write_manifest,
 )
-from workers.train.run_snapshot import SNAPSHOT_FILE, forget_deleted_checkpoints
-from workers.contract.jobs import CHECKPOINT_METRICS
 from workers.runtime.train_loop import run_training
+from workers.train.callbacks import checkpoint_event
+from workers.train.run_snapshot import SNAPSHOT_FILE, forget_deleted_checkpoints
 
 
 def write_part(directory: Path, rank: int, world_size: int, files: dict[str, bytes]) -> None:
@@ -38,7 +38,9 @@ def write_part(directory: Path, rank: int, world_size: int, files: dict[str, byt
 def two_rank_checkpoint(parent: Path, name: str, payload: bytes = b"weights") -> Path:
     """Two ranks write their parts into their own folders; they are merged into one, as Ray Train does."""
     target = parent / name
-    for rank, files in enumerate([{"model.pt": payload, "ranks/rank-00000.pt": b"rng0"}, {"ranks/rank-00001.pt": b"rng1"}]):
+    for rank, files in enumerate(
+        [{"model.pt": payload, "ranks/rank-00000.pt": b"rng0"}, {"ranks/rank-00001.pt": b"rng1"}]
+    ):
         part = parent / f"part-{name}-{rank}"
         part.mkdir(parents=True)
         write_part(part, rank, 2, files)
@@ -170,7 +172,7 @@ def test_local_context_resumes_only_from_a_whole_checkpoint(tmp_path):
     first = LocalContext(tmp_path / "first")
     config = job_config(MLP, workers=1, epochs=3)
     run_training(config, first, RecordingReporter())
-    epoch1, epoch2, epoch3 = first.checkpoints
+    _epoch1, epoch2, epoch3 = first.checkpoints
     (epoch3 / "train_state.pt").write_bytes((epoch3 / "train_state.pt").read_bytes()[:-1])  # cut short
     assert latest_checkpoint(tmp_path / "first") == epoch2
 

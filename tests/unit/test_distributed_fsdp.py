@@ -17,8 +17,8 @@ from tests.unit.harness import (
     run_on_ranks,
     train,
 )
-from workers.runtime.data import TrainBatches
 from workers.contract.jobs import JobSpec, TrainingPlan
+from workers.runtime.data import TrainBatches
 from workers.runtime.step import TrainState, build_train_state, optimizer_step
 from workers.workloads import load_workload
 
@@ -40,19 +40,30 @@ def local_numel(tensor: torch.Tensor) -> int:
 
 
 def _state(strategy: str, accumulation_steps: int = 1) -> tuple[TrainState, TrainBatches, object]:
-    config = job_config(TRANSFORMER, strategy=strategy, config={"samples": 128}, optimizer={"name": "adam"},
-                        batch={"per_worker": 4, "accumulation_steps": accumulation_steps})
+    config = job_config(
+        TRANSFORMER,
+        strategy=strategy,
+        config={"samples": 128},
+        optimizer={"name": "adam"},
+        batch={"per_worker": 4, "accumulation_steps": accumulation_steps},
+    )
     spec, plan = JobSpec.model_validate(config["spec"]), TrainingPlan.model_validate(config["plan"])
     torch.manual_seed(0)
     workload = load_workload(spec.workload)(spec.config, spec.seed)
     state = build_train_state(workload, spec, plan, torch.device("cpu"), world_size=2)
-    batches = TrainBatches(workload.train_dataset, rank=dist.get_rank(), world_size=2, per_worker=4,
-                           accumulation_steps=accumulation_steps, seed=0)
+    batches = TrainBatches(
+        workload.train_dataset,
+        rank=dist.get_rank(),
+        world_size=2,
+        per_worker=4,
+        accumulation_steps=accumulation_steps,
+        seed=0,
+    )
     return state, batches, workload.loss_fn
 
 
 def _steps(state: TrainState, batches: TrainBatches, loss_fn, count: int) -> None:
-    for micro_batches, _ in zip(batches.epoch(1), range(count)):
+    for micro_batches, _ in zip(batches.epoch(1), range(count), strict=False):
         optimizer_step(state, micro_batches, loss_fn, device=torch.device("cpu"), precision="fp32", grad_clip_norm=None)
 
 

@@ -23,8 +23,8 @@ from tests.unit.harness import (
     run_on_ranks,
     train,
 )
-from workers.train.checkpoints import load_model_from_checkpoint
 from workers.runtime.manifest import write_manifest
+from workers.train.checkpoints import load_model_from_checkpoint
 
 EPOCH_END = "checkpoint_000000008"  # after epoch 2 of 4 steps each
 MID_EPOCH = "checkpoint_000000006"  # epoch 2, 2 of its 4 steps done
@@ -106,8 +106,11 @@ def final_state(run: dict) -> dict[str, torch.Tensor]:
 def test_resumed_run_ends_with_the_same_parameters(runs, scenario, resumed):
     straight, other = runs[(scenario, "straight")], runs[(scenario, resumed)]
     assert_same_state(final_state(other), final_state(straight), atol=1e-6)
+
     # The epochs it ran report the same metrics too (a mid-epoch resume kept the epoch's loss sums).
-    epoch_points = lambda run: {e["epoch"]: e["values"] for e in run["events"] if "val_loss" in e.get("values", {})}
+    def epoch_points(run):
+        return {e["epoch"]: e["values"] for e in run["events"] if "val_loss" in e.get("values", {})}
+
     resumed_points = epoch_points(other)
     assert set(resumed_points) == ({3, 4} if resumed == "from-epoch" else {2, 3, 4})
     for epoch, values in resumed_points.items():

@@ -16,8 +16,16 @@ ROOT = Path(__file__).resolve().parents[2]
 def torchrun(spec: dict, *args: str, cwd: Path) -> dict:
     (cwd / "spec.json").write_text(json.dumps(spec))
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        "-m", "workers.runtime.torchrun", "--spec", str(cwd / "spec.json"), *args,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "workers.runtime.torchrun",
+        "--spec",
+        str(cwd / "spec.json"),
+        *args,
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)

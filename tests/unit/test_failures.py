@@ -65,7 +65,9 @@ def test_an_exception_in_the_training_code_is_an_app_error(wrapped):
 )
 def test_out_of_memory_is_never_retried(error, monkeypatch):
     if isinstance(error, WorkerHealthCheckFailedError):  # what Ray says of an actor its memory monitor killed
-        monkeypatch.setattr(error.health_check_failure, "error_msg", "Task was killed due to the node running low on memory.")
+        monkeypatch.setattr(
+            error.health_check_failure, "error_msg", "Task was killed due to the node running low on memory."
+        )
     cause = classify_worker_failures({0: error})
     assert cause.reason == OOM
     assert not cause.retryable(retry_app_errors=True)
@@ -74,8 +76,10 @@ def test_out_of_memory_is_never_retried(error, monkeypatch):
 @pytest.mark.parametrize(
     "error",
     [
-        RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:6300: "
-                     "Connection reset by peer. This is typically caused by a remote worker hanging"),
+        RuntimeError(
+            "[../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:6300: "
+            "Connection reset by peer. This is typically caused by a remote worker hanging"
+        ),
         torch.distributed.DistBackendError("NCCL communicator was aborted on rank 1"),
     ],
     ids=["gloo", "nccl"],
@@ -134,7 +138,9 @@ def test_out_of_memory_fails_at_once_even_with_app_error_retries():
 
 
 def test_the_failure_reason_of_fit_keeps_rays_text_with_the_worker_tracebacks():
-    error = WorkerGroupError("[Rank 0 Error Snippet]:\nTraceback ...\nValueError: nan loss", {0: ValueError("nan loss")})
+    error = WorkerGroupError(
+        "[Rank 0 Error Snippet]:\nTraceback ...\nValueError: nan loss", {0: ValueError("nan loss")}
+    )
     cause = classify_training_error(error)
     assert cause.reason == APP_ERROR and "Traceback" in cause.detail and "nan loss" in cause.detail
 

@@ -13,8 +13,8 @@ from ray.train.v2._internal.execution.worker_group.worker_group import WorkerGro
 from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
 from orchestrator.planner import plan_job
-from workers.train.group_start import WaitForFreedResources, wait_until_available, without_unused_datasets_callback
 from workers.contract.jobs import JobSpec
+from workers.train.group_start import WaitForFreedResources, wait_until_available, without_unused_datasets_callback
 from workers.train.trainer import build_trainer
 
 
@@ -82,8 +82,13 @@ def test_the_datasets_callback_is_dropped_only_for_runs_without_datasets():
 def test_a_job_trainer_starts_its_groups_with_the_wait_and_without_the_datasets_callback(tmp_path):
     spec = JobSpec(workload="digits", scaling={"num_workers": 2})
     trainer = build_trainer(
-        job_id="job", attempt=1, spec=spec, plan=plan_job(spec), storage_path=str(tmp_path),
-        control_plane_url=None, token="t",
+        job_id="job",
+        attempt=1,
+        spec=spec,
+        plan=plan_job(spec),
+        storage_path=str(tmp_path),
+        control_plane_url=None,
+        token="t",
     )
     callbacks = trainer._create_default_callbacks()
     kinds = {type(callback).__name__ for callback in callbacks}

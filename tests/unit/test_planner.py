@@ -7,8 +7,19 @@ from orchestrator.planner import DoesNotFit, PlanRequest, bytes_per_param, plan,
 from workers.contract.jobs import DigitsConfig, JobSpec
 
 ISSUE_EXAMPLE = dict(
-    params=2e9, precision="bf16", optimizer="adam", gpus=8, gpu_memory_gb=16, activation_gb=3, per_gpu_batch=16,
-    accumulation_steps=2, base_lr=0.1, base_batch=256, lr_scaling="linear", bandwidth_gb_s=25, latency_us=5,
+    params=2e9,
+    precision="bf16",
+    optimizer="adam",
+    gpus=8,
+    gpu_memory_gb=16,
+    activation_gb=3,
+    per_gpu_batch=16,
+    accumulation_steps=2,
+    base_lr=0.1,
+    base_batch=256,
+    lr_scaling="linear",
+    bandwidth_gb_s=25,
+    latency_us=5,
 )
 
 
@@ -78,8 +89,11 @@ def test_auto_strategy_for_a_job_records_the_choice_and_why():
     assert small.strategy == "ddp" and small.reason.startswith("planner: ddp fits")
     # A 2-layer, width-1024 tiny_gpt with Adam in fp32 (~25.5M params x 16 B = 0.41 GB) on 0.3 GB workers.
     big = JobSpec(
-        workload="tiny_gpt", strategy="auto", config={"text_path": "t", "width": 1024, "heads": 8},
-        optimizer={"name": "adamw"}, scaling={"num_workers": 2, "memory_per_worker_gb": 0.3},
+        workload="tiny_gpt",
+        strategy="auto",
+        config={"text_path": "t", "width": 1024, "heads": 8},
+        optimizer={"name": "adamw"},
+        scaling={"num_workers": 2, "memory_per_worker_gb": 0.3},
     )
     chosen = plan_job(big)
     assert chosen.strategy == "fsdp" and "fsdp over 2 GPUs" in chosen.reason

@@ -103,9 +103,13 @@ def test_tiny_gpt_generates_text_from_a_prompt():
     sampled = predictor.parse({"prompt": "hi", "max_new_tokens": 3, "temperature": 1.0, "seed": 7})
     assert predictor.predict([sampled]) == predictor.predict([sampled])  # seeded
     for body, words in [
-        ({"prompt": ""}, "non-empty string"), ({"prompt": 3}, "non-empty string"), ({}, "missing key 'prompt'"),
-        ({"prompt": "x", "max_new_tokens": 0}, "max_new_tokens"), ({"prompt": "x", "temperature": -1}, "temperature"),
-        ({"prompt": "x" * 5000}, "at most 4096"), ({"prompt": "x", "top_k": 3}, "unknown key 'top_k'"),
+        ({"prompt": ""}, "non-empty string"),
+        ({"prompt": 3}, "non-empty string"),
+        ({}, "missing key 'prompt'"),
+        ({"prompt": "x", "max_new_tokens": 0}, "max_new_tokens"),
+        ({"prompt": "x", "temperature": -1}, "temperature"),
+        ({"prompt": "x" * 5000}, "at most 4096"),
+        ({"prompt": "x", "top_k": 3}, "unknown key 'top_k'"),
     ]:
         with pytest.raises(BadInput, match=words):
             predictor.parse(body)

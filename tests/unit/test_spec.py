@@ -16,7 +16,9 @@ def test_only_workload_is_required_and_defaults_are_filled_in():
 
 def test_global_batch_and_scaled_learning_rate():
     spec = JobSpec(
-        workload="digits", scaling={"num_workers": 4}, batch={"per_worker": 32, "accumulation_steps": 2},
+        workload="digits",
+        scaling={"num_workers": 4},
+        batch={"per_worker": 32, "accumulation_steps": 2},
         lr={"base": 0.1, "base_batch": 64},
     )
     assert spec.global_batch == 256
@@ -50,14 +52,22 @@ def test_use_gpu_defaults_to_one_gpu_per_worker():
         ({"workload": "digits", "config": {"epochs": 3}}, ("config", "epochs"), "Extra inputs"),
         ({"workload": "digits", "config": {"hiden": 3}}, ("config", "hiden"), "Extra inputs"),
         ({"workload": "digits", "config": {"epoch": 3}}, ("config", "epoch"), "Extra inputs"),
-        ({"workload": "digits", "scaling": {"num_workers": 0}}, ("scaling", "num_workers"), "greater than or equal to 1"),
+        (
+            {"workload": "digits", "scaling": {"num_workers": 0}},
+            ("scaling", "num_workers"),
+            "greater than or equal to 1",
+        ),
         ({"workload": "digits", "scaling": {"gpus_per_worker": 1}}, ("scaling",), "needs use_gpu"),
         ({"workload": "digits", "strategy": "horovod"}, ("strategy",), "'ddp'"),
         ({"workload": "digits", "retries": {"max_attempts": 0}}, ("retries", "max_attempts"), "greater than"),
         ({"workload": "digits", "labels": {"team": "a b"}}, ("labels", "team"), "pattern"),
         ({"workload": "digits", "colour": "red"}, ("colour",), "Extra inputs"),
         ({"workload": "tiny_gpt"}, ("config", "text_path"), "Field required"),
-        ({"workload": "tiny_gpt", "config": {"text_path": "t", "width": 100, "heads": 3}}, ("config",), "multiple of heads"),
+        (
+            {"workload": "tiny_gpt", "config": {"text_path": "t", "width": 100, "heads": 3}},
+            ("config",),
+            "multiple of heads",
+        ),
         ({"workload": "digits", "precision": "fp16"}, (), "fp16 needs GPUs"),
         ({"workload": "digits", "precision": "fp8"}, ("precision",), "'bf16'"),
         ({"workload": "digits", "strategy": "zero3"}, ("strategy",), "'fsdp'"),
@@ -71,7 +81,7 @@ def test_invalid_specs_name_the_field(body, loc, words):
     with pytest.raises(ValidationError) as info:
         JobSpec.model_validate(body)
     errors = info.value.errors()
-    assert any(tuple(e["loc"])[len(e["loc"]) - len(loc):] == loc and words in e["msg"] for e in errors), errors
+    assert any(tuple(e["loc"])[len(e["loc"]) - len(loc) :] == loc and words in e["msg"] for e in errors), errors
 
 
 def test_custom_workload_syntax_is_accepted_by_the_contract():

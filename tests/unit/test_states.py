@@ -6,8 +6,8 @@ from sqlalchemy import select
 from orchestrator.db.engine import make_engine, make_session_factory
 from orchestrator.db.migrate import upgrade_head
 from orchestrator.db.models import JobEvent, JobState
-from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.planner import plan_job
+from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import projects as projects_repo
 from orchestrator.states import TERMINAL, IllegalTransition, is_allowed, lock_job, set_job_state
 from workers.contract.jobs import JobSpec
@@ -15,16 +15,31 @@ from workers.contract.jobs import JobSpec
 S = JobState
 
 LEGAL = [
-    (S.QUEUED, S.STARTING), (S.QUEUED, S.CANCELLED), (S.QUEUED, S.FAILED),
-    (S.STARTING, S.RUNNING), (S.STARTING, S.FAILED), (S.STARTING, S.CANCELLING),
-    (S.RUNNING, S.SUCCEEDED), (S.RUNNING, S.FAILED), (S.RUNNING, S.CANCELLING), (S.RUNNING, S.RESTARTING),
-    (S.RESTARTING, S.RUNNING), (S.RESTARTING, S.RESTARTING), (S.STARTING, S.RESTARTING),
-    (S.CANCELLING, S.CANCELLED), (S.CANCELLING, S.SUCCEEDED),
+    (S.QUEUED, S.STARTING),
+    (S.QUEUED, S.CANCELLED),
+    (S.QUEUED, S.FAILED),
+    (S.STARTING, S.RUNNING),
+    (S.STARTING, S.FAILED),
+    (S.STARTING, S.CANCELLING),
+    (S.RUNNING, S.SUCCEEDED),
+    (S.RUNNING, S.FAILED),
+    (S.RUNNING, S.CANCELLING),
+    (S.RUNNING, S.RESTARTING),
+    (S.RESTARTING, S.RUNNING),
+    (S.RESTARTING, S.RESTARTING),
+    (S.STARTING, S.RESTARTING),
+    (S.CANCELLING, S.CANCELLED),
+    (S.CANCELLING, S.SUCCEEDED),
 ]
 ILLEGAL = [
-    (S.QUEUED, S.RUNNING), (S.QUEUED, S.SUCCEEDED), (S.QUEUED, S.CANCELLING),
-    (S.RUNNING, S.QUEUED), (S.RUNNING, S.STARTING), (S.RUNNING, S.CANCELLED),
-    (S.CANCELLING, S.FAILED), (S.CANCELLING, S.RUNNING),
+    (S.QUEUED, S.RUNNING),
+    (S.QUEUED, S.SUCCEEDED),
+    (S.QUEUED, S.CANCELLING),
+    (S.RUNNING, S.QUEUED),
+    (S.RUNNING, S.STARTING),
+    (S.RUNNING, S.CANCELLED),
+    (S.CANCELLING, S.FAILED),
+    (S.CANCELLING, S.RUNNING),
 ]
 
 

@@ -17,15 +17,14 @@ import torch
 from ray.train import Checkpoint
 
 from tests.unit.harness import RecordingReporter, job_config
-
+from workers.contract.jobs import DriverAssignment, JobSpec, MetricsEvent, StateEvent, TrainingPlan
 from workers.runtime import torchrun
+from workers.runtime.context import LocalContext
+from workers.runtime.reporter import EventReporter
+from workers.runtime.train_loop import run_training
 from workers.train import driver
 from workers.train.callbacks import checkpoint_event
 from workers.train.checkpoints import checkpoint_uri, load_model_from_checkpoint
-from workers.runtime.context import LocalContext
-from workers.runtime.reporter import EventReporter
-from workers.contract.jobs import DriverAssignment, JobSpec, MetricsEvent, StateEvent, TrainingPlan
-from workers.runtime.train_loop import run_training
 from workers.workloads.digits import build
 
 EPOCHS = 3
@@ -105,7 +104,10 @@ def test_loop_checkpoints_every_epoch(first_run):
     assert {"val_accuracy", "samples_per_s"} <= ctx.reported[-1].keys()
     state = torch.load(ctx.checkpoints[-1] / "train_state.pt", weights_only=True)
     assert (state["strategy"], state["epoch"], state["epoch_steps"], state["step"]) == (
-        "ddp", EPOCHS, STEPS_PER_EPOCH, EPOCHS * STEPS_PER_EPOCH
+        "ddp",
+        EPOCHS,
+        STEPS_PER_EPOCH,
+        EPOCHS * STEPS_PER_EPOCH,
     )
     assert {"optimizer", "scheduler", "scaler"} <= state.keys()
     rank = torch.load(ctx.checkpoints[-1] / "ranks" / "rank-00000.pt", weights_only=True)
@@ -165,7 +167,9 @@ def test_adopting_a_rate_keeps_the_warmup_position():
     assert state.scheduler.get_last_lr() == [pytest.approx(0.04)]  # 4/10 of 0.1
     assert not adopt_lr(state, 0.1)  # the same rate: nothing changes (an exact resume)
     assert adopt_lr(state, 0.2)
-    assert state.scheduler.get_last_lr() == [pytest.approx(0.08)] and optimizer.param_groups[0]["lr"] == pytest.approx(0.08)
+    assert state.scheduler.get_last_lr() == [pytest.approx(0.08)] and optimizer.param_groups[0]["lr"] == pytest.approx(
+        0.08
+    )
     optimizer.step()
     state.scheduler.step()
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1)  # 5/10 of 0.2
@@ -248,9 +252,7 @@ class FakeControlPlane:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                plane.requests.append(
-                    {"path": self.path, "authorization": self.headers["Authorization"], "body": body}
-                )
+                plane.requests.append({"path": self.path, "authorization": self.headers["Authorization"], "body": body})
                 plane.received.set()
                 plane.release.wait(5)
                 status = plane.statuses.pop(0) if plane.statuses else 200

@@ -27,7 +27,9 @@ def settings_overrides() -> dict:
 
 
 def recorded(*accuracies: float) -> list[RecordedCheckpoint]:
-    return [RecordedCheckpoint(i, f"/s/checkpoint_{i}", 10 * i, {"val_accuracy": a}) for i, a in enumerate(accuracies, 1)]
+    return [
+        RecordedCheckpoint(i, f"/s/checkpoint_{i}", 10 * i, {"val_accuracy": a}) for i, a in enumerate(accuracies, 1)
+    ]
 
 
 def test_ties_go_to_the_newer_checkpoint_in_retention_and_in_best():
@@ -37,12 +39,22 @@ def test_ties_go_to_the_newer_checkpoint_in_retention_and_in_best():
     assert select_kept(checkpoints, 1, KeepBestSpec(metric="val_accuracy", count=2)) == {4, 3}
     # min mode: the newer of the lowest wins too.
     losses = [RecordedCheckpoint(i, "", 0, {"val_loss": v}) for i, v in enumerate((0.2, 0.1, 0.1, 0.3), 1)]
-    assert [c.id for c in best_first(losses, "val_loss", "min", metrics=lambda c: c.metrics, order=lambda c: c.id)] == [3, 2, 1, 4]
+    assert [c.id for c in best_first(losses, "val_loss", "min", metrics=lambda c: c.metrics, order=lambda c: c.id)] == [
+        3,
+        2,
+        1,
+        4,
+    ]
 
 
 def test_a_trial_keeps_its_latest_and_the_best_base_keep_by_the_sweeps_metric():
-    spec = SweepSpec.model_validate({"base": {**BASE, "checkpoint": {"keep": 3}}, "metric": "val_loss",
-                                     "search_space": {"lr.base": {"type": "grid", "values": [0.1]}}})
+    spec = SweepSpec.model_validate(
+        {
+            "base": {**BASE, "checkpoint": {"keep": 3}},
+            "metric": "val_loss",
+            "search_space": {"lr.base": {"type": "grid", "values": [0.1]}},
+        }
+    )
     keep, keep_best = trial_retention(spec)
     assert (keep, keep_best.metric, keep_best.mode, keep_best.count) == (1, "val_loss", "min", 3)
 
@@ -72,19 +84,31 @@ class Sweep:
 
     def epoch(self, epoch: int, accuracy: float, run: Path | None = None, state: str = "running") -> Path:
         folder = self.folder(epoch, run)
-        self.post({"type": "trial", "trial": "t_00000", "state": state, "config": {"lr.base": 0.1}, "epoch": epoch,
-                   "step": 10 * epoch, "metrics": {"val_accuracy": accuracy, "val_loss": 1 - accuracy},
-                   "checkpoint_path": str(folder)})
+        self.post(
+            {
+                "type": "trial",
+                "trial": "t_00000",
+                "state": state,
+                "config": {"lr.base": 0.1},
+                "epoch": epoch,
+                "step": 10 * epoch,
+                "metrics": {"val_accuracy": accuracy, "val_loss": 1 - accuracy},
+                "checkpoint_path": str(folder),
+            }
+        )
         return folder
 
     def post(self, *events) -> None:
-        response = self.client.post(f"/internal/v1/sweeps/{self.id}/events", json={"attempt": 1, "events": list(events)},
-                                    headers=self.headers)
+        response = self.client.post(
+            f"/internal/v1/sweeps/{self.id}/events", json={"attempt": 1, "events": list(events)}, headers=self.headers
+        )
         assert response.status_code == 200, response.text
 
     def end_trial(self) -> None:
-        self.post({"type": "trial", "trial": "t_00000", "state": "succeeded", "config": {"lr.base": 0.1}},
-                  {"type": "state", "state": "succeeded"})
+        self.post(
+            {"type": "trial", "trial": "t_00000", "state": "succeeded", "config": {"lr.base": 0.1}},
+            {"type": "state", "state": "succeeded"},
+        )
 
     def trial(self) -> dict:
         (trial,) = self.client.get(f"/v1/sweeps/{self.id}/trials", headers=auth(ADMIN)).json()
@@ -106,8 +130,9 @@ def test_a_trial_whose_epochs_tie_names_a_checkpoint_that_exists_and_deploys(app
     sweep.end_trial()
     best = client.get(f"/v1/sweeps/{sweep.id}", headers=auth(ADMIN)).json()["best_trial"]
     assert (best["id"], best["checkpoint_path"]) == (trial["id"], str(folders[3]))
-    response = client.post("/v1/deployments", json={"name": "best", "source": {"trial_id": trial["id"]}},
-                           headers=auth(ADMIN))
+    response = client.post(
+        "/v1/deployments", json={"name": "best", "source": {"trial_id": trial["id"]}}, headers=auth(ADMIN)
+    )
     assert response.status_code == 201, response.text
     assert response.json()["target"]["checkpoint"]["epoch"] == 4
 
@@ -131,14 +156,18 @@ def test_a_checkpoint_gone_from_storage_is_forgotten_and_the_next_best_is_deploy
         folder.rmdir()
     orphan = sweep.folder(7)  # a save no epoch recorded (say, the epoch ASHA stopped the trial in)
     # Before the sweeper has run, a deployment passes over the vanished best and takes the next that exists.
-    response = client.post("/v1/deployments", json={"name": "next", "source": {"trial_id": trial_id}}, headers=auth(ADMIN))
+    response = client.post(
+        "/v1/deployments", json={"name": "next", "source": {"trial_id": trial_id}}, headers=auth(ADMIN)
+    )
     assert response.status_code == 201, response.text
     assert response.json()["target"]["checkpoint"]["epoch"] == 1
     deleted, forgotten = sweep.sweeper()
     assert sorted(forgotten) == [str(folders[1]), str(folders[2])] and deleted == [str(orphan)] and not orphan.exists()
     trial = sweep.trial()
     assert (trial["best_epoch"], trial["checkpoint_path"]) == (1, str(folders[0]))
-    assert client.get(f"/v1/sweeps/{sweep.id}", headers=auth(ADMIN)).json()["best_trial"]["checkpoint_path"] == str(folders[0])
+    assert client.get(f"/v1/sweeps/{sweep.id}", headers=auth(ADMIN)).json()["best_trial"]["checkpoint_path"] == str(
+        folders[0]
+    )
 
 
 def test_a_trial_with_no_checkpoint_left_is_422_and_a_served_one_is_never_deleted(app, client, backend):
@@ -146,8 +175,12 @@ def test_a_trial_with_no_checkpoint_left_is_422_and_a_served_one_is_never_delete
     first = sweep.epoch(1, 0.95)
     sweep.end_trial()
     trial_id = sweep.trial()["id"]
-    assert client.post("/v1/deployments", json={"name": "a", "source": {"trial_id": trial_id}},
-                       headers=auth(ADMIN)).status_code == 201
+    assert (
+        client.post(
+            "/v1/deployments", json={"name": "a", "source": {"trial_id": trial_id}}, headers=auth(ADMIN)
+        ).status_code
+        == 201
+    )
     # The deployment references epoch 1's folder: retention keeps it even once it is neither latest nor best.
     app.state.service.checkpoints.trials.enforce_retention(trial_id)
     assert first.exists()
@@ -168,9 +201,25 @@ def test_a_pbt_trials_checkpoints_in_its_later_runs_are_kept_by_the_same_rule(ap
     # A folder of another trial's run can't be recorded as this one's (400, nothing applied), so this trial's
     # retention never deletes it.
     stranger = sweep.folder(5, run=sweep.run.with_name("t_00001"))
-    refused = sweep.client.post(f"/internal/v1/sweeps/{sweep.id}/events", headers=sweep.headers, json={"attempt": 1, "events": [
-        {"type": "trial", "trial": "t_00000", "state": "running", "config": {"lr.base": 0.1}, "epoch": 5, "step": 50,
-         "metrics": {"val_accuracy": 0.1}, "checkpoint_path": str(stranger)}]})
+    refused = sweep.client.post(
+        f"/internal/v1/sweeps/{sweep.id}/events",
+        headers=sweep.headers,
+        json={
+            "attempt": 1,
+            "events": [
+                {
+                    "type": "trial",
+                    "trial": "t_00000",
+                    "state": "running",
+                    "config": {"lr.base": 0.1},
+                    "epoch": 5,
+                    "step": 50,
+                    "metrics": {"val_accuracy": 0.1},
+                    "checkpoint_path": str(stranger),
+                }
+            ],
+        },
+    )
     assert refused.status_code == 400 and "is not a checkpoint_* folder of trial t_00000's runs" in refused.text
     assert stranger.exists() and sweep.trial()["iterations"] == 4
 
@@ -187,11 +236,15 @@ def test_a_jobs_best_on_a_tie_is_the_newer_and_a_vanished_best_falls_back(app, c
         as_recorded = [RecordedCheckpoint(r.id, r.path, r.step, dict(r.metrics)) for r in rows]
     # keep_best count 1 keeps the newer of the tie (epoch 3), and "best" deploys that very one.
     assert checkpoints[2] in select_kept(as_recorded, 1, KeepBestSpec(metric="val_accuracy", count=1))
-    body = client.post("/v1/deployments", json={"name": "tie", "source": {"job_id": job_id}}, headers=auth(ADMIN)).json()
+    body = client.post(
+        "/v1/deployments", json={"name": "tie", "source": {"job_id": job_id}}, headers=auth(ADMIN)
+    ).json()
     assert body["target"]["checkpoint_id"] == checkpoints[2]
     # The best folder vanished (no sweeper pass yet): the next best that exists, not a 422.
     best = Path(rows[2].path)
     (best / "model.pt").unlink()
     best.rmdir()
-    body = client.post("/v1/deployments", json={"name": "next", "source": {"job_id": job_id}}, headers=auth(ADMIN)).json()
+    body = client.post(
+        "/v1/deployments", json={"name": "next", "source": {"job_id": job_id}}, headers=auth(ADMIN)
+    ).json()
     assert body["target"]["checkpoint_id"] == checkpoints[1]

@@ -9,8 +9,7 @@ import torch
 from torch import nn
 
 from workers.contract.jobs import DigitsConfig, TinyGptConfig
-from workers.workloads import BUILTIN, BUILTIN_MODELS, load_model_builder, load_workload
-from workers.workloads import digits, tiny_gpt
+from workers.workloads import BUILTIN, BUILTIN_MODELS, digits, load_model_builder, load_workload, tiny_gpt
 from workers.workloads.base import Workload, flat_cross_entropy
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

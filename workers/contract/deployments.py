@@ -23,8 +23,12 @@ class SourceSpec(_Strict):
     """Exactly one of ``job_id``, ``trial_id``, ``checkpoint_id``."""
 
     job_id: str | None = Field(None, max_length=32, description="A job's best (or latest) checkpoint.")
-    trial_id: str | None = Field(None, max_length=64, description="A sweep trial's best checkpoint (by the sweep's metric).")
-    checkpoint_id: int | None = Field(None, ge=1, description="One committed checkpoint (`GET /v1/jobs/{id}/checkpoints`).")
+    trial_id: str | None = Field(
+        None, max_length=64, description="A sweep trial's best checkpoint (by the sweep's metric)."
+    )
+    checkpoint_id: int | None = Field(
+        None, ge=1, description="One committed checkpoint (`GET /v1/jobs/{id}/checkpoints`)."
+    )
     select: Literal["best", "latest"] = Field(
         "best", description="With job_id: the best checkpoint by the workload's metric (val_accuracy), or the latest."
     )
@@ -46,8 +50,11 @@ class AutoscalingSpec(_Strict):
     min: int = Field(1, ge=0, le=100, description="Fewest replicas (0 scales to zero when idle).")
     max: int = Field(ge=1, le=100, description="Most replicas.")
     target_ongoing_requests: float | None = Field(
-        None, gt=0, le=10_000, description="Requests in flight per replica the autoscaler aims at "
-        "(default: the batch size, so a replica fills its batches before another starts)."
+        None,
+        gt=0,
+        le=10_000,
+        description="Requests in flight per replica the autoscaler aims at "
+        "(default: the batch size, so a replica fills its batches before another starts).",
     )
 
     @model_validator(mode="after")
@@ -58,13 +65,18 @@ class AutoscalingSpec(_Strict):
 
 
 class BatchingSpec(_Strict):
-    max_batch_size: int = Field(16, ge=1, le=512, description="Requests per forward pass at most; 1 turns batching off.")
+    max_batch_size: int = Field(
+        16, ge=1, le=512, description="Requests per forward pass at most; 1 turns batching off."
+    )
     wait_ms: float = Field(2.0, ge=0, le=1000, description="How long a batch waits to fill.")
 
 
 class ResourcesSpec(_Strict):
     cpus: float | None = Field(
-        None, ge=0, le=512, description="Logical CPUs each replica reserves (default ORCHESTRATOR_SERVE_REPLICA_CPUS, 0)."
+        None,
+        ge=0,
+        le=512,
+        description="Logical CPUs each replica reserves (default ORCHESTRATOR_SERVE_REPLICA_CPUS, 0).",
     )
     gpus: float = Field(0.0, ge=0, le=16, description="GPUs each replica reserves.")
 

@@ -50,7 +50,8 @@ DATA_PATH = "x-data-path"
 def data_path_fields(config_model: type[BaseModel]) -> list[str]:
     """The names of a config model's fields that name a data file."""
     return [
-        name for name, field in config_model.model_fields.items()
+        name
+        for name, field in config_model.model_fields.items()
         if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get(DATA_PATH)
     ]
 
@@ -59,7 +60,9 @@ class TinyGptConfig(_Strict):
     """The built-in ``tiny_gpt`` workload: a character-level decoder-only transformer on a text file."""
 
     text_path: str = Field(
-        min_length=1, max_length=4096, json_schema_extra={DATA_PATH: True},
+        min_length=1,
+        max_length=4096,
+        json_schema_extra={DATA_PATH: True},
         description="A UTF-8 text file inside a data root the operator configured (ORCHESTRATOR_DATA_ROOTS, and "
         "<storage>/data), readable on every worker node; a relative path is taken from <storage>/data.",
     )
@@ -100,12 +103,13 @@ class ScalingSpec(_Strict):
     num_workers: int = Field(2, ge=1, le=1024, description="Training workers (one Ray Train actor each).")
     use_gpu: bool = False
     cpus_per_worker: float = Field(1.0, gt=0, le=512)
-    gpus_per_worker: float | None = Field(
-        None, ge=0, le=16, description="Defaults to 1 when use_gpu is set, else 0."
-    )
+    gpus_per_worker: float | None = Field(None, ge=0, le=16, description="Defaults to 1 when use_gpu is set, else 0.")
     memory_per_worker_gb: float | None = Field(
-        None, gt=0, le=10_000, description="Memory one worker may use (GPU memory with use_gpu); the "
-        "planner behind strategy 'auto' checks the model fits in it. Default: 16 with GPUs, else 4."
+        None,
+        gt=0,
+        le=10_000,
+        description="Memory one worker may use (GPU memory with use_gpu); the "
+        "planner behind strategy 'auto' checks the model fits in it. Default: 16 with GPUs, else 4.",
     )
 
     @model_validator(mode="after")
@@ -165,8 +169,9 @@ CheckpointMetric = Literal["val_accuracy", "val_loss", "train_loss", "samples_pe
 class KeepBestSpec(_Strict):
     metric: CheckpointMetric = Field(description="A metric every epoch checkpoint carries.")
     mode: Literal["max", "min"] | None = Field(
-        None, description="max: higher is better; min: lower is. Default: max for val_accuracy and "
-        "samples_per_s, min for the losses."
+        None,
+        description="max: higher is better; min: lower is. Default: max for val_accuracy and "
+        "samples_per_s, min for the losses.",
     )
     count: int = Field(1, ge=1, le=1000, description="How many of the best checkpoints to keep.")
 
@@ -186,9 +191,7 @@ class CheckpointSpec(_Strict):
     keep_best: KeepBestSpec | None = Field(
         None, description="Also keep the best `count` checkpoints by `metric` (ones without the metric don't count)."
     )
-    export_full: bool = Field(
-        False, description="FSDP: also write a full (unsharded) model state dict for serving."
-    )
+    export_full: bool = Field(False, description="FSDP: also write a full (unsharded) model state dict for serving.")
     wait_for_commit: bool = Field(
         False,
         description="Train on only once Ray Train has registered the checkpoint. Off: training goes on while the "
@@ -252,8 +255,7 @@ class JobSpec(_Strict):
         if workload in BUILTIN_WORKLOADS or is_custom_workload(workload):
             return workload
         raise ValueError(
-            f"unknown workload {workload!r}: use one of {sorted(BUILTIN_WORKLOADS)} "
-            'or "package.module:function"'
+            f'unknown workload {workload!r}: use one of {sorted(BUILTIN_WORKLOADS)} or "package.module:function"'
         )
 
     @field_validator("config")

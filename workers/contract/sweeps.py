@@ -163,7 +163,9 @@ class PbtScheduler(_Strict):
     type: Literal["pbt"]
     perturbation_interval: int = Field(ge=1, le=100_000, description="Epochs between two exploit decisions.")
     mutate: list[str] | None = Field(
-        None, min_length=1, max_length=32,
+        None,
+        min_length=1,
+        max_length=32,
         description="search_space paths PBT perturbs; lr.* only. Default: every lr.* path of the search space.",
     )
     quantile_fraction: float = Field(0.25, gt=0, le=0.5, description="Share of trials that clone / are cloned.")
@@ -189,7 +191,9 @@ class SweepSpec(_Strict):
     metric: CheckpointMetric = Field("val_accuracy", description="A metric every epoch checkpoint carries.")
     mode: Literal["max", "min"] | None = Field(None, description="Default: max for val_accuracy, min for losses.")
     num_samples: int | None = Field(
-        None, ge=1, le=MAX_TRIALS,
+        None,
+        ge=1,
+        le=MAX_TRIALS,
         description="Trials to sample (random, optuna; default 8). With grid dimensions: repeats of the grid "
         "(default 1).",
     )
@@ -240,7 +244,9 @@ class SweepSpec(_Strict):
                 "PBT, which picks the next configs itself): use algorithm random or grid for the first configs"
             )
         if "epochs" in self.search_space:
-            raise ValueError("scheduler pbt: epochs cannot be searched with it (a trial that clones another takes its epochs)")
+            raise ValueError(
+                "scheduler pbt: epochs cannot be searched with it (a trial that clones another takes its epochs)"
+            )
         if pbt.perturbation_interval >= self.base.epochs:
             raise ValueError(
                 f"scheduler.perturbation_interval ({pbt.perturbation_interval}) must be below base.epochs "

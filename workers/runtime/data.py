@@ -67,5 +67,5 @@ def val_batches(dataset: Dataset, *, rank: int, world_size: int, batch_size: int
     real = len(indices)
     padded = -(-len(dataset) // world_size)
     indices += [0] * (padded - real)
-    for start, batch in zip(range(0, padded, batch_size), _loader(dataset, indices, batch_size)):
+    for start, batch in zip(range(0, padded, batch_size), _loader(dataset, indices, batch_size), strict=False):
         yield batch, max(0, min(batch_size, real - start))

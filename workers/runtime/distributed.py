@@ -77,4 +77,3 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     if is_distributed() and dist.get_world_size() > 1:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor
-

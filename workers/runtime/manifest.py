@@ -80,7 +80,9 @@ class Verification:
         return self.ok
 
 
-def resolve(location: str | os.PathLike, filesystem: pyarrow.fs.FileSystem | None = None) -> tuple[pyarrow.fs.FileSystem, str]:
+def resolve(
+    location: str | os.PathLike, filesystem: pyarrow.fs.FileSystem | None = None
+) -> tuple[pyarrow.fs.FileSystem, str]:
     """``(filesystem, path on it)``: with ``filesystem`` the location is already a path on it; without, a
     local path or a URI (``s3://bucket/runs/...``)."""
     location = os.fspath(location)
@@ -137,7 +139,7 @@ def verify_checkpoint(
     names = sorted(listed)
     infos = fs.get_file_info([f"{path}/{name}" for name in names]) if names else []
     problems = []
-    for name, info in zip(names, infos):
+    for name, info in zip(names, infos, strict=False):
         expected = listed[name]["size"]
         if info.type != pyarrow.fs.FileType.File:
             problems.append(f"{name} is missing")
@@ -160,7 +162,9 @@ def checkpoint_folders(run_dir: str | os.PathLike, filesystem: pyarrow.fs.FileSy
     """
     fs, path = resolve(run_dir, filesystem)
     entries = fs.get_file_info(pyarrow.fs.FileSelector(path.rstrip("/"), allow_not_found=True))
-    folders = [e for e in entries if e.type == pyarrow.fs.FileType.Directory and e.base_name.startswith(CHECKPOINT_PREFIX)]
+    folders = [
+        e for e in entries if e.type == pyarrow.fs.FileType.Directory and e.base_name.startswith(CHECKPOINT_PREFIX)
+    ]
     return [e.path for e in sorted(folders, key=lambda e: e.base_name, reverse=True)]
 
 

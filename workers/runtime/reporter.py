@@ -59,9 +59,7 @@ class EventReporter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if self._endpoint:
-            self._thread = threading.Thread(
-                target=self._run, name=f"event-reporter-{job_id}", daemon=True
-            )
+            self._thread = threading.Thread(target=self._run, name=f"event-reporter-{job_id}", daemon=True)
             self._thread.start()
 
     def emit(self, event: StateEvent | MetricsEvent | CheckpointEvent) -> None:

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from workers.contract.jobs import JobSpec, OptimizerSpec, TrainingPlan
 from workers.runtime.data import Batch
 from workers.runtime.distributed import grad_sync, wrap_model
-from workers.contract.jobs import JobSpec, OptimizerSpec, TrainingPlan
 from workers.runtime.sync_batchnorm import convert_sync_batchnorm
 from workers.workloads.base import Workload
 
@@ -65,7 +65,7 @@ def adopt_lr(state: TrainState, lr: float) -> bool:
     scheduler = state.scheduler
     if all(math.isclose(base, lr, rel_tol=1e-12) for base in scheduler.base_lrs):
         return False
-    for group, base in zip(state.optimizer.param_groups, scheduler.base_lrs):
+    for group, base in zip(state.optimizer.param_groups, scheduler.base_lrs, strict=False):
         group["lr"] *= lr / base  # the same point of the warmup ramp, at the new rate
         group["initial_lr"] = lr
     scheduler.base_lrs = [lr] * len(scheduler.base_lrs)

@@ -21,8 +21,8 @@ import tempfile
 import torch
 import torch.distributed as dist
 
-from workers.runtime.context import LocalContext, latest_checkpoint
 from workers.contract.jobs import JobSpec, TrainingPlan
+from workers.runtime.context import LocalContext, latest_checkpoint
 from workers.runtime.train_loop import run_training
 
 log = logging.getLogger("workers.runtime.torchrun")

@@ -17,13 +17,13 @@ from typing import Any, Protocol
 
 import torch
 
+from workers.contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
 from workers.runtime.checkpoint_io import Position, restore_checkpoint, save_checkpoint
 from workers.runtime.context import LoopContext
 from workers.runtime.data import TrainBatches, val_batches
 from workers.runtime.distributed import all_reduce_sum, unwrap
 from workers.runtime.reporter import EventReporter
 from workers.runtime.rng import rank_seed, seed_everything
-from workers.contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
 from workers.runtime.step import TrainState, adopt_lr, autocast, build_train_state, optimizer_step
 from workers.workloads import Workload, load_workload
 

@@ -316,11 +316,14 @@ def bearer_hash(request: Request) -> str | None:
 async def read_capped(request: Request, limit: int) -> bytes:
     """The body, or _Refused(413) as soon as it is known to pass ``limit`` bytes: a ``Content-Length``
     over it before a byte is read, a chunked body as soon as what arrived passes it."""
+
     def too_large() -> _Refused:
         mb = limit / 1_000_000
-        return _Refused(JSONResponse(
-            {"detail": f"the request body is over this deployment's max_body_mb ({mb:g} MB)"}, status_code=413
-        ))
+        return _Refused(
+            JSONResponse(
+                {"detail": f"the request body is over this deployment's max_body_mb ({mb:g} MB)"}, status_code=413
+            )
+        )
 
     declared = request.headers.get("content-length")
     if declared is not None:
@@ -431,4 +434,6 @@ class ModelServer:
 
 def build_app(args: dict) -> serve.Application:
     """Serve's application builder (the config's ``import_path``); ``args`` as the module doc says."""
-    return ModelServer.bind(args["checkpoint_path"], args["workload"], args.get("config") or {}, args.get("deployment", ""))
+    return ModelServer.bind(
+        args["checkpoint_path"], args["workload"], args.get("config") or {}, args.get("deployment", "")
+    )

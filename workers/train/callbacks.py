@@ -8,10 +8,10 @@ from typing import Any
 import pyarrow.fs
 from ray.train import Checkpoint, UserCallback
 
-from workers.train.checkpoints import checkpoint_uri
+from workers.contract.jobs import CheckpointEvent
 from workers.runtime.manifest import verify_checkpoint
 from workers.runtime.reporter import EventReporter
-from workers.contract.jobs import CheckpointEvent
+from workers.train.checkpoints import checkpoint_uri
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +34,7 @@ class RunEventForwarder(UserCallback):
             self._reporter = EventReporter(self.url, self.job_id, self.attempt, self.token)
         return self._reporter
 
-    def after_report(
-        self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Checkpoint | None
-    ) -> None:
+    def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Checkpoint | None) -> None:
         if checkpoint is None:
             return
         storage_path = str(run_context.run_config.storage_path)

@@ -20,10 +20,10 @@ import traceback
 import httpx
 import ray
 
+from workers.contract.jobs import DriverAssignment, DriverExit, StateEvent
+from workers.runtime.reporter import EventReporter
 from workers.train.callbacks import checkpoint_event
 from workers.train.failures import APP_ERROR, OOM, WORKER_DIED, classify_training_error
-from workers.runtime.reporter import EventReporter
-from workers.contract.jobs import DriverAssignment, DriverExit, StateEvent
 from workers.train.trainer import build_trainer
 
 log = logging.getLogger("workers.train.driver")
@@ -45,9 +45,7 @@ def fetch_assignment(
     headers = {"Authorization": f"Bearer {token}"}
     for try_number in range(1, FETCH_TRIES + 1):
         try:
-            response = httpx.get(
-                endpoint, params={"attempt": attempt}, headers=headers, timeout=FETCH_TIMEOUT_S
-            )
+            response = httpx.get(endpoint, params={"attempt": attempt}, headers=headers, timeout=FETCH_TIMEOUT_S)
             # 5xx, 408 and 429 may pass; any other 4xx (bad token, unknown job) will not.
             if response.status_code < 500 and response.status_code not in (408, 429):
                 response.raise_for_status()
@@ -97,8 +95,13 @@ def run_attempt(assignment: DriverAssignment, control_plane_url: str | None, tok
     except Exception as exc:
         cause = classify_training_error(exc)
         if not cause.conclusive:
-            log.error("job %s attempt %d: the Ray cluster failed under the driver; the control plane decides "
-                      "what comes next:\n%s", job_id, attempt, traceback.format_exc())
+            log.error(
+                "job %s attempt %d: the Ray cluster failed under the driver; the control plane decides "
+                "what comes next:\n%s",
+                job_id,
+                attempt,
+                traceback.format_exc(),
+            )
             reporter.close()
             return DriverExit.CLUSTER_FAILED
         summary = {
@@ -108,7 +111,9 @@ def run_attempt(assignment: DriverAssignment, control_plane_url: str | None, tok
             + ("" if spec.retries.retry_app_errors else " (retries.retry_app_errors is off)"),
         }[cause.reason]
         message = f"{summary}\n{cause.detail[-MAX_MESSAGE_CHARS:]}"
-        log.error("job %s attempt %d failed (%s):\n%s\n%s", job_id, attempt, cause.reason, message, traceback.format_exc())
+        log.error(
+            "job %s attempt %d failed (%s):\n%s\n%s", job_id, attempt, cause.reason, message, traceback.format_exc()
+        )
         reporter.emit(StateEvent(state="failed", reason=cause.reason, message=message))
         exit_code = DriverExit.TRAINING_FAILED
     else:
@@ -130,7 +135,9 @@ def run_attempt(assignment: DriverAssignment, control_plane_url: str | None, tok
     return exit_code
 
 
-def start_driver(argv: list[str] | None, prog: str, description: str, run_flag: str) -> tuple[str, int, str, str] | None:
+def start_driver(
+    argv: list[str] | None, prog: str, description: str, run_flag: str
+) -> tuple[str, int, str, str] | None:
     """The command line and environment every driver (a job's, a sweep's) starts from: logging to stdout,
     ``--<run_flag> ID --attempt N``, ``ORCHESTRATOR_URL`` and ``ORCHESTRATOR_JOB_TOKEN``. Returns (run id,
     attempt, url, token), or None (logged) when the environment lacks one of them."""
@@ -138,9 +145,7 @@ def start_driver(argv: list[str] | None, prog: str, description: str, run_flag: 
     parser.add_argument(f"--{run_flag}", required=True, dest="run_id", metavar="ID")
     parser.add_argument("--attempt", required=True, type=int)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        stream=sys.stdout, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     url = os.environ.get("ORCHESTRATOR_URL")
     token = os.environ.get("ORCHESTRATOR_JOB_TOKEN")
     if not url or not token:
@@ -165,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     assignment = fetch_assignment(url, job_id, attempt, token)
     ray.init()  # inside a Ray Job this joins the job's cluster
     return run_attempt(assignment, url, token)
+
 
 if __name__ == "__main__":
     sys.exit(main())

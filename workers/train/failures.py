@@ -35,8 +35,8 @@ from ray.train.v2.api import data_parallel_trainer
 from ray.train.v2.api.config import FailureConfig
 from ray.train.v2.api.exceptions import ControllerError, TrainingFailedError, WorkerGroupError
 
-from workers.runtime.reporter import EventReporter
 from workers.contract.jobs import StateEvent
+from workers.runtime.reporter import EventReporter
 
 WORKER_DIED, APP_ERROR, OOM = "worker_died", "app_error", "oom"
 # Ray's memory monitor kills a worker with "...killed due to the node running low on memory".

@@ -66,7 +66,7 @@ def _without_missing(state: dict, existing: set[str]) -> tuple[dict, list[str]]:
     forgotten = [r["checkpoint_dir_name"] for r in results if r["checkpoint_dir_name"] not in existing]
     if not forgotten:
         return state, []
-    kept = [(r, i) for r, i in zip(results, indices) if r["checkpoint_dir_name"] in existing]
+    kept = [(r, i) for r, i in zip(results, indices, strict=False) if r["checkpoint_dir_name"] in existing]
     updated = dict(state)
     updated["checkpoint_results"] = [r for r, _ in kept]
     updated["checkpoint_report_indices"] = [i for _, i in kept]
@@ -74,7 +74,9 @@ def _without_missing(state: dict, existing: set[str]) -> tuple[dict, list[str]]:
     if latest is not None and latest["checkpoint_dir_name"] not in existing:
         # The newest remaining one by report order, or none: a fresh start.
         updated["latest_checkpoint_result"] = max(kept, key=lambda pair: pair[1])[0] if kept else None
-    pending = list(zip(state.get("pending_training_results", []), state.get("pending_validation_specs", [])))
+    pending = list(
+        zip(state.get("pending_training_results", []), state.get("pending_validation_specs", []), strict=False)
+    )
     pending = [(r, spec) for r, spec in pending if r["checkpoint_dir_name"] in existing]
     if "pending_training_results" in state:
         updated["pending_training_results"] = [r for r, _ in pending]

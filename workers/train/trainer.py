@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from ray.train import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig, UserCallback
 from ray.train.torch import TorchTrainer
 
+from workers.contract.jobs import JobSpec, TrainingPlan
 from workers.train.callbacks import RunEventForwarder
 from workers.train.failures import CauseAwareFailurePolicy, failure_policy
 from workers.train.group_start import WaitForFreedResources, without_unused_datasets_callback
 from workers.train.ray_context import train_loop_per_worker
 from workers.train.run_snapshot import forget_deleted_checkpoints
-from workers.contract.jobs import JobSpec, TrainingPlan
 
 
 def build_trainer(

@@ -21,14 +21,14 @@ os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "2")
 # No CSV/JSON/TensorBoard result files per trial: the control plane keeps the history.
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 
-import ray  # noqa: E402
-from ray import tune  # noqa: E402
+import ray
+from ray import tune
 
-from workers.train.driver import MAX_MESSAGE_CHARS, fetch_assignment, finish_reporting, start_driver  # noqa: E402
-from workers.runtime.reporter import EventReporter  # noqa: E402
-from workers.contract.jobs import DriverExit, StateEvent  # noqa: E402
-from workers.contract.sweeps import SweepAssignment  # noqa: E402
-from workers.tune.tuner import (  # noqa: E402
+from workers.contract.jobs import DriverExit, StateEvent
+from workers.contract.sweeps import SweepAssignment
+from workers.runtime.reporter import EventReporter
+from workers.train.driver import MAX_MESSAGE_CHARS, fetch_assignment, finish_reporting, start_driver
+from workers.tune.tuner import (
     REPORTERS,
     TUNE_EXPERIMENT,
     TrialEventForwarder,
@@ -80,29 +80,51 @@ def run_sweep(assignment: SweepAssignment, control_plane_url: str | None, token:
     sweep_id, attempt, spec = assignment.sweep_id, assignment.attempt, assignment.spec
     log.info(
         "sweep %s attempt %d: %s search, %s scheduler, %d trial(s), %d at a time, %s %s",
-        sweep_id, attempt, spec.algorithm, spec.scheduler.type, spec.total_trials, spec.max_concurrent_trials,
-        spec.mode, spec.metric,
+        sweep_id,
+        attempt,
+        spec.algorithm,
+        spec.scheduler.type,
+        spec.total_trials,
+        spec.max_concurrent_trials,
+        spec.mode,
+        spec.metric,
     )
     reporter = REPORTERS[sweep_id] = EventReporter(control_plane_url, sweep_id, attempt, token, collection="sweeps")
-    reporter.emit(StateEvent(state="running", reason="sweep_started", message=f"attempt {attempt}: Ray Tune is running"))
+    reporter.emit(
+        StateEvent(state="running", reason="sweep_started", message=f"attempt {attempt}: Ray Tune is running")
+    )
     try:
         results = build_tuner(assignment, [TrialEventForwarder(sweep_id, spec)]).fit()
     except Exception as exc:
         log.error("sweep %s attempt %d: Ray Tune failed:\n%s", sweep_id, attempt, traceback.format_exc())
-        reporter.emit(StateEvent(state="failed", reason="sweep_error", message=f"{type(exc).__name__}: {exc}"[-MAX_MESSAGE_CHARS:]))
+        reporter.emit(
+            StateEvent(
+                state="failed", reason="sweep_error", message=f"{type(exc).__name__}: {exc}"[-MAX_MESSAGE_CHARS:]
+            )
+        )
         exit_code = DriverExit.TRAINING_FAILED
     else:
         failed = results.num_errors
         if failed and failed == len(results):
             first = next(r.error for r in results if r.error is not None)
-            reporter.emit(StateEvent(
-                state="failed", reason="all_trials_failed",
-                message=f"every trial ({failed}) failed; the first: {first}"[-MAX_MESSAGE_CHARS:],
-            ))
+            reporter.emit(
+                StateEvent(
+                    state="failed",
+                    reason="all_trials_failed",
+                    message=f"every trial ({failed}) failed; the first: {first}"[-MAX_MESSAGE_CHARS:],
+                )
+            )
             exit_code = DriverExit.TRAINING_FAILED
         else:
             summary = f"{len(results)} trial(s), {failed} failed"
-            reporter.emit(StateEvent(state="succeeded", reason="completed", message=summary, result={"trials": len(results), "failed": failed}))
+            reporter.emit(
+                StateEvent(
+                    state="succeeded",
+                    reason="completed",
+                    message=summary,
+                    result={"trials": len(results), "failed": failed},
+                )
+            )
             log.info("sweep %s attempt %d succeeded: %s", sweep_id, attempt, summary)
             exit_code = DriverExit.SUCCEEDED
     finish_reporting(reporter)
@@ -117,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     assignment = fetch_assignment(url, sweep_id, attempt, token, "sweeps", SweepAssignment)
     ray.init()  # inside a Ray Job this joins the job's cluster
     return run_sweep(assignment, url, token)
+
 
 if __name__ == "__main__":
     sys.exit(main())

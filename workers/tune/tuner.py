@@ -27,8 +27,6 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTra
 from ray.tune.search import BasicVariantGenerator, Searcher
 from ray.util.queue import Empty, Queue
 
-from workers.runtime.manifest import resolve
-from workers.runtime.reporter import EventReporter
 from workers.contract.jobs import CHECKPOINT_METRICS, JobSpec, TrainingPlan
 from workers.contract.sweeps import (
     TRIAL_DRIVER_CPU,
@@ -45,6 +43,8 @@ from workers.contract.sweeps import (
     trial_spec,
     trials_folder,
 )
+from workers.runtime.manifest import resolve
+from workers.runtime.reporter import EventReporter
 from workers.train.trainer import build_trainer
 
 log = logging.getLogger(__name__)
@@ -263,17 +263,16 @@ def _next_run_name(trials_storage: str, trial_id: str) -> str:
     entries = fs.get_file_info(pyarrow.fs.FileSelector(root.rstrip("/"), allow_not_found=True))
     prefix = f"{trial_id}-"
     taken = [
-        int(e.base_name[len(prefix):]) for e in entries
-        if e.base_name.startswith(prefix) and e.base_name[len(prefix):].isdigit()
+        int(e.base_name[len(prefix) :])
+        for e in entries
+        if e.base_name.startswith(prefix) and e.base_name[len(prefix) :].isdigit()
     ]
     return f"{prefix}{max(taken, default=0) + 1}"
 
 
 def _copy_folder(checkpoint: Checkpoint, destination: str) -> None:
     fs, path = resolve(destination)
-    pyarrow.fs.copy_files(
-        checkpoint.path, path, source_filesystem=checkpoint.filesystem, destination_filesystem=fs
-    )
+    pyarrow.fs.copy_files(checkpoint.path, path, source_filesystem=checkpoint.filesystem, destination_filesystem=fs)
 
 
 def tune_checkpoint_config(spec: SweepSpec) -> tune.CheckpointConfig | None:
@@ -323,8 +322,12 @@ class TrialEventForwarder(tune.Callback):
         metrics = {k: float(result[k]) for k in CHECKPOINT_METRICS if isinstance(result.get(k), (int, float))}
         self.reporter.emit(
             TrialEvent(
-                trial=trial.trial_id, state="running", config=self._config(trial),
-                epoch=int(result["epoch"]), step=int(result.get("step", 0)), metrics=metrics,
+                trial=trial.trial_id,
+                state="running",
+                config=self._config(trial),
+                epoch=int(result["epoch"]),
+                step=int(result.get("step", 0)),
+                metrics=metrics,
                 checkpoint_path=result.get(CHECKPOINT_PATH_KEY),
             )
         )

@@ -29,8 +29,7 @@ def load_workload(name: str) -> BuildFn:
         return BUILTIN[name]
     if not is_custom_workload(name):
         raise ValueError(
-            f"malformed workload name {name!r}: expected one of {sorted(BUILTIN)} "
-            'or "package.module:function"'
+            f'malformed workload name {name!r}: expected one of {sorted(BUILTIN)} or "package.module:function"'
         )
     module_name, attribute = name.split(":")
     try:
