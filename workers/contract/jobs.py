@@ -11,18 +11,14 @@ import enum
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, StringConstraints, ValidationInfo, field_validator, model_validator
+
+from workers.contract.base import Strict as _Strict
 
 # A custom workload names a function inside an installed package: "package.module:function".
 CUSTOM_WORKLOAD_PATTERN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 LABEL_KEY = r"^[A-Za-z0-9]([A-Za-z0-9_.\-/]{0,61}[A-Za-z0-9])?$"
 LABEL_VALUE = r"^[A-Za-z0-9_.\-]{0,63}$"
-
-
-class _Strict(BaseModel):
-    """Unknown keys are an error: a typo in a spec must never be silently ignored."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 # --- built-in workload configs -------------------------------------------------------------------

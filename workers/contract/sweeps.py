@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from workers.contract.jobs import BUILTIN_WORKLOADS, CHECKPOINT_METRICS, CheckpointMetric, JobSpec, StateEvent, _Strict
+from workers.contract.base import Strict as _Strict
+from workers.contract.jobs import BUILTIN_WORKLOADS, CHECKPOINT_METRICS, CheckpointMetric, JobSpec, StateEvent
 
 # Logical CPUs the function trainable (one small actor per running trial, which drives its TorchTrainer)
 # holds. Ray refuses 0; the admission check counts it (RAY-NOTES.md: Tune with Train V2).
