@@ -201,13 +201,10 @@ def test_an_incomplete_checkpoint_is_not_reported(tmp_path, caplog):
 
 def _ray_snapshot(storage: Path, run: str, names: list[str]) -> None:
     """The snapshot Ray Train 2.60 writes after registering ``names`` in order (its own models)."""
-    from ray.train.v2._internal.execution.checkpoint.checkpoint_manager import (
-        _CheckpointManagerState,
-        _TrainingResultState,
-    )
+    from workers.train.ray_internals import CheckpointManagerState, TrainingResultState
 
-    results = [_TrainingResultState(checkpoint_dir_name=n, metrics={"step": i}) for i, n in enumerate(names)]
-    state = _CheckpointManagerState(
+    results = [TrainingResultState(checkpoint_dir_name=n, metrics={"step": i}) for i, n in enumerate(names)]
+    state = CheckpointManagerState(
         checkpoint_results=results,
         checkpoint_report_indices=list(range(len(names))),
         latest_checkpoint_result=results[-1],
@@ -224,15 +221,15 @@ def _ray_snapshot(storage: Path, run: str, names: list[str]) -> None:
 def _ray_loads_snapshot(storage: Path, run: str):
     """What a new TorchTrainer of the run does first: load its checkpoint manager from the snapshot."""
     from ray.train import CheckpointConfig
-    from ray.train.v2._internal.execution.checkpoint.checkpoint_manager import CheckpointManager
-    from ray.train.v2._internal.execution.storage import StorageContext
+
+    from workers.train.ray_internals import CheckpointManager, StorageContext
 
     context = StorageContext(storage_path=str(storage), experiment_dir_name=run)
     return CheckpointManager(checkpoint_config=CheckpointConfig(), storage_context=context)
 
 
 def test_ray_is_told_which_checkpoints_retention_deleted(tmp_path):
-    from ray.train.v2._internal.exceptions import CheckpointManagerInitializationError
+    from workers.train.ray_internals import CheckpointManagerInitializationError
 
     names = ["checkpoint_a", "checkpoint_b", "checkpoint_c"]
     for name in names:

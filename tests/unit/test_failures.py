@@ -7,9 +7,6 @@ import pickle
 import pytest
 import torch
 from ray.exceptions import ActorDiedError
-from ray.train.v2._internal.exceptions import UserExceptionWithTraceback, WorkerHealthCheckFailedError
-from ray.train.v2._internal.execution.failure_handling import FailureDecision
-from ray.train.v2.api import data_parallel_trainer
 from ray.train.v2.api.config import FailureConfig
 from ray.train.v2.api.exceptions import WorkerGroupError
 
@@ -21,6 +18,12 @@ from workers.train.failures import (
     classify_training_error,
     classify_worker_failures,
     failure_policy,
+)
+from workers.train.ray_internals import (
+    FailureDecision,
+    UserExceptionWithTraceback,
+    WorkerHealthCheckFailedError,
+    data_parallel_trainer,
 )
 
 

@@ -7,14 +7,12 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
-from ray.train.v2._internal.execution.callback import WorkerGroupCallback
-from ray.train.v2._internal.execution.worker_group.worker_group import WorkerGroup
 from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
 from orchestrator.planner import plan_job
 from workers.contract.jobs import JobSpec
 from workers.train.group_start import WaitForFreedResources, wait_until_available, without_unused_datasets_callback
+from workers.train.ray_internals import DatasetsCallback, WorkerGroup, WorkerGroupCallback
 from workers.train.trainer import build_trainer
 
 

@@ -24,19 +24,19 @@ from dataclasses import dataclass
 import torch
 from ray.exceptions import OutOfMemoryError as RayOutOfMemoryError
 from ray.exceptions import RayError
-from ray.train.v2._internal.exceptions import (
-    RayTrainError,
-    UserExceptionWithTraceback,
-    WorkerHealthCheckFailedError,
-)
-from ray.train.v2._internal.execution.failure_handling import FailureDecision
-from ray.train.v2._internal.execution.failure_handling.default import DefaultFailurePolicy
-from ray.train.v2.api import data_parallel_trainer
 from ray.train.v2.api.config import FailureConfig
 from ray.train.v2.api.exceptions import ControllerError, TrainingFailedError, WorkerGroupError
 
 from workers.contract.jobs import StateEvent
 from workers.runtime.reporter import EventReporter
+from workers.train.ray_internals import (
+    DefaultFailurePolicy,
+    FailureDecision,
+    RayTrainError,
+    UserExceptionWithTraceback,
+    WorkerHealthCheckFailedError,
+    data_parallel_trainer,
+)
 
 WORKER_DIED, APP_ERROR, OOM = "worker_died", "app_error", "oom"
 # Ray's memory monitor kills a worker with "...killed due to the node running low on memory".
@@ -149,8 +149,8 @@ class CauseAwareFailurePolicy(DefaultFailurePolicy):
 @contextlib.contextmanager
 def failure_policy(policy_factory) -> Iterator[None]:
     """Make ``TorchTrainer.fit()`` use our policy. Ray Train 2.60 builds the policy in the driver from
-    ``create_failure_policy`` and ships it to the controller; there is no public option for it yet.
-    ``tests/unit/test_failures.py`` fails if that hook moves."""
+    ``create_failure_policy`` and ships it to the controller; there is no public option for it yet
+    (see ``workers.train.ray_internals``). ``tests/unit/test_failures.py`` fails if that hook moves."""
     original = data_parallel_trainer.create_failure_policy
     data_parallel_trainer.create_failure_policy = policy_factory
     try:

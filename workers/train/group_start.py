@@ -1,8 +1,8 @@
 """Two cuts to how long Ray Train 2.60 takes to start a worker group, which is most of a restart after a
 worker dies (``bench/recovery.py``; the README's benchmark section has the numbers).
 
-Both lean on Ray Train internals (there is no public option for either): ``tests/unit/test_group_start.py``
-fails if the hooks move.
+Both lean on Ray Train internals (there is no public option for either), imported through
+``workers.train.ray_internals``: ``tests/unit/test_group_start.py`` fails if the hooks move.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 import ray
-from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
-from ray.train.v2._internal.execution.callback import WorkerGroupCallback
+
+from workers.train.ray_internals import DatasetsCallback, WorkerGroupCallback
 
 log = logging.getLogger(__name__)
 
