@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 from orchestrator.admission import ClusterCapacity
@@ -14,7 +15,9 @@ class FakeBackend:
     # What a cached look at the cluster says (None: the same as ``total``); ``capacity(fresh=True)`` sees ``total``.
     cached_total: dict[str, float] | None = None
     runs: dict[str, RunStatus] = field(default_factory=dict)
+    # (submission id, entrypoint, the runtime_env's env_vars) of every submission
     submitted: list[tuple[str, str, dict]] = field(default_factory=list)
+    runtime_envs: list[dict] = field(default_factory=list)  # each submission's whole runtime_env
     stopped: list[str] = field(default_factory=list)
     exit_codes: dict[str, int] = field(default_factory=dict)
     available: bool = True
@@ -31,9 +34,10 @@ class FakeBackend:
         total = self.total if fresh or self.cached_total is None else self.cached_total
         return ClusterCapacity(total=dict(total), largest_node=dict(total))
 
-    def submit(self, submission_id, entrypoint, env_vars, metadata) -> None:
+    def submit(self, submission_id, entrypoint, runtime_env, metadata) -> None:
         self._check("submit")
-        self.submitted.append((submission_id, entrypoint, dict(env_vars)))
+        self.runtime_envs.append(copy.deepcopy(runtime_env))
+        self.submitted.append((submission_id, entrypoint, dict(runtime_env["env_vars"])))
         self.runs.setdefault(submission_id, RunStatus.PENDING)
 
     def info(self, submission_id) -> RunInfo:

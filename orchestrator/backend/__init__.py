@@ -43,8 +43,10 @@ class ClusterBackend(Protocol):
     def capacity(self, fresh: bool = False) -> ClusterCapacity:
         """What the cluster's alive nodes hold; may be a few seconds old unless ``fresh``."""
 
-    def submit(self, submission_id: str, entrypoint: str, env_vars: dict[str, str], metadata: dict[str, str]) -> None:
-        """Start a driver. Submitting an id that already exists is a no-op, never a second copy."""
+    def submit(self, submission_id: str, entrypoint: str, runtime_env: dict, metadata: dict[str, str]) -> None:
+        """Start a driver with Ray's ``runtime_env`` exactly as given (built by the control plane:
+        ``orchestrator.services.launch.runtime_env``). Submitting an id that already exists is a no-op,
+        never a second copy."""
 
     def info(self, submission_id: str) -> RunInfo: ...
 

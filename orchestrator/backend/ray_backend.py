@@ -68,12 +68,12 @@ class RayBackend:
         self._capacity = (time.monotonic(), capacity)
         return capacity
 
-    def submit(self, submission_id: str, entrypoint: str, env_vars: dict[str, str], metadata: dict[str, str]) -> None:
+    def submit(self, submission_id: str, entrypoint: str, runtime_env: dict, metadata: dict[str, str]) -> None:
         try:
             self.client.submit_job(
                 entrypoint=entrypoint,
                 submission_id=submission_id,
-                runtime_env={"env_vars": env_vars},
+                runtime_env=runtime_env,
                 metadata=metadata,
             )
         except BackendUnavailable:

@@ -1,8 +1,16 @@
-"""What the control plane hands Ray to start one attempt of a job: a fixed command, our own env."""
+"""What the control plane hands Ray to start one attempt of a job: a fixed command and a whole runtime_env.
+
+The control plane builds the submission's ``runtime_env`` here, in ``runtime_env``, and the backend passes
+it to Ray as it is. Today it holds ``env_vars``; a run's code (``working_dir``, ``py_modules``) and its
+requirements (``pip``) go in here too. Only what a driver needs goes in, and never one of the control
+plane's secrets (admin tokens, the database URL, other runs' tokens): the cluster is another trust domain
+(docs/security.md). A run's own token is the one credential it carries.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.auth import generate_secret, hash_secret
 from orchestrator.backend import ClusterBackend
@@ -33,7 +41,7 @@ class Launch:
         )
 
     def submit(self, backend: ClusterBackend, job_token: str, settings: Settings) -> None:
-        backend.submit(self.submission_id, self.entrypoint, driver_env(job_token, settings), self.metadata)
+        backend.submit(self.submission_id, self.entrypoint, runtime_env(job_token, settings), self.metadata)
 
 
 def new_job_token(run: Job | Sweep) -> str:
@@ -43,7 +51,13 @@ def new_job_token(run: Job | Sweep) -> str:
     return token
 
 
+def runtime_env(job_token: str, settings: Settings) -> dict[str, Any]:
+    """Ray's ``runtime_env`` for one attempt's driver (its workers inherit it)."""
+    return {"env_vars": driver_env(job_token, settings)}
+
+
 def driver_env(job_token: str, settings: Settings) -> dict[str, str]:
+    """The driver's environment variables: a fixed list, built from settings that are safe to send."""
     return {
         "ORCHESTRATOR_URL": settings.control_plane_url,
         "ORCHESTRATOR_JOB_TOKEN": job_token,

@@ -1,0 +1,36 @@
+"""A Ray submission carries the whole runtime_env the control plane builds, and no control-plane secret."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from orchestrator.services.launch import Launch, driver_env, runtime_env
+from orchestrator.settings import Settings
+from tests.fakes import FakeBackend
+
+SECRETS = {
+    "admin_token": "adm_secret_one,adm_secret_two",
+    "database_url": "postgresql+psycopg://orch:db_secret@127.0.0.1:5432/orch",
+}
+
+
+def test_the_runtime_env_holds_the_drivers_env_vars_and_no_control_plane_secret():
+    settings = Settings(**SECRETS)
+    env = runtime_env("jtk_run_token", settings)
+    assert set(env) == {"env_vars"}
+    assert env["env_vars"] == driver_env("jtk_run_token", settings)
+    assert env["env_vars"]["ORCHESTRATOR_JOB_TOKEN"] == "jtk_run_token"
+    assert all(isinstance(value, str) for value in env["env_vars"].values())  # Ray's env_vars are strings
+    text = repr(env)
+    for secret in ("adm_secret_one", "adm_secret_two", "db_secret", settings.database_url):
+        assert secret not in text
+
+
+def test_the_backend_is_handed_the_runtime_env_as_built():
+    settings = Settings(**SECRETS)
+    run = SimpleNamespace(id="abc123", attempt=2, submission_id="abc123-2", project_id="p1")
+    launch = Launch.of(run)
+    backend = FakeBackend()
+    launch.submit(backend, "jtk_run_token", settings)
+    assert backend.runtime_envs == [runtime_env("jtk_run_token", settings)]
+    assert backend.submitted == [(launch.submission_id, launch.entrypoint, driver_env("jtk_run_token", settings))]
