@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, status
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 
+from api.errors import install_error_handler
 from api.limits import BodySizeLimit
 from api.openapi import document_error_shapes
 from api.routers import deployments, health, internal, jobs, plan, projects, sweeps
 from orchestrator.backend import ClusterBackend
 from orchestrator.control_plane import ControlPlane
-from orchestrator.services.deployments import DeploymentConflict
-from orchestrator.services.submission import IdempotencyConflict, SpecRejected
 from orchestrator.settings import Settings
 
 
@@ -57,20 +55,6 @@ def create_app(
     ):
         app.include_router(router)
 
+    install_error_handler(app)  # every domain error (orchestrator.errors) -> its status, in one table
     document_error_shapes(app)
-
-    @app.exception_handler(SpecRejected)
-    async def _spec_rejected(_: Request, exc: SpecRejected) -> JSONResponse:
-        # Same shape as FastAPI's own validation errors, so clients handle one format.
-        detail = [{"loc": ["body", *exc.loc], "msg": str(exc), "type": "value_error"}]
-        return JSONResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_ENTITY)
-
-    @app.exception_handler(DeploymentConflict)
-    async def _deployment_conflict(_: Request, exc: DeploymentConflict) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_409_CONFLICT)
-
-    @app.exception_handler(IdempotencyConflict)
-    async def _idempotency_conflict(_: Request, exc: IdempotencyConflict) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_409_CONFLICT)
-
     return app

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from orchestrator.auth import Principal, secrets_equal
 from orchestrator.control_plane import ControlPlane
 from orchestrator.db.models import Role, utcnow
+from orchestrator.errors import Forbidden, NotFound, Unauthorized
 from orchestrator.repositories import projects as projects_repo
 
 _bearer = HTTPBearer(auto_error=False)
@@ -35,13 +36,9 @@ SessionDep = Annotated[Session, Depends(get_session)]
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
-def _unauthorized(message: str) -> HTTPException:
-    return HTTPException(status.HTTP_401_UNAUTHORIZED, message, headers={"WWW-Authenticate": "Bearer"})
-
-
 def current_principal(credentials: BearerDep, service: ControlPlaneDep) -> Principal:
     if credentials is None:
-        raise _unauthorized("missing 'Authorization: Bearer <key>' header")
+        raise Unauthorized("missing 'Authorization: Bearer <key>' header")
     secret = credentials.credentials
     # The environment's tokens (several while one is rotated), each compared in constant time.
     if sum(secrets_equal(secret, token) for token in service.settings.admin_tokens):
@@ -52,9 +49,9 @@ def current_principal(credentials: BearerDep, service: ControlPlaneDep) -> Princ
     with service.sessions() as session:
         key = projects_repo.find_api_key(session, secret)
         if key is None:
-            raise _unauthorized("unknown API key (it may have been revoked)")
+            raise Unauthorized("unknown API key (it may have been revoked)")
         if key.expires_at is not None and key.expires_at <= now:
-            raise _unauthorized(f"this API key expired at {key.expires_at.isoformat()}")
+            raise Unauthorized(f"this API key expired at {key.expires_at.isoformat()}")
         principal = Principal(key.role, project_id=key.project_id, key_id=key.id, cluster_wide=key.cluster_wide)
         if projects_repo.record_key_use(session, key, now):  # at most once a minute per key
             session.commit()
@@ -66,20 +63,19 @@ CurrentKey = Annotated[Principal, Depends(current_principal)]
 
 def writer(principal: CurrentKey) -> Principal:
     if not principal.can_write:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, f"a {principal.role} key is read-only")
+        raise Forbidden(f"a {principal.role} key is read-only")
     return principal
 
 
 def admin(principal: CurrentKey) -> Principal:
     if not principal.is_admin:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "this needs an admin key")
+        raise Forbidden("this needs an admin key")
     return principal
 
 
 def cluster_admin(principal: CurrentKey) -> Principal:
     if not principal.is_cluster_admin:
-        raise HTTPException(
-            status.HTTP_403_FORBIDDEN,
+        raise Forbidden(
             "this needs a cluster-wide admin key (ORCHESTRATOR_ADMIN_TOKEN); a project's "
             "admin key acts in its own project only",
         )
@@ -102,5 +98,5 @@ def visible_project(session, principal: Principal, project_id: str) -> str:
     """``project_id`` if the caller may act in it; another project is simply not found (404)."""
     scope = principal.project_scope()
     if (scope is not None and project_id != scope) or projects_repo.get_project(session, project_id) is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no project {project_id}")
+        raise NotFound(f"no project {project_id}")
     return project_id

@@ -1,9 +1,11 @@
 """The error shapes in the OpenAPI schema: what clients (and the fuzz in tests/security) can rely on.
 
-Every error answers ``{"detail": ...}``. A 422 carries either FastAPI's list of field errors (request
-validation, and every ``SpecRejected``: same shape, ``loc`` names the field) or one message string (a
-query the handler itself refuses, e.g. a cursor it never issued); other 4xx carry one message string.
-FastAPI documents only the list form, so the schema is completed here rather than left to disagree.
+Every error answers ``{"detail": ...}`` (the contract's ``ErrorMessage`` or ``FieldErrors``,
+``workers.contract.rest.errors``). A 422 carries either FastAPI's list of field errors (request
+validation, and every ``Invalid`` error with a ``loc`` such as ``SpecRejected``: same shape, ``loc`` names
+the field) or one message string (a query the handler itself refuses, e.g. a cursor it never issued);
+other 4xx carry one message string. FastAPI documents only the list form, so the schema is completed here
+rather than left to disagree. The statuses and their meanings are ``api.errors.ERRORS``'s.
 """
 
 from __future__ import annotations
@@ -13,21 +15,14 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-ERROR_MESSAGE = {
-    "title": "ErrorMessage",
-    "type": "object",
-    "properties": {"detail": {"type": "string", "title": "Detail"}},
-    "required": ["detail"],
-}
-MESSAGE_STATUSES = {
-    "400": "Refused (e.g. an event no honest driver sends)",
-    "401": "No key, or an unknown, revoked or expired one",
-    "403": "The key's role may not do this",
-    "404": "Not found (or not in the key's project)",
-    "409": "Conflicts with the object's state or a taken name",
-    "413": "The request body is over its cap",
-    "429": "Over a per-key limit; see Retry-After",
-}
+from api.errors import BODY_TOO_LARGE, ERRORS
+from workers.contract.rest import ErrorMessage
+
+ERROR_MESSAGE = ErrorMessage.model_json_schema()
+# Every operation documents these (a 422 only where FastAPI lists one: there the message form is added).
+MESSAGE_STATUSES = dict(
+    sorted({str(code): text for code, text in [*ERRORS.values(), BODY_TOO_LARGE] if code != 422}.items())
+)
 
 
 def document_error_shapes(app: FastAPI) -> None:

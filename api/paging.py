@@ -10,9 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, HTTPException, Query, Response, status
-
-from orchestrator.repositories.paging import InvalidCursor
+from fastapi import Depends, Query, Response
 
 MAX_PAGE = 200  # items per page of a list route, at most (and by default)
 MAX_METRICS_PAGE = 1000  # a job's or a trial's metric points: many small rows
@@ -28,11 +26,9 @@ class PageParams:
     response: Response
 
     def fetch(self, fetch_page: Callable[[str | None, int], tuple[list[T], str | None]]) -> list[T]:
-        """Run ``fetch_page(cursor, limit)`` (a repository's ``page_*``), put the next cursor in the header."""
-        try:
-            rows, next_cursor = fetch_page(self.cursor, self.limit)
-        except InvalidCursor as exc:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
+        """Run ``fetch_page(cursor, limit)`` (a repository's ``page_*``), put the next cursor in the header.
+        A cursor this API did not make raises ``InvalidCursor`` (an ``Invalid``: 422)."""
+        rows, next_cursor = fetch_page(self.cursor, self.limit)
         if next_cursor is not None:
             self.response.headers[NEXT_CURSOR_HEADER] = next_cursor
         return rows

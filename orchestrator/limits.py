@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import Job, Project
+from orchestrator.errors import Invalid
 from orchestrator.services.submission import SpecRejected
 from orchestrator.settings import Settings
 from workers.contract.jobs import CheckpointEvent, EventBatch, MetricsEvent, StateEvent
@@ -21,7 +22,7 @@ from workers.contract.sweeps import SweepEventBatch, TrialEvent
 _POSITION = frozenset({"epoch", "step"})
 
 
-class OverLimit(ValueError):
+class OverLimit(Invalid):
     """422: a reported batch passes a bound; the message names the bound's setting."""
 
 

@@ -9,18 +9,20 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, Query, status
 
 from api.deps import ControlPlaneDep, CurrentKey, SessionDep, WriterKey, target_project
 from api.paging import Page
-from api.schemas import DeploymentEventOut, DeploymentOut
+from api.views import deployment_out
 from orchestrator.auth import Principal
 from orchestrator.db.models import Deployment, DeploymentState
 from orchestrator.deployment_states import lock_deployment
+from orchestrator.errors import NotFound
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.services import deployments as ops
 from orchestrator.services.submission import SpecRejected
 from workers.contract.deployments import DeploymentCreate, DeploymentPatch
+from workers.contract.rest import DeploymentEventOut, DeploymentOut
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
 
@@ -28,7 +30,7 @@ router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
 def _deployment_or_404(session, name: str, principal: Principal) -> Deployment:
     deployment = deployments_repo.get_by_name(session, name, principal.project_scope())
     if deployment is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no deployment {name}")
+        raise NotFound(f"no deployment {name}")
     return deployment
 
 
@@ -55,7 +57,7 @@ def create_deployment(
     resolved = ops.resolve_source(session, body.source, principal.project_scope())
     deployment = ops.create_deployment(session, target, body, resolved, settings)
     session.commit()
-    return DeploymentOut.of(deployment, service.settings.serve_url)
+    return deployment_out(deployment, service.settings.serve_url)
 
 
 @router.get("")
@@ -71,13 +73,13 @@ def list_deployments(
     """Newest first; paged (X-Next-Cursor)."""
     scope = principal.project_scope()
     deployments = page.fetch(lambda c, n: deployments_repo.list_deployments(session, scope, state, c, n))
-    return [DeploymentOut.of(d, service.settings.serve_url) for d in deployments]
+    return [deployment_out(d, service.settings.serve_url) for d in deployments]
 
 
 @router.get("/{name}")
 def get_deployment(name: str, session: SessionDep, service: ControlPlaneDep, principal: CurrentKey) -> DeploymentOut:
     """State and why, the URL, the serving and newest versions, replica states, and every version."""
-    return DeploymentOut.of(_deployment_or_404(session, name, principal), service.settings.serve_url)
+    return deployment_out(_deployment_or_404(session, name, principal), service.settings.serve_url)
 
 
 @router.get("/{name}/events")
@@ -113,7 +115,7 @@ def update_deployment(
         raise ops.DeploymentConflict(f"deployment {name} changed to version {locked.version} meanwhile: try again")
     deployment = ops.update_deployment(session, locked, resolved, body.source, settings)
     session.commit()
-    return DeploymentOut.of(deployment, service.settings.serve_url)
+    return deployment_out(deployment, service.settings.serve_url)
 
 
 @router.post("/{name}/rollback")
@@ -124,7 +126,7 @@ def rollback_deployment(
     deployment = _deployment_or_404(session, name, principal)
     deployment = ops.rollback_deployment(session, _locked(session, deployment))
     session.commit()
-    return DeploymentOut.of(deployment, service.settings.serve_url)
+    return deployment_out(deployment, service.settings.serve_url)
 
 
 @router.delete("/{name}")
@@ -133,4 +135,4 @@ def delete_deployment(name: str, session: SessionDep, service: ControlPlaneDep, 
     deployment = _deployment_or_404(session, name, principal)
     deployment = ops.delete_deployment(session, _locked(session, deployment))
     session.commit()
-    return DeploymentOut.of(deployment, service.settings.serve_url)
+    return deployment_out(deployment, service.settings.serve_url)

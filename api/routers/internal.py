@@ -6,11 +6,12 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter
 
 from api.deps import BearerDep, ControlPlaneDep, SessionDep
 from orchestrator.auth import hash_secret, secrets_equal
 from orchestrator.db.models import Job, Sweep
+from orchestrator.errors import Conflict, Unauthorized
 from orchestrator.limits import OverLimit, check_job_batch, check_sweep_batch
 from orchestrator.services.events import RefusedEvent, apply_events
 from orchestrator.services.sweep_events import apply_sweep_events
@@ -33,17 +34,13 @@ def _check_token(run: Run | None, credentials) -> Run:
         or not run.token_hash
         or not secrets_equal(hash_secret(credentials.credentials), run.token_hash)
     ):
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED, "not this run's token", headers={"WWW-Authenticate": "Bearer"}
-        )
+        raise Unauthorized("not this run's token")
     return run
 
 
 def _current_attempt(run: Job | Sweep, attempt: int) -> None:
     if attempt != run.attempt:
-        raise HTTPException(
-            status.HTTP_409_CONFLICT, f"attempt {attempt} is stale: the run is on attempt {run.attempt}"
-        )
+        raise Conflict(f"attempt {attempt} is stale: the run is on attempt {run.attempt}")
 
 
 def _refusing_foreign(apply: Callable[[], int], session, run_id: str) -> int:
@@ -52,13 +49,13 @@ def _refusing_foreign(apply: Callable[[], int], session, run_id: str) -> int:
     (``orchestrator.limits``), nothing of it applied either."""
     try:
         return apply()
-    except OverLimit as exc:  # a bound (issue 15, hole 6): said, not logged as hostile
+    except OverLimit:  # a bound (issue 15, hole 6): said (an Invalid: 422), not logged as hostile
         session.rollback()
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from exc
-    except RefusedEvent as exc:
+        raise
+    except RefusedEvent as exc:  # a Refused: 400
         session.rollback()
         log.warning("refused events of run %s: %s", run_id, exc)
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
+        raise
 
 
 @router.get("/{job_id}/assignment")

@@ -2,20 +2,21 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, HTTPException, Query, Response, status
+from fastapi import APIRouter, Header, Query, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from api.deps import ControlPlaneDep, CurrentKey, SessionDep, WriterKey, target_project
 from api.paging import JobsPage, MetricsPage, Page
-from api.schemas import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut
 from orchestrator.auth import Principal
 from orchestrator.db.models import Job, JobState
+from orchestrator.errors import Invalid, NotFound
 from orchestrator.limits import check_priority
 from orchestrator.repositories import jobs as jobs_repo
-from orchestrator.services.cancellation import AlreadyFinished, cancel_job
-from orchestrator.services.logs import TooManyFollows, last_lines, read_logs
+from orchestrator.services.cancellation import cancel_job
+from orchestrator.services.logs import last_lines, read_logs
 from orchestrator.services.submission import check_runnable, pin_data_paths, submit_job
 from workers.contract.jobs import JobSpec
+from workers.contract.rest import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -23,7 +24,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 def _job_or_404(session, job_id: str, principal: Principal) -> Job:
     job = jobs_repo.get_job(session, job_id, principal.project_scope())
     if job is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
+        raise NotFound(f"no job {job_id}")
     return job
 
 
@@ -47,7 +48,7 @@ def create_job(
     if not created:
         response.status_code = status.HTTP_200_OK
         response.headers["Idempotent-Replayed"] = "true"
-    return JobOut.of(job)
+    return JobOut.model_validate(job)
 
 
 @router.get("")
@@ -63,34 +64,31 @@ def list_jobs(
 ) -> JobPage:
     """Newest first; the next page's cursor is in the body and in the X-Next-Cursor header."""
     if len(label or []) > service.settings.max_label_filters:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_ENTITY,
+        raise Invalid(
             f"{len(label or [])} label filters: at most {service.settings.max_label_filters} (ORCHESTRATOR_MAX_LABEL_FILTERS)",
         )
     labels = {}
     for item in label or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"label filter {item!r} must be key=value")
+            raise Invalid(f"label filter {item!r} must be key=value")
         labels[key] = value
     scope = principal.project_scope()
     jobs = page.fetch(lambda cursor, limit: jobs_repo.list_jobs(session, scope, state, labels, cursor, limit))
-    return JobPage(items=[JobOut.of(j) for j in jobs], next_cursor=page.response.headers.get("X-Next-Cursor"))
+    return JobPage(
+        items=[JobOut.model_validate(j) for j in jobs], next_cursor=page.response.headers.get("X-Next-Cursor")
+    )
 
 
 @router.get("/{job_id}")
 def get_job(job_id: str, session: SessionDep, principal: CurrentKey) -> JobOut:
-    return JobOut.of(_job_or_404(session, job_id, principal))
+    return JobOut.model_validate(_job_or_404(session, job_id, principal))
 
 
 @router.post("/{job_id}/cancel")
 def cancel(job_id: str, session: SessionDep, service: ControlPlaneDep, principal: WriterKey) -> JobOut:
     _job_or_404(session, job_id, principal)
-    try:
-        job = cancel_job(session, job_id, service.backend)
-    except AlreadyFinished as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
-    return JobOut.of(job)
+    return JobOut.model_validate(cancel_job(session, job_id, service.backend))  # AlreadyFinished: 409
 
 
 @router.get("/{job_id}/events")
@@ -136,15 +134,10 @@ def logs(
     with service.sessions() as session:  # released before Ray is asked or the stream starts
         job = _job_or_404(session, job_id, principal)
     if attempt is not None and attempt > job.attempt:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has had {job.attempt} attempt(s), not {attempt}")
+        raise NotFound(f"job {job_id} has had {job.attempt} attempt(s), not {attempt}")
     if follow:
         if attempt is not None:
-            raise HTTPException(
-                status.HTTP_422_UNPROCESSABLE_ENTITY, "follow streams the current attempt: drop attempt"
-            )
-        try:
-            stream = service.log_follows.start(job.id, principal.key_id or "environment-admin", tail)
-        except TooManyFollows as exc:
-            raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(exc), headers={"Retry-After": "5"}) from None
+            raise Invalid("follow streams the current attempt: drop attempt")
+        stream = service.log_follows.start(job.id, principal.key_id or "environment-admin", tail)  # 429 past the cap
         return StreamingResponse(stream, media_type="text/plain")
     return PlainTextResponse(last_lines(read_logs(service.backend, service.log_archive, job, attempt), tail))

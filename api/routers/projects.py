@@ -1,12 +1,13 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, status
 from sqlalchemy.exc import IntegrityError
 
 from api.deps import AdminKey, ClusterAdminKey, CurrentKey, SessionDep, visible_project
-from api.schemas import KeyCreate, KeyCreated, KeyOut, ProjectCreate, ProjectOut, ProjectPatch
 from orchestrator.db.models import utcnow
+from orchestrator.errors import Conflict, NotFound
 from orchestrator.repositories import projects as projects_repo
+from workers.contract.rest import KeyCreate, KeyCreated, KeyOut, ProjectCreate, ProjectOut, ProjectPatch
 
 router = APIRouter(prefix="/v1/projects", tags=["projects"])
 
@@ -19,7 +20,7 @@ def create_project(body: ProjectCreate, session: SessionDep, _: ClusterAdminKey)
         session.commit()
     except IntegrityError:
         session.rollback()
-        raise HTTPException(status.HTTP_409_CONFLICT, f"a project named {body.name!r} already exists") from None
+        raise Conflict(f"a project named {body.name!r} already exists") from None
     return ProjectOut.model_validate(project)
 
 
@@ -41,7 +42,7 @@ def update_project(project_id: str, body: ProjectPatch, session: SessionDep, _: 
     queued keep their priority; new ones are held to the cap."""
     project = projects_repo.get_project(session, project_id)
     if project is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no project {project_id}")
+        raise NotFound(f"no project {project_id}")
     if "max_priority" in body.model_fields_set:
         project.max_priority = body.max_priority
     session.commit()
@@ -72,5 +73,5 @@ def revoke_key(project_id: str, key_id: str, session: SessionDep, principal: Adm
     """Revoke a key: it answers 401 from the next request on. A cluster-wide key only by a cluster-wide admin."""
     visible_project(session, principal, project_id)
     if not projects_repo.delete_api_key(session, project_id, key_id, cluster_wide=principal.is_cluster_admin):
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no key {key_id} in project {project_id}")
+        raise NotFound(f"no key {key_id} in project {project_id}")
     session.commit()

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, Query, status
 from fastapi.responses import PlainTextResponse
 
 from api.deps import ControlPlaneDep, CurrentKey, SessionDep, WriterKey, target_project
 from api.paging import MetricsPage, Page
-from api.schemas import JobEventOut, SweepOut, TrialMetricOut, TrialOut
+from api.views import sweep_out
 from orchestrator.auth import Principal
 from orchestrator.db.models import JobState, Sweep, Trial
+from orchestrator.errors import NotFound
 from orchestrator.limits import check_priority
 from orchestrator.repositories import sweeps as sweeps_repo
-from orchestrator.services.cancellation import AlreadyFinished, cancel_run
+from orchestrator.services.cancellation import cancel_run
 from orchestrator.services.logs import last_lines, read_logs
 from orchestrator.services.runs import SWEEPS
 from orchestrator.services.submission import check_sweep_runnable
+from workers.contract.rest import JobEventOut, SweepOut, TrialMetricOut, TrialOut
 from workers.contract.sweeps import SweepSpec
 
 router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"])
@@ -27,13 +29,13 @@ trials_router = APIRouter(prefix="/v1/trials", tags=["sweeps"])
 def _sweep_or_404(session, sweep_id: str, principal: Principal) -> Sweep:
     sweep = sweeps_repo.get_sweep(session, sweep_id, principal.project_scope())
     if sweep is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no sweep {sweep_id}")
+        raise NotFound(f"no sweep {sweep_id}")
     return sweep
 
 
 def _out(session, sweep: Sweep) -> SweepOut:
     best = session.get(Trial, sweep.best_trial_id) if sweep.best_trial_id else None
-    return SweepOut.of(sweep, sweeps_repo.trial_counts(session, sweep.id), best)
+    return sweep_out(sweep, sweeps_repo.trial_counts(session, sweep.id), best)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
@@ -109,11 +111,7 @@ def logs(
 def cancel(sweep_id: str, session: SessionDep, service: ControlPlaneDep, principal: WriterKey) -> SweepOut:
     """Stops the sweep's driver, and with it every running trial; the sweep and its open trials end CANCELLED."""
     _sweep_or_404(session, sweep_id, principal)
-    try:
-        sweep = cancel_run(session, SWEEPS, sweep_id, service.backend)
-    except AlreadyFinished as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
-    return _out(session, sweep)
+    return _out(session, cancel_run(session, SWEEPS, sweep_id, service.backend))  # AlreadyFinished: 409
 
 
 @trials_router.get("/{trial_id}")
@@ -132,5 +130,5 @@ def trial_metrics(trial_id: str, session: SessionDep, principal: CurrentKey, pag
 def _trial_or_404(session, trial_id: str, principal: Principal) -> Trial:
     trial = sweeps_repo.get_trial(session, trial_id, principal.project_scope())
     if trial is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no trial {trial_id}")
+        raise NotFound(f"no trial {trial_id}")
     return trial

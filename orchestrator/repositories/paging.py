@@ -16,9 +16,11 @@ from typing import Any
 from sqlalchemy import DateTime, Select, and_, or_
 from sqlalchemy.orm import Session
 
+from orchestrator.errors import Invalid
 
-class InvalidCursor(ValueError):
-    pass
+
+class InvalidCursor(Invalid):
+    """422: a cursor this API did not make."""
 
 
 def encode_cursor(values: Sequence[Any]) -> str:

@@ -9,13 +9,14 @@ from sqlalchemy.orm import Session
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import Job, JobState
+from orchestrator.errors import Conflict
 from orchestrator.services.runs import JOBS, Run, RunKind
 from orchestrator.states import TERMINAL
 
 log = logging.getLogger(__name__)
 
 
-class AlreadyFinished(ValueError):
+class AlreadyFinished(Conflict):
     pass
 
 

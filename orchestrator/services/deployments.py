@@ -20,6 +20,7 @@ from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.checkpoint_policy import best_first
 from orchestrator.db.models import Checkpoint, Deployment, DeploymentEvent, DeploymentState, Job, Sweep
 from orchestrator.deployment_states import TERMINAL, set_deployment_state
+from orchestrator.errors import Conflict
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import sweeps as sweeps_repo
@@ -55,7 +56,7 @@ SELECTION_METRIC: dict[str, tuple[str, bool]] = {"digits": ("val_accuracy", True
 MODEL_FILE, SHARDED_DIR = "model.pt", "sharded"  # workers.runtime.checkpoint_io's layout (not imported: it needs torch)
 
 
-class DeploymentConflict(ValueError):
+class DeploymentConflict(Conflict):
     """409: the name or route is taken, or the operation does not fit the deployment's state."""
 
 

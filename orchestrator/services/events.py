@@ -7,6 +7,7 @@ import logging
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import Job, JobState
+from orchestrator.errors import Refused
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.states import IllegalTransition, set_job_state
 from orchestrator.storage import CheckpointStorage
@@ -28,7 +29,7 @@ DEFAULT_REASON = {
 }
 
 
-class RefusedEvent(ValueError):
+class RefusedEvent(Refused):
     """400: a batch holds an event no honest driver sends; nothing of the batch is applied."""
 
 

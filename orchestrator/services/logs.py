@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import Job, Sweep, utcnow
+from orchestrator.errors import TooMany
 from orchestrator.services.log_archive import LogArchive
 from orchestrator.states import TERMINAL
 
@@ -57,8 +58,10 @@ class _Snapshot:
     finished: bool  # the job has ended and its driver prints nothing more
 
 
-class TooManyFollows(Exception):
+class TooManyFollows(TooMany):
     """429: the key already follows as many logs as it may."""
+
+    retry_after_s = 5
 
 
 class LogFollows:

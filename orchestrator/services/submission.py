@@ -11,6 +11,7 @@ from orchestrator.admission import Demand, never_fits, sweep_demand
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.data_paths import DataPathRefused, resolve_data_path
 from orchestrator.db.models import Job
+from orchestrator.errors import Conflict, Invalid
 from orchestrator.planner import DoesNotFit, plan_job
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.settings import Settings
@@ -20,15 +21,14 @@ from workers.contract.sweeps import Choice, Grid, SweepSpec
 log = logging.getLogger(__name__)
 
 
-class SpecRejected(ValueError):
+class SpecRejected(Invalid):
     """A spec that parses but can't run here; ``loc`` names the field like pydantic does."""
 
     def __init__(self, loc: tuple[str, ...], message: str):
-        super().__init__(message)
-        self.loc = loc
+        super().__init__(message, loc)
 
 
-class IdempotencyConflict(ValueError):
+class IdempotencyConflict(Conflict):
     pass
 
 

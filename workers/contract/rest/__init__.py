@@ -1,0 +1,39 @@
+"""The REST API's request and response models (besides the specs, which are ``workers.contract.jobs``,
+``workers.contract.sweeps`` and ``workers.contract.deployments``), and its error shapes. The API answers
+with these, and clients (SDK, CLI, dashboard) parse answers with them: nobody keeps a second copy.
+
+Plain pydantic: no SQLAlchemy, Ray, PyTorch or FastAPI. Response models read database rows by attribute
+name (``Model.model_validate(row)``), without importing the ORM.
+"""
+
+from workers.contract.rest.deployments import DeploymentEventOut, DeploymentOut, DeploymentVersionOut, ReplicaOut
+from workers.contract.rest.errors import ErrorMessage, FieldError, FieldErrors
+from workers.contract.rest.jobs import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut, RunOut
+from workers.contract.rest.projects import KeyCreate, KeyCreated, KeyOut, ProjectCreate, ProjectOut, ProjectPatch
+from workers.contract.rest.sweeps import BestTrialOut, SweepOut, TrialMetricOut, TrialOut
+
+__all__ = [
+    "BestTrialOut",
+    "CheckpointOut",
+    "DeploymentEventOut",
+    "DeploymentOut",
+    "DeploymentVersionOut",
+    "ErrorMessage",
+    "FieldError",
+    "FieldErrors",
+    "JobEventOut",
+    "JobOut",
+    "JobPage",
+    "KeyCreate",
+    "KeyCreated",
+    "KeyOut",
+    "MetricOut",
+    "ProjectCreate",
+    "ProjectOut",
+    "ProjectPatch",
+    "ReplicaOut",
+    "RunOut",
+    "SweepOut",
+    "TrialMetricOut",
+    "TrialOut",
+]

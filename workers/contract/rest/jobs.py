@@ -1,0 +1,92 @@
+"""What ``/v1/jobs`` answers (the request body is ``workers.contract.jobs.JobSpec``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from workers.contract.base import FromAttributes
+from workers.contract.states import JobState
+
+
+class RunOut(FromAttributes):
+    """What a job and a sweep both have: one Ray job per attempt, through the same lifecycle."""
+
+    id: str = Field(description="The run's id.")
+    project_id: str = Field(description="The project it runs in.")
+    name: str = Field(description="The name given in the spec ('' if none).")
+    workload: str = Field(description="A built-in workload's name, or 'package.module:function'.")
+    state: JobState = Field(description="Where it is in its lifecycle; terminal states are final.")
+    reason: str = Field(description="Why it is in that state, as a code (e.g. insufficient_resources, worker_died).")
+    message: str = Field(description="The same, for people.")
+    attempt: int = Field(description="1 for the first Ray job, one more for each resubmission; 0 until admitted.")
+    priority: int = Field(description="Higher is admitted first.")
+    spec: dict[str, Any] = Field(description="The spec as stored: what was sent, every default filled in.")
+    created_at: datetime = Field(description="When it was submitted (UTC).")
+    updated_at: datetime = Field(description="When the row last changed.")
+    started_at: datetime | None = Field(description="When it first ran; null until then.")
+    finished_at: datetime | None = Field(description="When it reached a terminal state; null until then.")
+
+
+class JobOut(RunOut):
+    """A training job."""
+
+    labels: dict[str, str] = Field(description="The spec's labels (`GET /v1/jobs?label=key=value` filters on them).")
+    plan: dict[str, Any] | None = Field(
+        description="Strategy that runs (auto resolved, with the reason), global batch, scaled LR."
+    )
+    latest_metrics: dict[str, Any] | None = Field(description="The last metrics reported (with epoch and step).")
+    result: dict[str, Any] | None = Field(
+        description="What the driver reported with its final state (final metrics, checkpoint); null until then."
+    )
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _label_rows(cls, labels: Any) -> Any:
+        """Label rows (anything with ``key`` and ``value``), as read from the database, become a mapping."""
+        if isinstance(labels, list | tuple):
+            return {label.key: label.value for label in labels}
+        return labels
+
+
+class JobPage(FromAttributes):
+    """One page of ``GET /v1/jobs``."""
+
+    items: list[JobOut] = Field(description="Newest first.")
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; null on the last.")
+
+
+class JobEventOut(FromAttributes):
+    """One state change of a job (or a sweep): the history, oldest first."""
+
+    from_state: JobState | None = Field(description="Null for the first event (the submission).")
+    to_state: JobState = Field(description="The state it entered.")
+    reason: str = Field(description="Why, as a code.")
+    message: str = Field(description="Why, for people.")
+    attempt: int = Field(description="The attempt it happened in.")
+    created_at: datetime = Field(description="When (UTC).")
+
+
+class MetricOut(FromAttributes):
+    """One metrics report of a job's rank 0."""
+
+    attempt: int = Field(description="The attempt that reported it.")
+    epoch: int = Field(description="The epoch it was reported in.")
+    step: int = Field(description="The optimizer step it was reported at.")
+    values: dict[str, Any] = Field(description="Metric name to value.")
+    created_at: datetime = Field(description="When it was recorded (UTC).")
+
+
+class CheckpointOut(FromAttributes):
+    """A committed checkpoint of a job (one retention keeps)."""
+
+    id: int = Field(description='Deploy exactly this checkpoint with a deployment source {"checkpoint_id": id}.')
+    attempt: int = Field(description="The attempt that wrote it.")
+    epoch: int = Field(description="The epoch it was written after.")
+    step: int = Field(description="The optimizer step it holds.")
+    path: str = Field(description="Its folder in the storage path.")
+    size_bytes: int = Field(description="Its size on storage.")
+    metrics: dict[str, Any] = Field(description="The metrics reported with it.")
+    created_at: datetime = Field(description="When it was committed (UTC).")
