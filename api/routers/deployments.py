@@ -16,11 +16,11 @@ from api.paging import Page
 from api.views import deployment_out
 from orchestrator.auth import Principal
 from orchestrator.db.models import Deployment, DeploymentState
-from orchestrator.deployment_states import lock_deployment
 from orchestrator.errors import NotFound
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.services import deployments as ops
 from orchestrator.services.submission import SpecRejected
+from orchestrator.states.deployments import lock_deployment
 from workers.contract.deployments import DeploymentCreate, DeploymentPatch
 from workers.contract.rest import DeploymentEventOut, DeploymentOut
 
@@ -40,7 +40,7 @@ def _locked(session, deployment: Deployment) -> Deployment:
     return locked
 
 
-@router.post("", status_code=status.HTTP_201_CREATED)
+@router.post("", status_code=status.HTTP_201_CREATED, summary="Create a deployment")
 def create_deployment(
     body: DeploymentCreate,
     session: SessionDep,
@@ -60,7 +60,7 @@ def create_deployment(
     return deployment_out(deployment, service.settings.serve_url)
 
 
-@router.get("")
+@router.get("", summary="List deployments")
 def list_deployments(
     session: SessionDep,
     service: ControlPlaneDep,
@@ -76,13 +76,13 @@ def list_deployments(
     return [deployment_out(d, service.settings.serve_url) for d in deployments]
 
 
-@router.get("/{name}")
+@router.get("/{name}", summary="Get a deployment")
 def get_deployment(name: str, session: SessionDep, service: ControlPlaneDep, principal: CurrentKey) -> DeploymentOut:
     """State and why, the URL, the serving and newest versions, replica states, and every version."""
     return deployment_out(_deployment_or_404(session, name, principal), service.settings.serve_url)
 
 
-@router.get("/{name}/events")
+@router.get("/{name}/events", summary="A deployment's state history")
 def deployment_events(name: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[DeploymentEventOut]:
     """Oldest first; paged (X-Next-Cursor)."""
     deployment = _deployment_or_404(session, name, principal)
@@ -90,7 +90,7 @@ def deployment_events(name: str, session: SessionDep, principal: CurrentKey, pag
     return [DeploymentEventOut.model_validate(e) for e in rows]
 
 
-@router.patch("/{name}")
+@router.patch("/{name}", summary="Update a deployment (a new version)")
 def update_deployment(
     name: str, body: DeploymentPatch, session: SessionDep, service: ControlPlaneDep, principal: WriterKey
 ) -> DeploymentOut:
@@ -118,7 +118,7 @@ def update_deployment(
     return deployment_out(deployment, service.settings.serve_url)
 
 
-@router.post("/{name}/rollback")
+@router.post("/{name}/rollback", summary="Roll a deployment back")
 def rollback_deployment(
     name: str, session: SessionDep, service: ControlPlaneDep, principal: WriterKey
 ) -> DeploymentOut:
@@ -129,7 +129,7 @@ def rollback_deployment(
     return deployment_out(deployment, service.settings.serve_url)
 
 
-@router.delete("/{name}")
+@router.delete("/{name}", summary="Delete a deployment")
 def delete_deployment(name: str, session: SessionDep, service: ControlPlaneDep, principal: WriterKey) -> DeploymentOut:
     """DELETED now; Serve drops the application, and its route answers 404, within a reconciler tick."""
     deployment = _deployment_or_404(session, name, principal)

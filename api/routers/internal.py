@@ -15,8 +15,8 @@ from orchestrator.errors import Conflict, Unauthorized
 from orchestrator.limits import OverLimit, check_job_batch, check_sweep_batch
 from orchestrator.services.events import RefusedEvent, apply_events
 from orchestrator.services.sweep_events import apply_sweep_events
-from orchestrator.states import lock_job
-from orchestrator.sweep_states import lock_sweep
+from orchestrator.states.jobs import lock_job
+from orchestrator.states.sweeps import lock_sweep
 from workers.contract.jobs import DriverAssignment, EventBatch, JobSpec, TrainingPlan
 from workers.contract.sweeps import SweepAssignment, SweepEventBatch, SweepSpec, TrialEvent
 
@@ -58,10 +58,12 @@ def _refusing_foreign(apply: Callable[[], int], session, run_id: str) -> int:
         raise
 
 
-@router.get("/{job_id}/assignment")
+@router.get("/{job_id}/assignment", summary="A job driver's assignment (internal)")
 def assignment(
     job_id: str, attempt: int, session: SessionDep, service: ControlPlaneDep, credentials: BearerDep
 ) -> DriverAssignment:
+    """For the job's own driver (its run token): the spec, the plan and the storage path of this attempt.
+    A stale attempt is 409."""
     job = _check_token(session.get(Job, job_id), credentials)
     _current_attempt(job, attempt)
     return DriverAssignment(
@@ -73,10 +75,13 @@ def assignment(
     )
 
 
-@router.post("/{job_id}/events")
+@router.post("/{job_id}/events", summary="Report a job's events (internal)")
 def post_events(
     job_id: str, batch: EventBatch, session: SessionDep, service: ControlPlaneDep, credentials: BearerDep
 ) -> dict[str, int]:
+    """For the job's own driver and rank 0 (its run token): state changes, metrics and committed checkpoints,
+    applied in one transaction. Past a bound 422, an event no honest driver sends 400:
+    nothing of the batch is applied then."""
     job = _check_token(lock_job(session, job_id), credentials)
     _current_attempt(job, batch.attempt)
     applied = _refusing_foreign(
@@ -94,10 +99,11 @@ def post_events(
     return {"received": len(batch.events), "applied": applied}
 
 
-@sweeps_router.get("/{sweep_id}/assignment")
+@sweeps_router.get("/{sweep_id}/assignment", summary="A sweep driver's assignment (internal)")
 def sweep_assignment(
     sweep_id: str, attempt: int, session: SessionDep, service: ControlPlaneDep, credentials: BearerDep
 ) -> SweepAssignment:
+    """For the sweep's own driver (its run token): the spec and the storage path of this attempt."""
     sweep = _check_token(session.get(Sweep, sweep_id), credentials)
     _current_attempt(sweep, attempt)
     return SweepAssignment(
@@ -108,10 +114,12 @@ def sweep_assignment(
     )
 
 
-@sweeps_router.post("/{sweep_id}/events")
+@sweeps_router.post("/{sweep_id}/events", summary="Report a sweep's events (internal)")
 def post_sweep_events(
     sweep_id: str, batch: SweepEventBatch, session: SessionDep, service: ControlPlaneDep, credentials: BearerDep
 ) -> dict[str, int]:
+    """For the sweep's own driver (its run token): the sweep's state changes and its trials' states, metrics
+    and checkpoints, as for a job's events."""
     sweep = _check_token(lock_sweep(session, sweep_id), credentials)
     _current_attempt(sweep, batch.attempt)
     applied = _refusing_foreign(

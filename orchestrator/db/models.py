@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -20,7 +20,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column, relationship
 
 from workers.contract.states import DeploymentState, JobState, Role, TrialState
 
@@ -133,10 +133,19 @@ class JobLabel(Base):
 
 
 class _StateHistory:
-    """The columns of one state transition of a run (a job's or a sweep's), written by its transition function."""
+    """The columns of one state transition (or the creation, ``from_state`` None) of a job, a sweep or a trial,
+    written by the state engine (``orchestrator.states``). ``_states`` is the enum of the kind's states."""
 
-    from_state: Mapped[JobState | None] = mapped_column(_enum(JobState), default=None)
-    to_state: Mapped[JobState] = mapped_column(_enum(JobState))
+    _states: ClassVar[type[enum.Enum]] = JobState
+
+    @declared_attr
+    def from_state(cls) -> Mapped[Any]:
+        return mapped_column(_enum(cls._states), nullable=True, default=None)
+
+    @declared_attr
+    def to_state(cls) -> Mapped[Any]:
+        return mapped_column(_enum(cls._states), nullable=False)
+
     reason: Mapped[str] = mapped_column(String(64), default="")
     message: Mapped[str] = mapped_column(Text, default="")
     attempt: Mapped[int] = mapped_column(Integer, default=0)
@@ -333,6 +342,16 @@ class Trial(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(default=None)  # when the driver reported it running
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class TrialEvent(_StateHistory, Base):
+    """State history of a trial, written by the state engine; ``attempt`` is its sweep's attempt at the time."""
+
+    __tablename__ = "trial_events"
+    _states = TrialState
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    trial_id: Mapped[str] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
 
 
 class TrialMetric(Base):

@@ -6,8 +6,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import Deployment, DeploymentEvent, DeploymentState, DeploymentVersion
-from orchestrator.deployment_states import LIVE
 from orchestrator.repositories.paging import fetch_page
+from orchestrator.states.deployments import LIVE
 
 
 def create_deployment(session: Session, project_id: str, name: str, workload: str, route_prefix: str) -> Deployment:

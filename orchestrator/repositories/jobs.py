@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db.models import Checkpoint, Job, JobEvent, JobLabel, JobMetric, JobState
 from orchestrator.repositories.paging import fetch_page
-from orchestrator.states import ACTIVE
+from orchestrator.states.jobs import ACTIVE, record_job_created
 from workers.contract.jobs import JobSpec, TrainingPlan
 
 
@@ -28,7 +28,7 @@ def create_job(
     )
     session.add(job)
     session.flush()  # assigns the id
-    session.add(JobEvent(job_id=job.id, from_state=None, to_state=JobState.QUEUED, reason="submitted"))
+    record_job_created(session, job)
     session.flush()
     return job
 

@@ -8,10 +8,11 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from orchestrator.db.models import JobState, Sweep, SweepEvent, Trial, TrialMetric, TrialState
+from orchestrator.db.models import JobState, Sweep, SweepEvent, Trial, TrialEvent, TrialMetric, TrialState
 from orchestrator.repositories.jobs import runs_for_checkpoint_upkeep
 from orchestrator.repositories.paging import fetch_page
-from orchestrator.states import ACTIVE
+from orchestrator.states.jobs import ACTIVE
+from orchestrator.states.sweeps import record_sweep_created, record_trial_created
 from workers.contract.sweeps import SweepSpec
 
 
@@ -25,7 +26,7 @@ def create_sweep(session: Session, project_id: str, spec: SweepSpec) -> Sweep:
     )
     session.add(sweep)
     session.flush()
-    session.add(SweepEvent(sweep_id=sweep.id, from_state=None, to_state=JobState.QUEUED, reason="submitted"))
+    record_sweep_created(session, sweep)
     session.flush()
     return sweep
 
@@ -99,6 +100,20 @@ def get_trial(session: Session, trial_id: str, project_scope: str | None) -> Tri
     return trial
 
 
+def list_trial_events(session: Session, trial_id: str) -> list[TrialEvent]:
+    """A trial's state history, oldest first: its creation (PENDING) and every transition."""
+    return list(session.scalars(select(TrialEvent).where(TrialEvent.trial_id == trial_id).order_by(TrialEvent.id)))
+
+
+def page_trial_events(
+    session: Session, trial_id: str, cursor: str | None, limit: int
+) -> tuple[list[TrialEvent], str | None]:
+    """``list_trial_events`` a page at a time (GET /v1/trials/{id}/events), as a job's or a sweep's events."""
+    return fetch_page(
+        session, select(TrialEvent).where(TrialEvent.trial_id == trial_id), (TrialEvent.id,), cursor, limit
+    )
+
+
 def find_trial(session: Session, sweep_id: str, tune_id: str) -> Trial | None:
     return session.scalars(select(Trial).where(Trial.sweep_id == sweep_id, Trial.tune_id == tune_id)).one_or_none()
 
@@ -114,6 +129,7 @@ def add_trial(session: Session, sweep_id: str, tune_id: str, config: dict[str, A
     trial = Trial(sweep_id=sweep_id, tune_id=tune_id, number=number, config=dict(config))
     session.add(trial)
     session.flush()
+    record_trial_created(session, trial)
     return trial
 
 

@@ -11,7 +11,7 @@ from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import Job, JobState
 from orchestrator.errors import Conflict
 from orchestrator.services.runs import JOBS, Run, RunKind
-from orchestrator.states import TERMINAL
+from orchestrator.states.jobs import TERMINAL
 
 log = logging.getLogger(__name__)
 

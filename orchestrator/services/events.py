@@ -9,7 +9,8 @@ from sqlalchemy.orm import Session
 from orchestrator.db.models import Job, JobState
 from orchestrator.errors import Refused
 from orchestrator.repositories import jobs as jobs_repo
-from orchestrator.states import IllegalTransition, set_job_state
+from orchestrator.states.core import IllegalTransition
+from orchestrator.states.jobs import set_job_state
 from orchestrator.storage import CheckpointStorage
 from workers.contract.jobs import CheckpointEvent, EventBatch, MetricsEvent, StateEvent
 

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import Job, Sweep, utcnow
-from orchestrator.states import ACTIVE
+from orchestrator.states.jobs import ACTIVE
 from orchestrator.storage import CheckpointStorage
 
 log = logging.getLogger(__name__)

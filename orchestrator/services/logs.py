@@ -17,7 +17,7 @@ from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import Job, Sweep, utcnow
 from orchestrator.errors import TooMany
 from orchestrator.services.log_archive import LogArchive
-from orchestrator.states import TERMINAL
+from orchestrator.states.jobs import TERMINAL
 
 # A driver reports the job's end, then shuts down (Ray Train's last lines, Ray's "[repeated Nx]" summary):
 # a follow waits this long at most for its process to exit, so the stream ends with everything it printed.

@@ -122,8 +122,8 @@ def _next_attempt(session: Session, kind: RunKind, run: Run, reason: str, messag
         )
         return None
     next_attempt = f"starting attempt {run.attempt + 1} of {max_attempts} from the latest checkpoint"
-    kind.set_state(session, run, S.RESTARTING, reason, f"{message}\n({next_attempt})", again=True)
-    run.attempt += 1
+    # A new driver: the state engine records the move under the lost attempt, then bumps it.
+    kind.set_state(session, run, S.RESTARTING, reason, f"{message}\n({next_attempt})", new_attempt=True)
     return kind.launch(run), new_job_token(run)
 
 

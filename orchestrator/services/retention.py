@@ -45,7 +45,7 @@ from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.trial_retention import TrialCheckpointJanitor
 from orchestrator.settings import Settings
-from orchestrator.states import TERMINAL
+from orchestrator.states.jobs import TERMINAL
 from orchestrator.storage import CheckpointStorage, StorageError
 from workers.contract.jobs import CheckpointSpec
 

@@ -18,8 +18,9 @@ from orchestrator.db.models import Job, Sweep
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.launch import DRIVER_MODULE, Launch
-from orchestrator.states import lock_row, set_job_state
-from orchestrator.sweep_states import set_sweep_state
+from orchestrator.states.core import lock_row
+from orchestrator.states.jobs import set_job_state
+from orchestrator.states.sweeps import set_sweep_state
 from workers.contract.jobs import JobSpec
 from workers.contract.sweeps import SweepSpec
 
@@ -31,7 +32,7 @@ class RunKind:
     name: str  # "job" | "sweep": also the driver's --<name>-id argument
     model: type
     driver_module: str
-    set_state: Callable[..., bool]  # (session, run, to_state, reason, message="", again=False)
+    set_state: Callable[..., bool]  # (session, run, to_state, reason, message="", again=False, new_attempt=False)
     queued: Callable[[Session], list]
     active: Callable[[Session], list]
     last_transition: Callable[[Session, str], Any]  # the history row of how it entered its state

@@ -14,7 +14,7 @@ from orchestrator.services.launch import new_job_token
 from orchestrator.services.runs import QueuedRun, RunKind, active_demands, queued_runs
 from orchestrator.services.serving import serving_reservation
 from orchestrator.settings import Settings
-from orchestrator.states import TERMINAL, note_waiting
+from orchestrator.states.jobs import TERMINAL, note_waiting
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +53,9 @@ class Scheduler:
             run = kind.lock(session, run_id)
             if run is None or run.state != JobState.QUEUED:
                 return False  # cancelled (or admitted) since we looked
-            run.attempt += 1
             token = new_job_token(run)
-            kind.set_state(session, run, JobState.STARTING, "admitted", f"attempt {run.attempt} submitted to Ray")
+            # Admission starts the next attempt (the state engine bumps it: orchestrator.states.jobs).
+            kind.set_state(session, run, JobState.STARTING, "admitted", f"attempt {run.attempt + 1} submitted to Ray")
             launch = kind.launch(run)
         # Submitted after the commit: if this process dies here, the reconciler finds the STARTING run
         # with no Ray job and submits the same submission id, which Ray runs at most once.

@@ -36,9 +36,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend, ServeApp, ServeConfigRejected, ServeStatus
 from orchestrator.db.models import ApiKey, Deployment, DeploymentState, DeploymentVersion, utcnow
-from orchestrator.deployment_states import ROLLING, lock_deployment, set_deployment_state
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.settings import Settings
+from orchestrator.states.deployments import ROLLING, lock_deployment, set_deployment_state
 from workers.contract.deployments import auth_of, max_body_mb_of
 
 log = logging.getLogger(__name__)
@@ -203,8 +203,6 @@ class _Decision:
     to_state: DeploymentState | None = None
     reason: str = ""
     message: str = ""
-    promote: bool = False
-    fail_version: bool = False
 
 
 class ServingReconciler:
@@ -286,11 +284,8 @@ class ServingReconciler:
                 deployment.observed = observed
             if decision is None:
                 return
-            if decision.promote:
-                deployment.live_version = deployment.version
-                deployment.failed_version = None
-            if decision.fail_version:
-                deployment.failed_version = deployment.version
+            # The version pointers follow the transition (orchestrator.states.deployments): a rollout that
+            # ends HEALTHY promotes its version, one that ends FAILED or UNHEALTHY marks it failed.
             if decision.to_state is not None:
                 set_deployment_state(session, deployment, decision.to_state, decision.reason, decision.message)
         if decision.to_state is not None:
@@ -304,7 +299,7 @@ class ServingReconciler:
         if s.state in ROLLING and s.applied == s.version:
             if runs_it and app is not None and app.status == "RUNNING":
                 reason = "deployed" if s.state == D.DEPLOYING else "updated"
-                return _Decision(D.HEALTHY, reason, f"version {s.version} serves at {url}", promote=True)
+                return _Decision(D.HEALTHY, reason, f"version {s.version} serves at {url}")
             if runs_it and app is not None and app.status in FAILED_STATUSES:
                 return self._fail_rollout(s, "health_check_failed", f"Serve reports {app.status}: {_why(app)}")
             timeout = timedelta(seconds=self.settings.serve_rollout_timeout_s)
@@ -333,12 +328,11 @@ class ServingReconciler:
 
     def _fail_rollout(self, s: _Snapshot, reason: str, why: str) -> _Decision:
         if s.live_version is None:
-            return _Decision(D.FAILED, reason, f"version {s.version} failed: {why}", fail_version=True)
+            return _Decision(D.FAILED, reason, f"version {s.version} failed: {why}")
         return _Decision(
             D.UNHEALTHY,
             reason,
             f"version {s.version} was not promoted: {why}. Version {s.live_version} keeps serving",
-            fail_version=True,
         )
 
 

@@ -10,9 +10,9 @@ from orchestrator.checkpoint_policy import best_first, score
 from orchestrator.db.models import Sweep, Trial, TrialMetric, TrialState
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.events import DEFAULT_REASON, TARGET_STATE, RefusedEvent
-from orchestrator.states import IllegalTransition
+from orchestrator.states.core import IllegalTransition
+from orchestrator.states.sweeps import set_sweep_state, set_trial_state
 from orchestrator.storage import CheckpointStorage
-from orchestrator.sweep_states import set_sweep_state, set_trial_state
 from workers.contract.jobs import StateEvent
 from workers.contract.sweeps import SweepEventBatch, SweepSpec, TrialEvent, trial_spec, trials_folder
 
@@ -86,7 +86,7 @@ def _apply_trial(session: Session, sweep: Sweep, spec: SweepSpec, event: TrialEv
             # still be missing, every epoch was recorded here, so the trial completed.
             to_state, reason, message = TrialState.SUCCEEDED, "completed", ""
         try:
-            if set_trial_state(trial, to_state, reason, message):
+            if set_trial_state(session, trial, to_state, reason, message):
                 trial.stopped_early = to_state == TrialState.STOPPED
                 changed = True
         except IllegalTransition as exc:  # a late report about a trial that already ended

@@ -27,8 +27,8 @@ from orchestrator.db.models import Sweep, Trial
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.sweep_events import refresh_trial_best, update_best_trial
+from orchestrator.states.sweeps import lock_sweep
 from orchestrator.storage import CheckpointStorage, StorageError
-from orchestrator.sweep_states import lock_sweep
 from workers.contract.sweeps import SweepSpec, trials_folder
 
 log = logging.getLogger(__name__)

@@ -12,19 +12,14 @@ from sqlalchemy import func, select
 from orchestrator.db.engine import make_engine, make_session_factory
 from orchestrator.db.migrate import upgrade_head
 from orchestrator.db.models import Checkpoint, Deployment, DeploymentState, Job, JobState
-from orchestrator.deployment_states import (
-    TERMINAL,
-    IllegalTransition,
-    is_allowed,
-    lock_deployment,
-    set_deployment_state,
-)
 from orchestrator.planner import plan_job
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import projects as projects_repo
 from orchestrator.services.scheduler import Scheduler
 from orchestrator.services.serving import ServingReconciler, matches, serving_reservation
-from orchestrator.states import lock_job, set_job_state
+from orchestrator.states.core import IllegalTransition
+from orchestrator.states.deployments import TERMINAL, is_allowed, lock_deployment, set_deployment_state
+from orchestrator.states.jobs import lock_job, set_job_state
 from tests.fakes import FakeBackend
 from tests.unit.api_helpers import ADMIN, auth, make_project
 from workers.contract.jobs import JobSpec

@@ -9,7 +9,8 @@ from orchestrator.db.models import JobEvent, JobState
 from orchestrator.planner import plan_job
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import projects as projects_repo
-from orchestrator.states import TERMINAL, IllegalTransition, is_allowed, lock_job, set_job_state
+from orchestrator.states.core import IllegalTransition
+from orchestrator.states.jobs import TERMINAL, is_allowed, lock_job, set_job_state
 from workers.contract.jobs import JobSpec
 
 S = JobState

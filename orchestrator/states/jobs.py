@@ -1,0 +1,124 @@
+"""Job rules: the run lifecycle (jobs and sweeps, ``orchestrator.states.sweeps``) and its companion fields.
+
+QUEUED -> STARTING -> RUNNING <-> RESTARTING -> SUCCEEDED | FAILED | CANCELLED
+CANCELLING between a cancel request and the end; terminal states are final.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from orchestrator.db.models import Job, JobEvent, JobState
+from orchestrator.states.core import Change, Lifecycle, Rule, allowed, lock_row, record_creation, transition
+
+S = JobState
+TERMINAL: frozenset[JobState] = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
+ACTIVE: frozenset[JobState] = frozenset({S.STARTING, S.RUNNING, S.RESTARTING, S.CANCELLING})
+
+# FROM -> TO. A CANCELLING job may still finish on its own (SUCCEEDED), but a failure reported while
+# it is being stopped is the stop itself, so CANCELLING -> FAILED is not a rule: it ends CANCELLED.
+RULES: tuple[Rule, ...] = (
+    Rule(frozenset({S.QUEUED}), frozenset({S.STARTING, S.CANCELLED, S.FAILED})),
+    Rule(
+        frozenset({S.STARTING}), frozenset({S.RUNNING, S.RESTARTING, S.SUCCEEDED, S.FAILED, S.CANCELLING, S.CANCELLED})
+    ),
+    Rule(frozenset({S.RUNNING}), frozenset({S.RESTARTING, S.SUCCEEDED, S.FAILED, S.CANCELLING})),
+    # RESTARTING -> RESTARTING: a second failure before the job ran again (recorded with again=True).
+    Rule(frozenset({S.RESTARTING}), frozenset({S.RESTARTING, S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLING})),
+    Rule(frozenset({S.CANCELLING}), frozenset({S.CANCELLED, S.SUCCEEDED})),
+)
+
+
+def is_allowed(from_state: JobState, to_state: JobState) -> bool:
+    return allowed(RULES, from_state, to_state)
+
+
+# --- the run companions (jobs and sweeps) ------------------------------------------------------------
+
+
+def attempt_before(_session: Session, change: Change) -> None:
+    """Before the history row: admission (QUEUED -> STARTING) starts attempt + 1, and its row records it."""
+    if change.new_attempt and change.to_state != S.RESTARTING:
+        raise ValueError(f"only a move to RESTARTING starts a new attempt, not to {change.to_state}")
+    if change.from_state == S.QUEUED and change.to_state == S.STARTING:
+        change.row.attempt += 1
+
+
+def attempt_after(_session: Session, change: Change) -> None:
+    """After the history row: a restart into a new driver (``new_attempt``) bumps the attempt, so its row
+    records the attempt that was lost (the reconciler reads that: a RESTARTING run whose last transition
+    carries a lower attempt than the run has not been heard from since the new submission)."""
+    if change.new_attempt:
+        change.row.attempt += 1
+
+
+def lifecycle_times(_session: Session, change: Change) -> None:
+    """The first RUNNING sets started_at; a terminal state sets finished_at and revokes the driver's token."""
+    run = change.row
+    if change.to_state == S.RUNNING and run.started_at is None:
+        run.started_at = change.at
+    if change.to_state in TERMINAL:
+        run.finished_at = change.at
+        # A run's token acts for that run only while it runs: its driver has sent its last word.
+        run.token_hash = ""
+
+
+def _job_history(_session: Session, change: Change) -> JobEvent:
+    job = change.row
+    return JobEvent(
+        job_id=job.id,
+        from_state=change.from_state,
+        to_state=change.to_state,
+        reason=change.reason,
+        message=change.message,
+        attempt=job.attempt,
+    )
+
+
+JOBS = Lifecycle(
+    kind="job",
+    rules=RULES,
+    initial=S.QUEUED,
+    terminal=TERMINAL,
+    history=_job_history,
+    before=(attempt_before,),
+    after=(attempt_after, lifecycle_times),
+    attempts=True,
+)
+
+
+def lock_job(session: Session, job_id: str) -> Job | None:
+    """Load a job with its row locked for the rest of the transaction (SQLite: BEGIN IMMEDIATE)."""
+    return lock_row(session, Job, job_id)
+
+
+def set_job_state(
+    session: Session,
+    job: Job,
+    to_state: JobState,
+    reason: str,
+    message: str = "",
+    again: bool = False,
+    new_attempt: bool = False,
+) -> bool:
+    """Move ``job`` (already locked with ``lock_job``) to ``to_state`` and record why.
+
+    Returns False, changing nothing, when the job is already there (events are retried, so a repeat
+    is normal) unless ``again`` says the repeat is itself news (a second restart). ``new_attempt``: this
+    move to RESTARTING submits a new driver (attempt + 1). Raises IllegalTransition for a move the rules
+    forbid. Never commits: the caller's transaction covers the job, its history row and whatever else the
+    caller changed with it.
+    """
+    return transition(session, JOBS, job, to_state, reason, message, again=again, new_attempt=new_attempt)
+
+
+def record_job_created(session: Session, job: Job) -> None:
+    """The history row of a job just submitted (QUEUED). Never commits."""
+    record_creation(session, JOBS, job, "submitted")
+
+
+def note_waiting(run: Job, reason: str, message: str) -> None:
+    """Say why a job (or sweep) stays where it is (e.g. QUEUED for resources): no transition, no history row."""
+    if (run.reason, run.message) != (reason, message):
+        run.reason = reason
+        run.message = message

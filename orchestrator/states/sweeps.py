@@ -1,0 +1,140 @@
+"""Sweep and trial rules.
+
+A sweep follows a job's lifecycle, rules and companion fields (``orchestrator.states.jobs``): QUEUED ->
+STARTING -> RUNNING <-> RESTARTING -> SUCCEEDED | FAILED | CANCELLED, with CANCELLING between a cancel and
+the end. When a sweep ends, every trial still open ends with it (CANCELLED), in the same transaction.
+
+Trials have their own states, as Ray Tune reports them:
+
+    PENDING -> RUNNING | FAILED | CANCELLED
+    RUNNING -> SUCCEEDED | STOPPED | FAILED | CANCELLED     STOPPED: stopped early by the scheduler
+    SUCCEEDED, STOPPED, FAILED, CANCELLED are final
+
+A trial's history rows carry its sweep's attempt: the sweep driver under which the news arrived.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from orchestrator.db.models import JobState, Sweep, SweepEvent, Trial, TrialEvent, TrialState
+from orchestrator.states.core import Change, Lifecycle, Rule, allowed, lock_row, record_creation, transition
+from orchestrator.states.jobs import RULES, TERMINAL, attempt_after, attempt_before, lifecycle_times
+
+T = TrialState
+TRIAL_TERMINAL: frozenset[TrialState] = frozenset({T.SUCCEEDED, T.STOPPED, T.FAILED, T.CANCELLED})
+TRIAL_RULES: tuple[Rule, ...] = (
+    Rule(frozenset({T.PENDING}), frozenset({T.RUNNING, T.FAILED, T.CANCELLED})),
+    Rule(frozenset({T.RUNNING}), frozenset({T.SUCCEEDED, T.STOPPED, T.FAILED, T.CANCELLED})),
+)
+
+
+def is_trial_allowed(from_state: TrialState, to_state: TrialState) -> bool:
+    return allowed(TRIAL_RULES, from_state, to_state)
+
+
+# --- trials ----------------------------------------------------------------------------------------------
+
+
+def _trial_history(session: Session, change: Change) -> TrialEvent:
+    trial = change.row
+    sweep = session.get(Sweep, trial.sweep_id)  # locked by the caller: already in the session
+    return TrialEvent(
+        trial_id=trial.id,
+        from_state=change.from_state,
+        to_state=change.to_state,
+        reason=change.reason,
+        message=change.message,
+        attempt=sweep.attempt if sweep is not None else 0,
+    )
+
+
+def _trial_times(_session: Session, change: Change) -> None:
+    trial = change.row
+    if change.to_state == T.RUNNING and trial.started_at is None:
+        trial.started_at = change.at
+    if change.to_state in TRIAL_TERMINAL:
+        trial.finished_at = change.at
+
+
+TRIALS = Lifecycle(
+    kind="trial",
+    rules=TRIAL_RULES,
+    initial=T.PENDING,
+    terminal=TRIAL_TERMINAL,
+    history=_trial_history,
+    after=(_trial_times,),
+)
+
+
+def set_trial_state(session: Session, trial: Trial, to_state: TrialState, reason: str, message: str = "") -> bool:
+    """Move a trial (its sweep's row locked by the caller) to ``to_state`` and record why. Never commits."""
+    return transition(session, TRIALS, trial, to_state, reason, message)
+
+
+def record_trial_created(session: Session, trial: Trial) -> None:
+    """The history row of a trial the search just created (PENDING). Never commits."""
+    record_creation(session, TRIALS, trial, "created")
+
+
+# --- sweeps ----------------------------------------------------------------------------------------------
+
+
+def _sweep_history(_session: Session, change: Change) -> SweepEvent:
+    sweep = change.row
+    return SweepEvent(
+        sweep_id=sweep.id,
+        from_state=change.from_state,
+        to_state=change.to_state,
+        reason=change.reason,
+        message=change.message,
+        attempt=sweep.attempt,
+    )
+
+
+def _open_trials_end(session: Session, change: Change) -> None:
+    """A sweep that ends takes its open trials with it."""
+    if change.to_state not in TERMINAL:
+        return
+    sweep = change.row
+    open_trials = session.scalars(select(Trial).where(Trial.sweep_id == sweep.id, Trial.state.not_in(TRIAL_TERMINAL)))
+    for trial in open_trials:
+        set_trial_state(
+            session, trial, T.CANCELLED, "sweep_ended", f"the sweep ended {change.to_state} ({change.reason})"
+        )
+
+
+SWEEPS = Lifecycle(
+    kind="sweep",
+    rules=RULES,
+    initial=JobState.QUEUED,
+    terminal=TERMINAL,
+    history=_sweep_history,
+    before=(attempt_before,),
+    after=(attempt_after, lifecycle_times, _open_trials_end),
+    attempts=True,
+)
+
+
+def lock_sweep(session: Session, sweep_id: str) -> Sweep | None:
+    return lock_row(session, Sweep, sweep_id)
+
+
+def set_sweep_state(
+    session: Session,
+    sweep: Sweep,
+    to_state: JobState,
+    reason: str,
+    message: str = "",
+    again: bool = False,
+    new_attempt: bool = False,
+) -> bool:
+    """Move a locked sweep to ``to_state`` and record why (see ``orchestrator.states.jobs.set_job_state``).
+    A sweep that ends takes its open trials with it. Never commits."""
+    return transition(session, SWEEPS, sweep, to_state, reason, message, again=again, new_attempt=new_attempt)
+
+
+def record_sweep_created(session: Session, sweep: Sweep) -> None:
+    """The history row of a sweep just submitted (QUEUED). Never commits."""
+    record_creation(session, SWEEPS, sweep, "submitted")
