@@ -1,5 +1,5 @@
 """Two cuts to how long Ray Train 2.60 takes to start a worker group, which is most of a restart after a
-worker dies (``bench/recovery.py``; the README's benchmark section has the numbers).
+worker dies (``bench/recovery.py``; docs/benchmarks.md has the numbers).
 
 Both lean on Ray Train internals (there is no public option for either), imported through
 ``workers.train.ray_internals``: ``tests/unit/test_group_start.py`` fails if the hooks move.
