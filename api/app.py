@@ -14,6 +14,17 @@ from orchestrator.backend import ClusterBackend
 from orchestrator.control_plane import ControlPlane
 from orchestrator.settings import Settings
 
+DESCRIPTION = """Submit distributed training jobs, hyperparameter sweeps and deployments to Ray over REST.
+Authenticate with `Authorization: Bearer <key>`.
+
+**Lists** are paged the same way everywhere: `?limit=` (at most a maximum page size, by default the
+maximum unless the route says otherwise) and `?cursor=`; the next page's cursor is the `X-Next-Cursor`
+response header, absent on the last page (`GET /v1/jobs` also has it in its body as `next_cursor`).
+
+**Errors** answer `{"detail": ...}`: one message (`ErrorMessage`), or for a 422 about a field the list of
+field errors FastAPI's request validation gives (`loc` names the field). The request and response models
+are the `workers.contract` package's: clients import them rather than copy them."""
+
 
 def create_app(
     settings: Settings | None = None, backend: ClusterBackend | None = None, run_loops: bool = True
@@ -31,7 +42,7 @@ def create_app(
     app = FastAPI(
         title="Ray training orchestrator",
         version="0.1.0",
-        description="Submit distributed training jobs to Ray over REST. Authenticate with `Authorization: Bearer <key>`.",
+        description=DESCRIPTION,
         lifespan=lifespan,
     )
     app.state.service = service

@@ -15,15 +15,15 @@ router = APIRouter(tags=["health"])
 UNAVAILABLE = "error: unavailable"
 
 
-@router.get("/healthz")
+@router.get("/healthz", summary="Liveness")
 def healthz() -> dict[str, str]:
     """The process is up."""
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", summary="Readiness")
 def readyz(service: ControlPlaneDep, response: Response) -> dict[str, str]:
-    """The database and the Ray cluster both answer."""
+    """The database and the Ray cluster both answer (200); else 503, saying which does not."""
     checks = {}
     try:
         with service.sessions() as session:

@@ -28,7 +28,7 @@ def _job_or_404(session, job_id: str, principal: Principal) -> Job:
     return job
 
 
-@router.post("", status_code=status.HTTP_201_CREATED)
+@router.post("", status_code=status.HTTP_201_CREATED, summary="Submit a training job")
 def create_job(
     spec: JobSpec,
     session: SessionDep,
@@ -38,7 +38,10 @@ def create_job(
     idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
     project_id: Annotated[str | None, Query(description="Cluster-wide admins only: the project to run in.")] = None,
 ) -> JobOut:
-    """Submit a training job. A repeated `Idempotency-Key` returns the job the first request made."""
+    """Validate the spec, plan it (strategy, global batch, scaled learning rate) and queue the job (201). It is
+    refused (422, naming the field) when it can never run on this cluster. A repeated `Idempotency-Key`
+    returns the job the first request made (200, `Idempotent-Replayed: true`); the same key with another
+    spec is 409."""
     plan = check_runnable(spec, service.settings, service.backend)  # asks Ray: before the transaction starts
     spec = pin_data_paths(spec, service.settings)  # its data files: inside a data root, resolved
     target = target_project(session, principal, project_id)
@@ -51,7 +54,7 @@ def create_job(
     return JobOut.model_validate(job)
 
 
-@router.get("")
+@router.get("", summary="List jobs")
 def list_jobs(
     session: SessionDep,
     service: ControlPlaneDep,
@@ -62,7 +65,8 @@ def list_jobs(
         list[str] | None, Query(description="key=value; repeat to require several (ORCHESTRATOR_MAX_LABEL_FILTERS).")
     ] = None,
 ) -> JobPage:
-    """Newest first; the next page's cursor is in the body and in the X-Next-Cursor header."""
+    """Newest first, filtered by state and labels; the next page's cursor is in the body (`next_cursor`) and
+    in the X-Next-Cursor header. 50 a page unless `limit` says otherwise."""
     if len(label or []) > service.settings.max_label_filters:
         raise Invalid(
             f"{len(label or [])} label filters: at most {service.settings.max_label_filters} (ORCHESTRATOR_MAX_LABEL_FILTERS)",
@@ -80,18 +84,21 @@ def list_jobs(
     )
 
 
-@router.get("/{job_id}")
+@router.get("/{job_id}", summary="Get a job")
 def get_job(job_id: str, session: SessionDep, principal: CurrentKey) -> JobOut:
+    """Its state and why (reason, message), attempt, plan, latest metrics and result."""
     return JobOut.model_validate(_job_or_404(session, job_id, principal))
 
 
-@router.post("/{job_id}/cancel")
+@router.post("/{job_id}/cancel", summary="Cancel a job")
 def cancel(job_id: str, session: SessionDep, service: ControlPlaneDep, principal: WriterKey) -> JobOut:
+    """A queued job ends CANCELLED at once; a running one goes CANCELLING while Ray stops it, then CANCELLED.
+    A job that already ended is 409."""
     _job_or_404(session, job_id, principal)
     return JobOut.model_validate(cancel_job(session, job_id, service.backend))  # AlreadyFinished: 409
 
 
-@router.get("/{job_id}/events")
+@router.get("/{job_id}/events", summary="A job's state history")
 def events(job_id: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[JobEventOut]:
     """Oldest first; paged (X-Next-Cursor)."""
     _job_or_404(session, job_id, principal)
@@ -100,14 +107,14 @@ def events(job_id: str, session: SessionDep, principal: CurrentKey, page: Page) 
     ]
 
 
-@router.get("/{job_id}/metrics")
+@router.get("/{job_id}/metrics", summary="A job's metrics")
 def metrics(job_id: str, session: SessionDep, principal: CurrentKey, page: MetricsPage) -> list[MetricOut]:
     """By attempt, then step; paged (X-Next-Cursor)."""
     _job_or_404(session, job_id, principal)
     return [MetricOut.model_validate(m) for m in page.fetch(lambda c, n: jobs_repo.page_metrics(session, job_id, c, n))]
 
 
-@router.get("/{job_id}/checkpoints")
+@router.get("/{job_id}/checkpoints", summary="A job's checkpoints")
 def checkpoints(job_id: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[CheckpointOut]:
     """By step; paged (X-Next-Cursor)."""
     _job_or_404(session, job_id, principal)
@@ -115,7 +122,7 @@ def checkpoints(job_id: str, session: SessionDep, principal: CurrentKey, page: P
     return [CheckpointOut.model_validate(c) for c in rows]
 
 
-@router.get("/{job_id}/logs", response_class=PlainTextResponse)
+@router.get("/{job_id}/logs", response_class=PlainTextResponse, summary="A job's output (or follow it)")
 def logs(
     job_id: str,
     service: ControlPlaneDep,

@@ -8,7 +8,7 @@ from orchestrator.planner import PlanRequest, PlanResponse, plan
 router = APIRouter(prefix="/v1/plan", tags=["planner"])
 
 
-@router.post("")
+@router.post("", summary="Plan a model's training")
 def make_plan(request: PlanRequest, _: CurrentKey) -> PlanResponse:
     """How a model fits and scales: memory per GPU for ddp, zero1, zero2 and fsdp, the recommended
     strategy, the global batch and scaled learning rate, and the gradient all-reduce time."""

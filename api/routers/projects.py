@@ -4,6 +4,7 @@ from fastapi import APIRouter, status
 from sqlalchemy.exc import IntegrityError
 
 from api.deps import AdminKey, ClusterAdminKey, CurrentKey, SessionDep, visible_project
+from api.paging import Page
 from orchestrator.db.models import utcnow
 from orchestrator.errors import Conflict, NotFound
 from orchestrator.repositories import projects as projects_repo
@@ -12,8 +13,9 @@ from workers.contract.rest import KeyCreate, KeyCreated, KeyOut, ProjectCreate, 
 router = APIRouter(prefix="/v1/projects", tags=["projects"])
 
 
-@router.post("", status_code=status.HTTP_201_CREATED)
+@router.post("", status_code=status.HTTP_201_CREATED, summary="Create a project")
 def create_project(body: ProjectCreate, session: SessionDep, _: ClusterAdminKey) -> ProjectOut:
+    """Cluster-wide admins: a new project (a tenant). Its keys act in it only; a taken name is 409."""
     try:
         project = projects_repo.create_project(session, body.name)
         project.max_priority = body.max_priority
@@ -24,19 +26,24 @@ def create_project(body: ProjectCreate, session: SessionDep, _: ClusterAdminKey)
     return ProjectOut.model_validate(project)
 
 
-@router.get("")
-def list_projects(session: SessionDep, principal: CurrentKey) -> list[ProjectOut]:
-    return [ProjectOut.model_validate(p) for p in projects_repo.list_projects(session, principal.project_scope())]
+@router.get("", summary="List projects")
+def list_projects(session: SessionDep, principal: CurrentKey, page: Page) -> list[ProjectOut]:
+    """Oldest first: every project for a cluster-wide admin, the key's own project for any other key;
+    paged (X-Next-Cursor)."""
+    scope = principal.project_scope()
+    return [
+        ProjectOut.model_validate(p) for p in page.fetch(lambda c, n: projects_repo.page_projects(session, scope, c, n))
+    ]
 
 
-@router.get("/{project_id}")
+@router.get("/{project_id}", summary="Get a project")
 def get_project(project_id: str, session: SessionDep, principal: CurrentKey) -> ProjectOut:
     """The project and its limits (``max_priority``); another project's is 404."""
     visible_project(session, principal, project_id)
     return ProjectOut.model_validate(projects_repo.get_project(session, project_id))
 
 
-@router.patch("/{project_id}")
+@router.patch("/{project_id}", summary="Set a project's limits")
 def update_project(project_id: str, body: ProjectPatch, session: SessionDep, _: ClusterAdminKey) -> ProjectOut:
     """Cluster-wide admins: set the project's limits (``max_priority``: null lifts the cap). Jobs already
     queued keep their priority; new ones are held to the cap."""
@@ -49,7 +56,7 @@ def update_project(project_id: str, body: ProjectPatch, session: SessionDep, _: 
     return ProjectOut.model_validate(project)
 
 
-@router.post("/{project_id}/keys", status_code=status.HTTP_201_CREATED)
+@router.post("/{project_id}/keys", status_code=status.HTTP_201_CREATED, summary="Create an API key")
 def create_key(project_id: str, body: KeyCreate, session: SessionDep, principal: AdminKey) -> KeyCreated:
     """A key for this project, acting in it only (a project's admin key makes keys for its own project)."""
     visible_project(session, principal, project_id)
@@ -60,15 +67,17 @@ def create_key(project_id: str, body: KeyCreate, session: SessionDep, principal:
     return KeyCreated(**KeyOut.model_validate(key).model_dump(), key=secret)
 
 
-@router.get("/{project_id}/keys")
-def list_keys(project_id: str, session: SessionDep, principal: AdminKey) -> list[KeyOut]:
-    """The project's keys (never a secret or its hash): for the project's admins and cluster-wide admins."""
+@router.get("/{project_id}/keys", summary="List a project's API keys")
+def list_keys(project_id: str, session: SessionDep, principal: AdminKey, page: Page) -> list[KeyOut]:
+    """The project's keys (never a secret or its hash): for the project's admins and cluster-wide admins.
+    Oldest first; paged (X-Next-Cursor)."""
     visible_project(session, principal, project_id)
-    keys = projects_repo.list_api_keys(session, project_id, cluster_wide=principal.is_cluster_admin)
+    cluster_wide = principal.is_cluster_admin
+    keys = page.fetch(lambda c, n: projects_repo.page_api_keys(session, project_id, cluster_wide, c, n))
     return [KeyOut.model_validate(key) for key in keys]
 
 
-@router.delete("/{project_id}/keys/{key_id}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete("/{project_id}/keys/{key_id}", status_code=status.HTTP_204_NO_CONTENT, summary="Revoke an API key")
 def revoke_key(project_id: str, key_id: str, session: SessionDep, principal: AdminKey) -> None:
     """Revoke a key: it answers 401 from the next request on. A cluster-wide key only by a cluster-wide admin."""
     visible_project(session, principal, project_id)

@@ -38,7 +38,7 @@ def _out(session, sweep: Sweep) -> SweepOut:
     return sweep_out(sweep, sweeps_repo.trial_counts(session, sweep.id), best)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED)
+@router.post("", status_code=status.HTTP_201_CREATED, summary="Start a sweep")
 def create_sweep(
     spec: SweepSpec,
     session: SessionDep,
@@ -56,7 +56,7 @@ def create_sweep(
     return _out(session, sweep)
 
 
-@router.get("")
+@router.get("", summary="List sweeps")
 def list_sweeps(
     session: SessionDep,
     principal: CurrentKey,
@@ -68,12 +68,13 @@ def list_sweeps(
     return [_out(session, s) for s in page.fetch(lambda c, n: sweeps_repo.list_sweeps(session, scope, state, c, n))]
 
 
-@router.get("/{sweep_id}")
+@router.get("/{sweep_id}", summary="Get a sweep")
 def get_sweep(sweep_id: str, session: SessionDep, principal: CurrentKey) -> SweepOut:
+    """Its state and why, how many trials are in each state, and the best trial so far."""
     return _out(session, _sweep_or_404(session, sweep_id, principal))
 
 
-@router.get("/{sweep_id}/trials")
+@router.get("/{sweep_id}/trials", summary="List a sweep's trials")
 def list_trials(sweep_id: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[TrialOut]:
     """By number; paged (X-Next-Cursor)."""
     _sweep_or_404(session, sweep_id, principal)
@@ -82,7 +83,7 @@ def list_trials(sweep_id: str, session: SessionDep, principal: CurrentKey, page:
     ]
 
 
-@router.get("/{sweep_id}/events")
+@router.get("/{sweep_id}/events", summary="A sweep's state history")
 def events(sweep_id: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[JobEventOut]:
     """The sweep's state history, oldest first; paged (X-Next-Cursor)."""
     _sweep_or_404(session, sweep_id, principal)
@@ -91,7 +92,7 @@ def events(sweep_id: str, session: SessionDep, principal: CurrentKey, page: Page
     ]
 
 
-@router.get("/{sweep_id}/logs", response_class=PlainTextResponse)
+@router.get("/{sweep_id}/logs", response_class=PlainTextResponse, summary="A sweep driver's output")
 def logs(
     sweep_id: str,
     service: ControlPlaneDep,
@@ -107,19 +108,20 @@ def logs(
     return PlainTextResponse(last_lines(read_logs(service.backend, service.log_archive, sweep, attempt), tail))
 
 
-@router.post("/{sweep_id}/cancel")
+@router.post("/{sweep_id}/cancel", summary="Cancel a sweep")
 def cancel(sweep_id: str, session: SessionDep, service: ControlPlaneDep, principal: WriterKey) -> SweepOut:
     """Stops the sweep's driver, and with it every running trial; the sweep and its open trials end CANCELLED."""
     _sweep_or_404(session, sweep_id, principal)
     return _out(session, cancel_run(session, SWEEPS, sweep_id, service.backend))  # AlreadyFinished: 409
 
 
-@trials_router.get("/{trial_id}")
+@trials_router.get("/{trial_id}", summary="Get a trial")
 def get_trial(trial_id: str, session: SessionDep, principal: CurrentKey) -> TrialOut:
+    """Its searched config, state, epochs run, best metric and the checkpoint of its best epoch."""
     return TrialOut.model_validate(_trial_or_404(session, trial_id, principal))
 
 
-@trials_router.get("/{trial_id}/metrics")
+@trials_router.get("/{trial_id}/metrics", summary="A trial's metrics")
 def trial_metrics(trial_id: str, session: SessionDep, principal: CurrentKey, page: MetricsPage) -> list[TrialMetricOut]:
     """One point per epoch the trial ran: what the search compared. By epoch; paged (X-Next-Cursor)."""
     _trial_or_404(session, trial_id, principal)

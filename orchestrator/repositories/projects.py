@@ -7,6 +7,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.auth import generate_secret, hash_secret
 from orchestrator.db.models import ApiKey, Project, Role
+from orchestrator.repositories.paging import fetch_page
 
 DEFAULT_PROJECT = "default"
 
@@ -31,6 +32,16 @@ def list_projects(session: Session, project_id: str | None = None) -> list[Proje
     if project_id is not None:
         query = query.where(Project.id == project_id)
     return list(session.scalars(query))
+
+
+def page_projects(
+    session: Session, project_id: str | None, cursor: str | None, limit: int
+) -> tuple[list[Project], str | None]:
+    """``list_projects``, a page at a time (oldest first): the page and the next page's cursor (None on the last)."""
+    query = select(Project)
+    if project_id is not None:
+        query = query.where(Project.id == project_id)
+    return fetch_page(session, query, (Project.created_at, Project.id), cursor, limit)
 
 
 def ensure_default_project(session: Session) -> Project:
@@ -75,6 +86,16 @@ def list_api_keys(session: Session, project_id: str, cluster_wide: bool) -> list
     if not cluster_wide:
         query = query.where(ApiKey.cluster_wide.is_(False))
     return list(session.scalars(query))
+
+
+def page_api_keys(
+    session: Session, project_id: str, cluster_wide: bool, cursor: str | None, limit: int
+) -> tuple[list[ApiKey], str | None]:
+    """``list_api_keys``, a page at a time: the page and the next page's cursor (None on the last)."""
+    query = select(ApiKey).where(ApiKey.project_id == project_id)
+    if not cluster_wide:
+        query = query.where(ApiKey.cluster_wide.is_(False))
+    return fetch_page(session, query, (ApiKey.created_at, ApiKey.id), cursor, limit)
 
 
 def delete_api_key(session: Session, project_id: str, key_id: str, cluster_wide: bool) -> bool:

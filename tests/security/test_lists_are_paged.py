@@ -107,3 +107,22 @@ def test_every_list_endpoint_pages_with_a_cursor_header(app, client, backend, tm
     assert client.get("/v1/sweeps", params={"limit": MAX_PAGE + 1}, headers=auth(ADMIN)).status_code == 422
     bad = client.get(f"/v1/jobs/{job}/events", params={"cursor": "not-a-cursor"}, headers=auth(ADMIN))
     assert bad.status_code == 422 and "cursor" in bad.text
+
+
+def test_projects_and_keys_page_the_same_way(client):
+    for name in ("p-a", "p-b", "p-c"):
+        assert client.post("/v1/projects", json={"name": name}, headers=auth(ADMIN)).status_code == 201
+    project = client.get("/v1/projects", headers=auth(ADMIN)).json()[0]["id"]
+    for role in ("admin", "member", "viewer"):
+        made = client.post(f"/v1/projects/{project}/keys", json={"role": role}, headers=auth(ADMIN))
+        assert made.status_code == 201, made.text
+    for path in ("/v1/projects", f"/v1/projects/{project}/keys"):
+        whole = client.get(path, headers=auth(ADMIN))  # no limit: the whole (small) list, as before
+        assert whole.status_code == 200 and "X-Next-Cursor" not in whole.headers
+        assert len(whole.json()) >= 3, path
+        paged, pages = walk(client, path, 1)
+        assert paged == whole.json(), path
+        assert pages == len(whole.json()), path
+    assert client.get("/v1/projects", params={"limit": MAX_PAGE + 1}, headers=auth(ADMIN)).status_code == 422
+    bad = client.get("/v1/projects", params={"cursor": "not-a-cursor"}, headers=auth(ADMIN))
+    assert bad.status_code == 422 and "cursor" in bad.text
