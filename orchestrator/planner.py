@@ -9,7 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from workers.contract.jobs import BUILTIN_WORKLOADS, JobSpec, LrScaling, TrainingPlan, scale_lr
+from workers.contract import workloads
+from workers.contract.jobs import JobSpec, LrScaling, TrainingPlan, scale_lr
 
 GB = 1e9
 Strategy = Literal["ddp", "zero1", "zero2", "fsdp"]
@@ -61,13 +62,18 @@ class PlanRequest(BaseModel):
         if (self.params is None) == (self.workload is None):
             raise ValueError("give either params or workload (+ config), not both")
         if self.workload is not None:
-            config_model = BUILTIN_WORKLOADS.get(self.workload)
-            if config_model is None:
+            descriptor = workloads.get(self.workload)
+            if descriptor is None or descriptor.param_count is None:
                 raise ValueError(
-                    f"workload {self.workload!r}: the planner counts parameters of {sorted(BUILTIN_WORKLOADS)} only"
+                    f"workload {self.workload!r}: the planner counts parameters of {countable_workloads()} only"
                 )
-            self.params = float(config_model.model_validate(self.config).param_count())
+            self.params = float(descriptor.count_params(self.config) or 0)
         return self
+
+
+def countable_workloads() -> list[str]:
+    """The workloads whose parameters the planner can count before they run (their descriptor's hint)."""
+    return [name for name in workloads.names() if workloads.get(name).param_count is not None]
 
 
 class StrategyFit(BaseModel):
@@ -157,11 +163,10 @@ def plan_job(spec: JobSpec) -> TrainingPlan:
     common = {"global_batch": spec.global_batch, "lr": spec.scaled_lr}
     if spec.strategy != "auto":
         return TrainingPlan.fixed(spec)
-    config_model = BUILTIN_WORKLOADS.get(spec.workload)
-    if config_model is None:
-        return TrainingPlan(
-            strategy="ddp", reason="custom workload: its size is unknown before it runs, so ddp", **common
-        )
+    descriptor = workloads.get(spec.workload)
+    if descriptor is None or descriptor.param_count is None:
+        which = "custom workload" if descriptor is None else f"workload {spec.workload}"
+        return TrainingPlan(strategy="ddp", reason=f"{which}: its size is unknown before it runs, so ddp", **common)
     answer = plan(
         PlanRequest(
             workload=spec.workload,

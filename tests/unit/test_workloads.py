@@ -6,10 +6,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from pydantic import Field
 from torch import nn
 
-from workers.contract.jobs import DigitsConfig, TinyGptConfig
-from workers.workloads import BUILTIN, BUILTIN_MODELS, digits, load_model_builder, load_workload, tiny_gpt
+from workers.contract import workloads
+from workers.contract.workloads import DigitsConfig, TinyGptConfig
+from workers.workloads import digits, load_model_builder, load_workload, tiny_gpt
 from workers.workloads.base import Workload, flat_cross_entropy
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -213,7 +215,8 @@ def test_a_few_steps_lower_the_loss_on_digits(batchnorm):
 
 
 def test_registry_holds_both_builtins(text_file):
-    assert set(BUILTIN) == set(BUILTIN_MODELS) == {"digits", "tiny_gpt"}
+    assert workloads.names() == ["digits", "tiny_gpt"]
+    assert all(workloads.get(name).build_model is not None for name in workloads.names())
     assert load_workload("tiny_gpt") is tiny_gpt.build
     assert load_model_builder("tiny_gpt") is tiny_gpt.build_model
     assert load_workload("workers.workloads.tiny_gpt:build") is tiny_gpt.build
@@ -265,3 +268,127 @@ def test_a_missing_import_inside_a_workload_module_is_shown_as_it_is(tmp_path, m
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ModuleNotFoundError, match="not_a_real_dependency"):
         load_workload("broken_workloads:build")
+
+
+# --- one registry that every part of the service asks ------------------------------------------------
+
+
+def test_the_registry_and_the_contract_import_neither_torch_nor_ray():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, workers.contract.workloads, workers.contract.jobs, workers.workloads; "
+        "print(sorted(m for m in ('torch', 'ray', 'sqlalchemy') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_checkpoint_metric_names_are_the_loops_metrics():
+    from typing import get_args
+
+    from workers.contract.jobs import CHECKPOINT_METRICS, CheckpointMetric
+
+    assert set(get_args(CheckpointMetric)) == set(CHECKPOINT_METRICS) == set(workloads.LOOP_METRICS)
+    for name in workloads.names():
+        assert workloads.get(name).selection == ("val_accuracy", True)
+
+
+class ToyConfig(workloads.WorkloadConfig):
+    hidden: int = 4
+    data: str = Field("toy.txt", json_schema_extra={workloads.DATA_PATH: True})
+
+    def param_count(self) -> int:
+        return 3 * self.hidden
+
+
+def build_toy(config: dict, seed: int) -> Workload:
+    return spirals_like(ToyConfig.model_validate(config).hidden)
+
+
+def spirals_like(hidden: int) -> Workload:
+    x, y = torch.zeros(8, 2), torch.zeros(8, dtype=torch.long)
+    data = torch.utils.data.TensorDataset(x, y)
+    return Workload(
+        model=nn.Sequential(nn.Linear(2, hidden), nn.Linear(hidden, 2)), train_dataset=data, val_dataset=data
+    )
+
+
+class ToyPredictor:
+    def __init__(self, model: nn.Module, config: dict):
+        self.model, self.config = model, config
+
+
+@pytest.fixture
+def toy():
+    descriptor = workloads.register(
+        workloads.WorkloadDescriptor(
+            name="toy",
+            config_model=ToyConfig,
+            build=build_toy,
+            predictor=ToyPredictor,
+            metrics={"val_loss": "min", "val_accuracy": "max"},
+            selection_metric="val_loss",
+            param_count=ToyConfig.param_count,
+        )
+    )
+    yield descriptor
+    workloads.unregister("toy")
+
+
+def test_a_workload_registered_once_is_known_everywhere(toy):
+    from orchestrator.planner import PlanRequest, plan_job
+    from workers.contract.jobs import JobSpec
+    from workers.contract.sweeps import check_path
+    from workers.serve.app import check_servable, make_predictor
+
+    spec = JobSpec(workload="toy", config={"hidden": 5}, strategy="auto")
+    assert spec.config == {"hidden": 5, "data": "toy.txt"}  # completed by its config model
+    with pytest.raises(ValueError, match="hiden"):
+        JobSpec(workload="toy", config={"hiden": 5})
+    assert PlanRequest(workload="toy", config={"hidden": 5}, gpu_memory_gb=1).params == 15
+    assert plan_job(spec).strategy == "ddp" and "planner:" in plan_job(spec).reason
+    assert toy.data_path_fields == ["data"]  # what the control plane checks against the data roots at submit
+    with pytest.raises(ValueError, match="no field 'nope'"):
+        check_path(spec.model_copy(update={"strategy": "ddp"}), "config.nope", None)
+    assert workloads.selection_of("toy") == ("val_loss", False)  # the checkpoint a deployment picks
+    assert workloads.servable_names() == ["digits", "tiny_gpt", "toy"]
+
+    assert load_workload("toy") is build_toy
+    model = load_model_builder("toy")({"hidden": 6})  # no build_model: the whole workload, seed 0
+    assert model[0].out_features == 6
+    check_servable("toy")
+    predictor = make_predictor("toy", model, {"hidden": 6})
+    assert isinstance(predictor, ToyPredictor) and predictor.model is model
+
+    workloads.unregister("toy")
+    with pytest.raises(ValueError, match="unknown workload 'toy'"):
+        JobSpec(workload="toy")
+    with pytest.raises(ValueError, match=r"serving supports the workloads \['digits', 'tiny_gpt'\]"):
+        check_servable("toy")
+
+
+def test_registering_checks_the_name_and_the_metrics(toy):
+    with pytest.raises(ValueError, match="already registered"):
+        workloads.register(workloads.WorkloadDescriptor(name="toy", build=build_toy))
+    assert workloads.register(toy) is toy  # the same descriptor again: nothing changes
+    with pytest.raises(ValueError, match="need no registering"):
+        workloads.register(workloads.WorkloadDescriptor(name="pkg.mod:fn", build=build_toy))
+    with pytest.raises(ValueError, match="selection_metric 'bleu' is not one of its metrics"):
+        workloads.WorkloadDescriptor(name="x", build=build_toy, selection_metric="bleu")
+    with pytest.raises(ValueError, match="'max' or 'min'"):
+        workloads.WorkloadDescriptor(name="x", build=build_toy, metrics={"val_accuracy": "up"})
+
+
+def test_a_custom_name_may_resolve_to_a_whole_descriptor(tmp_path, monkeypatch):
+    (tmp_path / "toy_package.py").write_text(
+        "from workers.contract.workloads import WorkloadDescriptor\n"
+        "WORKLOAD = WorkloadDescriptor(name='toy_package', build='tests.unit.test_workloads:build_toy',\n"
+        "                              predictor='tests.unit.test_workloads:ToyPredictor')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # The control plane imports nothing of it: a generic descriptor, served as rows.
+    assert workloads.describe("toy_package:WORKLOAD").predictor is None
+    assert load_workload("toy_package:WORKLOAD") is build_toy  # on the cluster: its own descriptor
+    assert workloads.resolve("toy_package:WORKLOAD").load_predictor() is ToyPredictor

@@ -2,94 +2,31 @@
 
 Everything here is plain pydantic so that both sides (``orchestrator`` and ``workers``) can import it
 without torch or ray. The control plane validates a submitted spec with these models; the driver
-receives the same JSON back and parses it with the same models.
+receives the same JSON back and parses it with the same models. What the service knows about each
+workload (its name, config model, metrics...) is the registry's, ``workers.contract.workloads``; the
+built-in config models and the workload helpers are importable from here too.
 """
 
 from __future__ import annotations
 
 import enum
-import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, StringConstraints, ValidationInfo, field_validator, model_validator
 
+from workers.contract import workloads
 from workers.contract.base import Strict as _Strict
+from workers.contract.workloads import CUSTOM_WORKLOAD_PATTERN as CUSTOM_WORKLOAD_PATTERN
+from workers.contract.workloads import DATA_PATH as DATA_PATH
+from workers.contract.workloads import LOOP_METRICS
+from workers.contract.workloads import DigitsConfig as DigitsConfig
+from workers.contract.workloads import TinyGptConfig as TinyGptConfig
+from workers.contract.workloads import data_path_fields as data_path_fields
+from workers.contract.workloads import is_custom_workload as is_custom_workload
 
-# A custom workload names a function inside an installed package: "package.module:function".
-CUSTOM_WORKLOAD_PATTERN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 LABEL_KEY = r"^[A-Za-z0-9]([A-Za-z0-9_.\-/]{0,61}[A-Za-z0-9])?$"
 LABEL_VALUE = r"^[A-Za-z0-9_.\-]{0,63}$"
-
-
-# --- built-in workload configs -------------------------------------------------------------------
-# A workload's config holds only what shapes its model and data; how it is trained (epochs, batch,
-# learning rate, optimizer, precision, strategy) is the job spec's, the same for every workload.
-
-
-class DigitsConfig(_Strict):
-    """The built-in ``digits`` workload: scikit-learn's bundled 8x8 digits, an MLP classifier."""
-
-    hidden: int = Field(128, ge=1, le=8192, description="Width of the hidden layer.")
-    batchnorm: bool = Field(False, description="Put a BatchNorm1d after the hidden layer.")
-    val_fraction: float = Field(0.2, gt=0, lt=1, description="Share of the data held out.")
-
-    def param_count(self) -> int:
-        count = 64 * self.hidden + self.hidden + self.hidden * 10 + 10
-        return count + (2 * self.hidden if self.batchnorm else 0)
-
-
-# Marks a workload config field that names a file the workers open: the control plane checks, at submit,
-# that it resolves inside a data root (orchestrator/data_paths.py).
-DATA_PATH = "x-data-path"
-
-
-def data_path_fields(config_model: type[BaseModel]) -> list[str]:
-    """The names of a config model's fields that name a data file."""
-    return [
-        name
-        for name, field in config_model.model_fields.items()
-        if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get(DATA_PATH)
-    ]
-
-
-class TinyGptConfig(_Strict):
-    """The built-in ``tiny_gpt`` workload: a character-level decoder-only transformer on a text file."""
-
-    text_path: str = Field(
-        min_length=1,
-        max_length=4096,
-        json_schema_extra={DATA_PATH: True},
-        description="A UTF-8 text file inside a data root the operator configured (ORCHESTRATOR_DATA_ROOTS, and "
-        "<storage>/data), readable on every worker node; a relative path is taken from <storage>/data.",
-    )
-    context: int = Field(64, ge=2, le=8192, description="Characters of context per sample.")
-    layers: int = Field(2, ge=1, le=96)
-    width: int = Field(128, ge=8, le=16384, description="Embedding width; a multiple of heads.")
-    heads: int = Field(4, ge=1, le=128)
-    dropout: float = Field(0.0, ge=0, lt=1)
-    val_fraction: float = Field(0.1, gt=0, lt=1)
-    vocab_size: int = Field(256, ge=2, le=1_114_112, description="Byte-level vocabulary: 256 covers UTF-8.")
-
-    @model_validator(mode="after")
-    def _heads_divide_width(self) -> TinyGptConfig:
-        if self.width % self.heads:
-            raise ValueError(f"width ({self.width}) must be a multiple of heads ({self.heads})")
-        return self
-
-    def param_count(self) -> int:
-        """Token + position embeddings, blocks (2 LayerNorms, qkv + proj, 4x MLP), final LayerNorm;
-        the output head shares the token embedding's weights."""
-        w, v = self.width, self.vocab_size
-        per_block = 2 * (2 * w) + (3 * w * w + 3 * w) + (w * w + w) + (4 * w * w + 4 * w) + (4 * w * w + w)
-        return v * w + self.context * w + self.layers * per_block + 2 * w
-
-
-# Built-in workloads by name, with the model that validates their ``config``.
-BUILTIN_WORKLOADS: dict[str, type[BaseModel]] = {"digits": DigitsConfig, "tiny_gpt": TinyGptConfig}
-
-
-def is_custom_workload(workload: str) -> bool:
-    return bool(CUSTOM_WORKLOAD_PATTERN.match(workload))
 
 
 # --- job spec --------------------------------------------------------------------------------------
@@ -153,13 +90,8 @@ class OptimizerSpec(_Strict):
 
 # The metrics every checkpoint taken at an epoch's end carries (the training loop reports them for every
 # workload; a mid-epoch checkpoint carries none), and which way is better for each.
-CHECKPOINT_METRICS: dict[str, Literal["max", "min"]] = {
-    "val_accuracy": "max",
-    "val_loss": "min",
-    "train_loss": "min",
-    "samples_per_s": "max",
-}
-CheckpointMetric = Literal["val_accuracy", "val_loss", "train_loss", "samples_per_s"]
+CHECKPOINT_METRICS: Mapping[str, Literal["max", "min"]] = LOOP_METRICS
+CheckpointMetric = Literal["val_accuracy", "val_loss", "train_loss", "samples_per_s"]  # CHECKPOINT_METRICS' keys
 
 
 class KeepBestSpec(_Strict):
@@ -248,21 +180,17 @@ class JobSpec(_Strict):
     @field_validator("workload")
     @classmethod
     def _known_workload(cls, workload: str) -> str:
-        if workload in BUILTIN_WORKLOADS or is_custom_workload(workload):
+        if workloads.is_known(workload):
             return workload
-        raise ValueError(
-            f'unknown workload {workload!r}: use one of {sorted(BUILTIN_WORKLOADS)} or "package.module:function"'
-        )
+        raise ValueError(f'unknown workload {workload!r}: use one of {workloads.names()} or "package.module:function"')
 
     @field_validator("config")
     @classmethod
     def _validate_builtin_config(cls, config: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         # Fill in and check a built-in workload's parameters (errors keep their config.* location),
         # so that the stored spec is the complete one the job really runs with.
-        config_model = BUILTIN_WORKLOADS.get(info.data.get("workload", ""))
-        if config_model is None:
-            return config
-        return config_model.model_validate(config).model_dump()
+        descriptor = workloads.get(info.data.get("workload", ""))
+        return config if descriptor is None else descriptor.validate_config(config)
 
     @model_validator(mode="after")
     def _precision_needs_hardware(self) -> JobSpec:
@@ -359,3 +287,11 @@ class EventBatch(_Strict):
 
     attempt: int = Field(ge=1)
     events: list[Event] = Field(max_length=1000)
+
+
+def __getattr__(name: str) -> Any:
+    # Transitional: the old table of built-in workloads, read live from the registry, until the last
+    # caller asks workers.contract.workloads instead.
+    if name == "BUILTIN_WORKLOADS":
+        return {n: workloads.get(n).config_model for n in workloads.names()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,8 +14,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from workers.contract import workloads
 from workers.contract.base import Strict as _Strict
-from workers.contract.jobs import BUILTIN_WORKLOADS, CHECKPOINT_METRICS, CheckpointMetric, JobSpec, StateEvent
+from workers.contract.jobs import CHECKPOINT_METRICS, CheckpointMetric, JobSpec, StateEvent
 
 # Logical CPUs the function trainable (one small actor per running trial, which drives its TorchTrainer)
 # holds. Ray refuses 0; the admission check counts it (RAY-NOTES.md: Tune with Train V2).
@@ -305,7 +306,7 @@ def check_path(base: JobSpec, path: str, dim: Any) -> None:
     node: Any = base.model_dump(mode="json")
     for depth, part in enumerate(parts):
         # A custom workload's config is free-form: any key under config is the workload's to read.
-        free_form = depth == 1 and parts[0] == "config" and base.workload not in BUILTIN_WORKLOADS
+        free_form = depth == 1 and parts[0] == "config" and _config_model(base.workload) is None
         if not isinstance(node, dict) or (part not in node and not free_form):
             known = sorted(node) if isinstance(node, dict) else []
             raise ValueError(f"search_space[{path!r}]: no field {part!r} in the base spec here (fields: {known})")
@@ -318,6 +319,11 @@ def check_path(base: JobSpec, path: str, dim: Any) -> None:
         except ValidationError as exc:
             problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
             raise ValueError(f"search_space[{path!r}]: value {value!r} makes an invalid job: {problem}") from None
+
+
+def _config_model(workload: str) -> type | None:
+    descriptor = workloads.get(workload)
+    return None if descriptor is None else descriptor.config_model
 
 
 def trial_spec(base: JobSpec, config: dict[str, Any]) -> JobSpec:

@@ -17,7 +17,8 @@ they change, so a revoked key stops working without a restart) and ``max_body_mb
 413 before it is parsed). The replica never reaches the database.
 
 A predictor (``DigitsPredictor``, ``TinyGptPredictor``, or ``TensorPredictor`` for a custom workload
-whose samples are feature vectors) holds the workload-specific part: checking a
+whose samples are feature vectors; a workload's descriptor in ``workers.contract.workloads`` names its
+predictor) holds the workload-specific part: checking a
 request body (a bad one is a 4xx that says what is expected, never a 500), running a batch, and a
 probe for the health check. It has no Ray in it, so ``bench/serve.py`` serves the very same predictor
 from a plain FastAPI app, and unit tests call it directly.
@@ -31,17 +32,20 @@ import math
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import torch
 from torch import nn
+
+from workers.contract import workloads
+from workers.contract.deployments import Auth
 
 DEPLOYMENT_NAME = "ModelServer"
 MAX_ROWS = 256  # digits rows per request
 MAX_PROMPT_BYTES = 4096
 MAX_NEW_TOKENS = 256
 DEFAULT_MAX_BODY_MB = 1.0
-AUTH_MODES = ("project", "none")
+AUTH_MODES: tuple[str, ...] = get_args(Auth)  # ("project", "none"): the deployment spec's
 
 
 class BadInput(ValueError):
@@ -191,10 +195,8 @@ class TensorPredictor(RowsPredictor):
     """A custom workload whose samples are feature vectors: rows as wide as its training samples."""
 
     def __init__(self, model: nn.Module, config: dict, workload: str):
-        from workers.workloads import load_workload
-
         super().__init__(model, config)
-        sample = load_workload(workload)(config, 0).train_dataset[0][0]
+        sample = workloads.resolve(workload).load_build()(config, 0).train_dataset[0][0]
         if sample.dim() != 1:
             raise ValueError(
                 f"serving answers rows of numbers; {workload}'s samples have shape {tuple(sample.shape)}, not (features,)"
@@ -218,11 +220,9 @@ class TinyGptPredictor:
     }
 
     def __init__(self, model: nn.Module, config: dict):
-        from workers.contract.jobs import TinyGptConfig
-
         self.model = model
         self.device = _device_of(model)
-        cfg = TinyGptConfig.model_validate(config)
+        cfg = workloads.TinyGptConfig.model_validate(config)
         self.context, self.vocab_size = cfg.context, cfg.vocab_size
 
     def parse(self, body: Any) -> dict:
@@ -271,21 +271,20 @@ class TinyGptPredictor:
             raise RuntimeError("the model answers non-finite values")
 
 
-PREDICTORS = {"digits": DigitsPredictor, "tiny_gpt": TinyGptPredictor}
-
-
 def check_servable(workload: str) -> None:
-    from workers.contract.jobs import is_custom_workload
-
-    if workload not in PREDICTORS and not is_custom_workload(workload):
-        raise ValueError(f"serving supports the workloads {sorted(PREDICTORS)} and custom ones, not {workload!r}")
+    if not workloads.is_servable(workload):
+        raise ValueError(
+            f"serving supports the workloads {workloads.servable_names()} and custom ones, not {workload!r}"
+        )
 
 
 def make_predictor(workload: str, model: nn.Module, config: dict):
+    """The predictor the workload's descriptor names; rows of numbers (``TensorPredictor``) without one."""
     check_servable(workload)
-    if workload in PREDICTORS:
-        return PREDICTORS[workload](model, config)
-    return TensorPredictor(model, config, workload)
+    predictor = workloads.resolve(workload).load_predictor()
+    if predictor is None:
+        return TensorPredictor(model, config, workload)
+    return predictor(model, config)
 
 
 # --- the Serve deployment ---------------------------------------------------------------------------

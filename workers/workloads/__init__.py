@@ -1,62 +1,55 @@
-"""Workload registry: built-in names, or ``"package.module:function"`` from an installed package.
+"""Workloads: the built-ins (``digits``, ``tiny_gpt``) and how the cluster loads any workload by name.
 
-A workload is ``build(config: dict, seed: int) -> Workload`` (see ``workers.workloads.base``). The
-control plane has already checked that a custom workload's package is allowed; here we only resolve
+What the service knows about each workload is in ONE place, the registry ``workers.contract.workloads``
+(how to add a workload is told there). Importing this package imports no torch: ``Workload`` and
+``flat_cross_entropy`` (``workers.workloads.base``, torch) load on first use.
+The control plane has already checked that a custom workload's package is allowed; here we only resolve
 the name, and say clearly what is wrong when it cannot be resolved.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from torch import nn
+from workers.contract.workloads import WorkloadDescriptor, describe, get, names, register, resolve
 
-from workers.contract.jobs import is_custom_workload
-from workers.workloads import digits, tiny_gpt
-from workers.workloads.base import Workload, flat_cross_entropy
+if TYPE_CHECKING:
+    from torch import nn
 
-BuildFn = Callable[[dict, int], Workload]
-ModelBuilder = Callable[[dict], nn.Module]
+    from workers.workloads.base import Workload, flat_cross_entropy
 
-BUILTIN: dict[str, BuildFn] = {"digits": digits.build, "tiny_gpt": tiny_gpt.build}
-# Built-ins that can make their bare model without loading any data (serving, checkpoint loading).
-BUILTIN_MODELS: dict[str, ModelBuilder] = {"digits": digits.build_model, "tiny_gpt": tiny_gpt.build_model}
+BuildFn = Callable[[dict, int], "Workload"]
+ModelBuilder = Callable[[dict], "nn.Module"]
 
 
 def load_workload(name: str) -> BuildFn:
-    if name in BUILTIN:
-        return BUILTIN[name]
-    if not is_custom_workload(name):
-        raise ValueError(
-            f'malformed workload name {name!r}: expected one of {sorted(BUILTIN)} or "package.module:function"'
-        )
-    module_name, attribute = name.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not (module_name + ".").startswith(exc.name + "."):
-            raise  # the module exists but one of ITS imports is missing: show that as it is
-        raise ValueError(f"workload {name!r}: module {module_name!r} is not installed") from exc
-    build = getattr(module, attribute, None)
-    if not callable(build):
-        raise ValueError(f"workload {name!r}: {module_name!r} has no function {attribute!r}")
-    return build
+    """``build(config, seed) -> Workload`` of the workload ``name`` (ValueError says what is wrong with it)."""
+    return resolve(name).load_build()
 
 
 def load_model_builder(name: str) -> ModelBuilder:
-    """How to make the workload's untrained model; custom workloads build their whole Workload (seed 0)."""
-    if name in BUILTIN_MODELS:
-        return BUILTIN_MODELS[name]
-    build = load_workload(name)
-    return lambda config: build(config, 0).model
+    """How to make the workload's untrained model; without its own, the whole Workload is built (seed 0)."""
+    return resolve(name).load_model_builder()
+
+
+def __getattr__(attribute: str) -> Any:
+    if attribute in ("Workload", "flat_cross_entropy"):  # torch: only when asked for
+        from workers.workloads import base
+
+        return getattr(base, attribute)
+    raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
 
 
 __all__ = [
-    "BUILTIN",
-    "BUILTIN_MODELS",
     "Workload",
+    "WorkloadDescriptor",
+    "describe",
     "flat_cross_entropy",
+    "get",
     "load_model_builder",
     "load_workload",
+    "names",
+    "register",
+    "resolve",
 ]
