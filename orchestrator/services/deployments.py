@@ -18,16 +18,17 @@ from sqlalchemy.orm import Session
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.checkpoint_policy import best_first
-from orchestrator.db.models import Checkpoint, Deployment, DeploymentEvent, DeploymentState, Job, Sweep
-from orchestrator.deployment_states import TERMINAL, set_deployment_state
+from orchestrator.db.models import Checkpoint, Deployment, DeploymentState, Job, Sweep
 from orchestrator.errors import Conflict
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.submission import SpecRejected
 from orchestrator.settings import Settings
-from orchestrator.states import TERMINAL as JOB_TERMINAL
-from orchestrator.sweep_states import TRIAL_TERMINAL
+from orchestrator.states.deployments import TERMINAL, record_deployment_created, set_deployment_state
+from orchestrator.states.jobs import TERMINAL as JOB_TERMINAL
+from orchestrator.states.sweeps import TRIAL_TERMINAL
+from workers.contract import workloads
 from workers.contract.deployments import (
     AutoscalingSpec,
     BatchingSpec,
@@ -39,20 +40,12 @@ from workers.contract.deployments import (
     max_body_mb_of,
     settings_of,
 )
-from workers.contract.jobs import is_custom_workload
 from workers.contract.sweeps import SweepSpec, trial_spec
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 D = DeploymentState
-# Built-ins with a predictor in workers.serve.app; a custom workload is served as a classifier of rows
-# as wide as its training samples.
-SERVABLE_WORKLOADS = ("digits", "tiny_gpt")
-# The metric a workload's best checkpoint is chosen by, and whether higher is better. Every built-in
-# workload is a classifier over its output's last dimension, so the loop reports val_accuracy for all.
-SELECTION_METRIC: dict[str, tuple[str, bool]] = {"digits": ("val_accuracy", True), "tiny_gpt": ("val_accuracy", True)}
-# (custom workloads: val_accuracy too, the loop's metric for every workload)
 MODEL_FILE, SHARDED_DIR = "model.pt", "sharded"  # workers.runtime.checkpoint_io's layout (not imported: it needs torch)
 
 
@@ -89,10 +82,10 @@ def resolve_source(session: Session, source: SourceSpec, project_scope: str | No
             raise SpecRejected(("source", "job_id"), f"no job {source.job_id}")
         loc = ("source", "job_id")
         checkpoint = _pick(job, jobs_repo.list_checkpoints(session, job.id), source.select)
-    if job.workload not in SERVABLE_WORKLOADS and not is_custom_workload(job.workload):
+    if not workloads.is_servable(job.workload):
         raise SpecRejected(
             loc,
-            f"job {job.id} ran workload {job.workload!r}: serving supports {', '.join(SERVABLE_WORKLOADS)} "
+            f"job {job.id} ran workload {job.workload!r}: serving supports {', '.join(workloads.servable_names())} "
             "and custom workloads",
         )
     if job.state not in JOB_TERMINAL:
@@ -131,11 +124,11 @@ def _resolve_trial(session: Session, trial_id: str, project_scope: str | None) -
             "its best checkpoint and delete the old one; deploy it once it has ended",
         )
     sweep = session.get(Sweep, trial.sweep_id)
-    if sweep.workload not in SERVABLE_WORKLOADS and not is_custom_workload(sweep.workload):
+    if not workloads.is_servable(sweep.workload):
         raise SpecRejected(
             loc,
             f"trial {trial_id} ran workload {sweep.workload!r}: serving supports "
-            f"{', '.join(SERVABLE_WORKLOADS)} and custom workloads",
+            f"{', '.join(workloads.servable_names())} and custom workloads",
         )
     sweep_spec = SweepSpec.model_validate(sweep.spec)
     points = sweeps_repo.trial_checkpoints(session, trial.id)
@@ -200,7 +193,7 @@ def selection_metric(job: Job) -> tuple[str, bool]:
     keep_best = (job.spec.get("checkpoint") or {}).get("keep_best") or {}
     if keep_best.get("metric"):
         return keep_best["metric"], keep_best.get("mode", "max") != "min"
-    return SELECTION_METRIC.get(job.workload, ("val_accuracy", True))
+    return workloads.selection_of(job.workload)  # the registry's: val_accuracy for every workload today
 
 
 def _check_folder(path: str, loc: tuple[str, ...]) -> None:
@@ -290,18 +283,7 @@ def create_deployment(
                 session, project_id, body.name, resolved.workload, body.route_prefix
             )
             _add_version(session, deployment, resolved, body.source, settings, "")
-            session.add(
-                DeploymentEvent(
-                    deployment_id=deployment.id,
-                    from_state=None,
-                    to_state=D.DEPLOYING,
-                    reason="created",
-                    message=f"version 1 from {_describe(resolved)}",
-                    version=1,
-                )
-            )
-            deployment.message = f"deploying version 1 from {_describe(resolved)}"
-            deployment.rollout_started_at = deployment.created_at
+            record_deployment_created(session, deployment, f"version 1 from {_describe(resolved)}")
     except IntegrityError:
         # A concurrent create won the name or the route (the partial unique indexes).
         raise DeploymentConflict(
@@ -394,8 +376,7 @@ def _retarget(
             f"rolling out {what}; version {deployment.live_version} serves until it is healthy",
             again=True,
         )
-    deployment.failed_version = None
-    return deployment
+    return deployment  # the move into a rollout forgot any failed version (orchestrator.states.deployments)
 
 
 def delete_deployment(session: Session, deployment: Deployment) -> Deployment:
