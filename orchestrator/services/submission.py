@@ -15,7 +15,8 @@ from orchestrator.errors import Conflict, Invalid
 from orchestrator.planner import DoesNotFit, plan_job
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.settings import Settings
-from workers.contract.jobs import BUILTIN_WORKLOADS, JobSpec, TrainingPlan, data_path_fields, is_custom_workload
+from workers.contract import workloads
+from workers.contract.jobs import JobSpec, TrainingPlan, is_custom_workload
 from workers.contract.sweeps import Choice, Grid, SweepSpec
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ class IdempotencyConflict(Conflict):
 def pin_data_paths(spec: JobSpec, settings: Settings) -> JobSpec:
     """The spec with every data file its workload's config names (``workers.contract.jobs.DATA_PATH`` fields)
     checked against the data roots and replaced by its resolved path (``orchestrator.data_paths``)."""
-    fields = data_path_fields(BUILTIN_WORKLOADS[spec.workload]) if spec.workload in BUILTIN_WORKLOADS else []
+    fields = _data_path_fields(spec.workload)
     if not fields:
         return spec
     config = dict(spec.config)
@@ -48,7 +49,7 @@ def pin_data_paths(spec: JobSpec, settings: Settings) -> JobSpec:
 def pin_sweep_data_paths(spec: SweepSpec, settings: Settings) -> SweepSpec:
     """For every value a search may give a data path field, as ``pin_data_paths`` does for a job."""
     base = spec.base
-    fields = data_path_fields(BUILTIN_WORKLOADS[base.workload]) if base.workload in BUILTIN_WORKLOADS else []
+    fields = _data_path_fields(base.workload)
     space = dict(spec.search_space)
     for name in fields:
         dim = space.get(f"config.{name}")
@@ -57,6 +58,11 @@ def pin_sweep_data_paths(spec: SweepSpec, settings: Settings) -> SweepSpec:
             values = [_pinned(v, settings, loc) if isinstance(v, str) else v for v in dim.values]
             space[f"config.{name}"] = dim.model_copy(update={"values": values})
     return spec.model_copy(update={"search_space": space})
+
+
+def _data_path_fields(workload: str) -> list[str]:
+    descriptor = workloads.get(workload)
+    return [] if descriptor is None else descriptor.data_path_fields
 
 
 def _pinned(value: str, settings: Settings, loc: tuple[str, ...]) -> str:

@@ -287,11 +287,3 @@ class EventBatch(_Strict):
 
     attempt: int = Field(ge=1)
     events: list[Event] = Field(max_length=1000)
-
-
-def __getattr__(name: str) -> Any:
-    # Transitional: the old table of built-in workloads, read live from the registry, until the last
-    # caller asks workers.contract.workloads instead.
-    if name == "BUILTIN_WORKLOADS":
-        return {n: workloads.get(n).config_model for n in workloads.names()}
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
