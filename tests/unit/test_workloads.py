@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -339,6 +340,7 @@ def toy():
 
 def test_a_workload_registered_once_is_known_everywhere(toy):
     from orchestrator.planner import PlanRequest, plan_job
+    from orchestrator.services.deployments import selection_metric
     from workers.contract.jobs import JobSpec
     from workers.contract.sweeps import check_path
     from workers.serve.app import check_servable, make_predictor
@@ -353,6 +355,7 @@ def test_a_workload_registered_once_is_known_everywhere(toy):
     with pytest.raises(ValueError, match="no field 'nope'"):
         check_path(spec.model_copy(update={"strategy": "ddp"}), "config.nope", None)
     assert workloads.selection_of("toy") == ("val_loss", False)  # the checkpoint a deployment picks
+    assert selection_metric(SimpleNamespace(workload="toy", spec={})) == ("val_loss", False)
     assert workloads.servable_names() == ["digits", "tiny_gpt", "toy"]
 
     assert load_workload("toy") is build_toy
