@@ -266,7 +266,9 @@ def test_a_seeded_random_sweep_samples_the_same_configs_again_and_cancel_stops_e
         return [(t["config"]["lr.base"], t["config"]["config.hidden"]) for t in _trials(admin, sweep_id)]
 
     first = _wait(admin, submit(epochs=1)["id"])
-    # The same seed again, as a long sweep this time, cancelled while both its trials train.
+    # The same seed again, as a long sweep this time, cancelled while both its trials train: both need the
+    # whole cluster, so first wait until the first sweep's (and earlier tests') actors are gone.
+    wait_cluster_idle(ray_cluster)
     again = submit(epochs=200)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
