@@ -19,7 +19,7 @@ from orchestrator.services.cancellation import cancel_run
 from orchestrator.services.logs import last_lines, read_logs
 from orchestrator.services.runs import SWEEPS
 from orchestrator.services.submission import check_sweep_runnable
-from workers.contract.rest import JobEventOut, SweepOut, TrialMetricOut, TrialOut
+from workers.contract.rest import JobEventOut, SweepOut, TrialEventOut, TrialMetricOut, TrialOut
 from workers.contract.sweeps import SweepSpec
 
 router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"])
@@ -127,6 +127,14 @@ def trial_metrics(trial_id: str, session: SessionDep, principal: CurrentKey, pag
     _trial_or_404(session, trial_id, principal)
     rows = page.fetch(lambda c, n: sweeps_repo.page_trial_metrics(session, trial_id, c, n))
     return [TrialMetricOut.model_validate(m) for m in rows]
+
+
+@trials_router.get("/{trial_id}/events", summary="A trial's state history")
+def trial_events(trial_id: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[TrialEventOut]:
+    """The trial's state history, oldest first: its creation and every transition; paged (X-Next-Cursor)."""
+    _trial_or_404(session, trial_id, principal)
+    rows = page.fetch(lambda c, n: sweeps_repo.page_trial_events(session, trial_id, c, n))
+    return [TrialEventOut.model_validate(e) for e in rows]
 
 
 def _trial_or_404(session, trial_id: str, principal: Principal) -> Trial:

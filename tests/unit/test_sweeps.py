@@ -362,6 +362,15 @@ def test_trial_events_stream_into_the_trial_table_and_the_best_trial_stays_curre
         t for t in client.get(f"/v1/sweeps/{sweep['id']}/trials", headers=auth(ADMIN)).json() if t["tune_id"] == "d"
     )
     assert (d["state"], d["stopped_early"], d["iterations"]) == ("SUCCEEDED", False, 4), d
+    # Every trial has a history like a job's: its creation, then each transition with its reason.
+    history = client.get(f"/v1/trials/{b['id']}/events", headers=auth(ADMIN)).json()
+    assert [(e["from_state"], e["to_state"]) for e in history] == [
+        (None, "PENDING"),
+        ("PENDING", "RUNNING"),
+        ("RUNNING", "STOPPED"),
+    ], history
+    assert history[-1]["message"] == "stopped by the scheduler after 1 of 4 epochs"
+    assert client.get("/v1/trials/nope/events", headers=auth(ADMIN)).status_code == 404
     assert client.get("/v1/trials/nope/metrics", headers=auth(ADMIN)).status_code == 404
     # A running trial's best checkpoint may yet be replaced (and deleted by Ray Train): not deployable.
     deploy = client.post(

@@ -10,7 +10,7 @@ from workers.contract.rest.deployments import DeploymentEventOut, DeploymentOut,
 from workers.contract.rest.errors import ErrorMessage, FieldError, FieldErrors
 from workers.contract.rest.jobs import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut, RunOut
 from workers.contract.rest.projects import KeyCreate, KeyCreated, KeyOut, ProjectCreate, ProjectOut, ProjectPatch
-from workers.contract.rest.sweeps import BestTrialOut, SweepOut, TrialMetricOut, TrialOut
+from workers.contract.rest.sweeps import BestTrialOut, SweepOut, TrialEventOut, TrialMetricOut, TrialOut
 
 __all__ = [
     "BestTrialOut",
@@ -34,6 +34,7 @@ __all__ = [
     "ReplicaOut",
     "RunOut",
     "SweepOut",
+    "TrialEventOut",
     "TrialMetricOut",
     "TrialOut",
 ]

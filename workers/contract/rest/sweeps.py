@@ -37,6 +37,17 @@ class TrialOut(FromAttributes):
     finished_at: datetime | None = Field(description="When it ended; null until then.")
 
 
+class TrialEventOut(FromAttributes):
+    """One state change of a trial, oldest first: its creation (PENDING) and every transition."""
+
+    from_state: TrialState | None = Field(description="Null for the first event (the creation).")
+    to_state: TrialState = Field(description="The state it entered.")
+    reason: str = Field(description="Why, as a code.")
+    message: str = Field(description="Why, for people.")
+    attempt: int = Field(description="The sweep's attempt it happened in.")
+    created_at: datetime = Field(description="When (UTC).")
+
+
 class BestTrialOut(BaseModel):
     """The best trial of a sweep so far."""
 
