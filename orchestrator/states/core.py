@@ -20,6 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import utcnow
+from orchestrator.errors import Conflict
 
 E = TypeVar("E", bound=enum.Enum)  # a kind's state enum
 T = TypeVar("T")  # an ORM model
@@ -37,8 +38,8 @@ def allowed(rules: tuple[Rule, ...], from_state: Any, to_state: Any) -> bool:
     return any(from_state in r.from_states and to_state in r.to_states for r in rules)
 
 
-class IllegalTransition(Exception):
-    """A move the kind's rules forbid; nothing was changed."""
+class IllegalTransition(Conflict):
+    """A move the kind's rules forbid; nothing was changed (a 409 if it ever reaches the API)."""
 
     def __init__(self, subject: str, from_state: Any, to_state: Any):
         super().__init__(f"{subject} cannot go from {from_state} to {to_state}")
