@@ -29,6 +29,7 @@ from orchestrator.states.deployments import TERMINAL, record_deployment_created,
 from orchestrator.states.jobs import TERMINAL as JOB_TERMINAL
 from orchestrator.states.sweeps import TRIAL_TERMINAL
 from workers.contract import workloads
+from workers.contract.checkpoints import MODEL_FILE, SHARDED_DIR
 from workers.contract.deployments import (
     AutoscalingSpec,
     BatchingSpec,
@@ -46,7 +47,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 D = DeploymentState
-MODEL_FILE, SHARDED_DIR = "model.pt", "sharded"  # workers.runtime.checkpoint_io's layout (not imported: it needs torch)
 
 
 class DeploymentConflict(Conflict):

@@ -39,13 +39,11 @@ from orchestrator.db.models import ApiKey, Deployment, DeploymentState, Deployme
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.settings import Settings
 from orchestrator.states.deployments import ROLLING, lock_deployment, set_deployment_state
-from workers.contract.deployments import auth_of, max_body_mb_of
+from workers.contract.deployments import SERVE_APP_IMPORT_PATH, SERVE_DEPLOYMENT_NAME, auth_of, max_body_mb_of
 
 log = logging.getLogger(__name__)
 
 D = DeploymentState
-IMPORT_PATH = "workers.serve.app:build_app"
-SERVE_DEPLOYMENT = "ModelServer"  # workers.serve.app.DEPLOYMENT_NAME (not imported: it needs ray and torch)
 HEALTH_CHECK_PERIOD_S = 5.0
 FAILED_STATUSES = ("DEPLOY_FAILED", "UNHEALTHY")
 
@@ -109,7 +107,7 @@ def app_config(
     auth = auth_of(settings)
     batching, resources, replicas = settings["batching"], settings["resources"], settings["replicas"]
     options: dict[str, Any] = {
-        "name": SERVE_DEPLOYMENT,
+        "name": SERVE_DEPLOYMENT_NAME,
         "max_ongoing_requests": max_ongoing_requests(batching["max_batch_size"]),
         "ray_actor_options": {"num_cpus": resources["cpus"], "num_gpus": resources["gpus"]},
         "user_config": {
@@ -136,7 +134,7 @@ def app_config(
     return {
         "name": deployment.name,
         "route_prefix": deployment.route_prefix,
-        "import_path": IMPORT_PATH,
+        "import_path": SERVE_APP_IMPORT_PATH,
         "logging_config": LOGGING,
         "args": {
             "checkpoint_path": version.checkpoint_path,

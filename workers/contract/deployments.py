@@ -13,6 +13,10 @@ from pydantic import Field, field_validator, model_validator
 
 from workers.contract.base import Strict as _Strict
 
+# The Serve application the control plane asks Ray for (it never imports it: it needs ray and torch).
+SERVE_APP_IMPORT_PATH = "workers.serve.app:build_app"
+SERVE_DEPLOYMENT_NAME = "ModelServer"
+
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 ROUTE_PATTERN = r"^(/[A-Za-z0-9._~-]+)+$"
 

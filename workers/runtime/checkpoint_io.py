@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from workers.contract.checkpoints import MODEL_FILE, SHARDED_DIR
 from workers.runtime.distributed import unwrap
 from workers.runtime.manifest import write_manifest
 from workers.runtime.rng import capture_rng, restore_rng
@@ -30,8 +31,6 @@ from workers.runtime.step import TrainState
 log = logging.getLogger(__name__)
 
 TRAIN_STATE_FILE = "train_state.pt"
-MODEL_FILE = "model.pt"
-SHARDED_DIR = "sharded"
 RANKS_DIR = "ranks"
 
 

@@ -38,9 +38,8 @@ import torch
 from torch import nn
 
 from workers.contract import workloads
-from workers.contract.deployments import Auth
+from workers.contract.deployments import SERVE_DEPLOYMENT_NAME, Auth
 
-DEPLOYMENT_NAME = "ModelServer"
 MAX_ROWS = 256  # digits rows per request
 MAX_PROMPT_BYTES = 4096
 MAX_NEW_TOKENS = 256
@@ -340,7 +339,7 @@ async def read_capped(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-@serve.deployment(name=DEPLOYMENT_NAME)
+@serve.deployment(name=SERVE_DEPLOYMENT_NAME)
 class ModelServer:
     """One replica: the model loaded once, requests checked, then predicted alone or in batches."""
 
