@@ -3,7 +3,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.deps import CurrentKey
-from orchestrator.planner import PlanRequest, PlanResponse, plan
+from orchestrator.planner import plan
+from workers.contract.rest import PlanRequest, PlanResponse
 
 router = APIRouter(prefix="/v1/plan", tags=["planner"])
 

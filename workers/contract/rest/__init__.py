@@ -9,11 +9,13 @@ name (``Model.model_validate(row)``), without importing the ORM.
 from workers.contract.rest.deployments import DeploymentEventOut, DeploymentOut, DeploymentVersionOut, ReplicaOut
 from workers.contract.rest.errors import ErrorMessage, FieldError, FieldErrors
 from workers.contract.rest.jobs import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut, RunOut
+from workers.contract.rest.plan import BytesPerParam, PlanRequest, PlanResponse, StrategyFit
 from workers.contract.rest.projects import KeyCreate, KeyCreated, KeyOut, ProjectCreate, ProjectOut, ProjectPatch
 from workers.contract.rest.sweeps import BestTrialOut, SweepOut, TrialEventOut, TrialMetricOut, TrialOut
 
 __all__ = [
     "BestTrialOut",
+    "BytesPerParam",
     "CheckpointOut",
     "DeploymentEventOut",
     "DeploymentOut",
@@ -28,11 +30,14 @@ __all__ = [
     "KeyCreated",
     "KeyOut",
     "MetricOut",
+    "PlanRequest",
+    "PlanResponse",
     "ProjectCreate",
     "ProjectOut",
     "ProjectPatch",
     "ReplicaOut",
     "RunOut",
+    "StrategyFit",
     "SweepOut",
     "TrialEventOut",
     "TrialMetricOut",
