@@ -10,15 +10,15 @@ from orchestrator.backend import ClusterBackend
 from orchestrator.db.engine import make_engine, make_session_factory
 from orchestrator.db.migrate import upgrade_head
 from orchestrator.db.models import Role
+from orchestrator.loops.log_archive import LogArchive, LogArchiver
+from orchestrator.loops.reconciler import Reconciler
+from orchestrator.loops.retention import CheckpointJanitor
+from orchestrator.loops.runner import Loop
+from orchestrator.loops.scheduler import Scheduler
+from orchestrator.loops.serving import ServingReconciler
 from orchestrator.repositories import projects as projects_repo
-from orchestrator.services.log_archive import LogArchive, LogArchiver
 from orchestrator.services.logs import LogFollows
-from orchestrator.services.loops import Loop
-from orchestrator.services.reconciler import Reconciler
-from orchestrator.services.retention import CheckpointJanitor
 from orchestrator.services.runs import revoke_driver_tokens
-from orchestrator.services.scheduler import Scheduler
-from orchestrator.services.serving import ServingReconciler
 from orchestrator.settings import Settings
 from orchestrator.storage import CheckpointStorage
 

@@ -169,7 +169,7 @@ class Settings(BaseSettings):
         host = "127.0.0.1" if self.serve_host in ("0.0.0.0", "::") else self.serve_host
         return f"http://{host}:{self.serve_port}"
 
-    # --- checkpoint upkeep (orchestrator/services/retention.py) ---
+    # --- checkpoint upkeep (orchestrator/loops/retention.py) ---
     checkpoint_sweep_interval_s: float = Field(
         10.0, gt=0, description="How often retention is re-applied and orphaned checkpoint folders are swept."
     )

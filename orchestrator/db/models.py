@@ -366,6 +366,6 @@ class TrialMetric(Base):
     step: Mapped[int] = mapped_column(Integer, default=0)
     values: Mapped[dict[str, Any]]
     # The epoch's committed checkpoint while storage still holds it: the control plane's retention
-    # (orchestrator/services/retention.py) clears it when it deletes the folder.
+    # (orchestrator/loops/retention.py) clears it when it deletes the folder.
     checkpoint_path: Mapped[str | None] = mapped_column(String(4096), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

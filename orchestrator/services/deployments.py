@@ -1,7 +1,7 @@
 """Creating, changing, rolling back and deleting deployments: the checks, then one transaction each.
 
 Nothing here talks to Serve: each operation commits the deployment's new target (a version, or
-DELETED), and the serving reconciler (``orchestrator.services.serving``) brings Serve in line with
+DELETED), and the serving reconciler (``orchestrator.loops.serving``) brings Serve in line with
 the database. Only ``check_resources`` asks the cluster, for its size, before the transaction starts.
 """
 

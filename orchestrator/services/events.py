@@ -64,7 +64,7 @@ def apply_events(session: Session, job: Job, batch: EventBatch, storage: Checkpo
             applied += 1
         elif isinstance(event, CheckpointEvent):
             # Only recorded here: retention deletes what it drops after the commit, storage first and
-            # with no lock held (``services.retention``; see ``api/routers/internal.py``).
+            # with no lock held (``orchestrator.loops.retention``; see ``api/routers/internal.py``).
             jobs_repo.record_checkpoint(
                 session, job, batch.attempt, event.epoch, event.step, event.path, event.size_bytes, event.metrics
             )

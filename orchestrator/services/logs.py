@@ -1,5 +1,5 @@
 """A job's output (Ray forwards every worker's output into its driver's), read or followed: Ray's live
-copy when Ray has it, else the durable one (``orchestrator.services.log_archive``)."""
+copy when Ray has it, else the durable one (``orchestrator.loops.log_archive``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import Job, Sweep, utcnow
 from orchestrator.errors import TooMany
-from orchestrator.services.log_archive import LogArchive
+from orchestrator.loops.log_archive import LogArchive
 from orchestrator.states.jobs import TERMINAL
 
 # A driver reports the job's end, then shuts down (Ray Train's last lines, Ray's "[repeated Nx]" summary):

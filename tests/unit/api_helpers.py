@@ -5,8 +5,8 @@ from __future__ import annotations
 from sqlalchemy import func, select
 
 from orchestrator.db.models import Job
-from orchestrator.services.reconciler import Reconciler
-from orchestrator.services.scheduler import Scheduler
+from orchestrator.loops.reconciler import Reconciler
+from orchestrator.loops.scheduler import Scheduler
 
 ADMIN = "test-admin-token"
 

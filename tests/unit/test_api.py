@@ -12,7 +12,7 @@ from sqlalchemy import select
 from api.app import create_app
 from orchestrator.backend import RunStatus
 from orchestrator.db.models import ApiKey
-from orchestrator.services.log_archive import LogArchiver
+from orchestrator.loops.log_archive import LogArchiver
 from orchestrator.settings import Settings
 from tests.fakes import FakeBackend
 from tests.unit.api_helpers import ADMIN, auth, count_jobs, make_project, reconcile, submit, tick
@@ -487,7 +487,7 @@ def test_without_an_admin_token_the_first_start_prints_an_admin_key_once(databas
 def test_a_lost_submit_is_made_again_with_the_same_submission_id(app, client, backend, monkeypatch):
     job, first_token = _started_job(app, client, backend)
     del backend.runs[f"{job}-1"]  # as if the control plane died between commit and submit
-    monkeypatch.setattr("orchestrator.services.reconciler.RESUBMIT_GRACE", timedelta(0))
+    monkeypatch.setattr("orchestrator.loops.reconciler.RESUBMIT_GRACE", timedelta(0))
     reconcile(app)
     assert [s[0] for s in backend.submitted] == [f"{job}-1", f"{job}-1"]
     new_token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
@@ -577,7 +577,7 @@ def test_a_new_attempt_that_ray_lost_before_it_ran_is_resubmitted_not_counted(ap
     del backend.runs[f"{job}-1"]
     reconcile(app)  # attempt 2 submitted
     del backend.runs[f"{job}-2"]  # and lost with the head before its driver said anything
-    monkeypatch.setattr("orchestrator.services.reconciler.RESUBMIT_GRACE", timedelta(0))
+    monkeypatch.setattr("orchestrator.loops.reconciler.RESUBMIT_GRACE", timedelta(0))
     reconcile(app)
     assert [s[0] for s in backend.submitted] == [f"{job}-1", f"{job}-2", f"{job}-2"]
     assert client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()["attempt"] == 2

@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.checkpoint_policy import RecordedCheckpoint, select_kept
 from orchestrator.db.models import Checkpoint, Job, utcnow
-from orchestrator.services.scheduler import Scheduler
+from orchestrator.loops.scheduler import Scheduler
 from orchestrator.storage import CheckpointStorage, StorageError
 from tests.unit.api_helpers import ADMIN
 from workers.contract.jobs import KeepBestSpec

@@ -12,11 +12,11 @@ from sqlalchemy import func, select
 from orchestrator.db.engine import make_engine, make_session_factory
 from orchestrator.db.migrate import upgrade_head
 from orchestrator.db.models import Checkpoint, Deployment, DeploymentState, Job, JobState
+from orchestrator.loops.scheduler import Scheduler
+from orchestrator.loops.serving import ServingReconciler, matches, serving_reservation
 from orchestrator.planner import plan_job
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import projects as projects_repo
-from orchestrator.services.scheduler import Scheduler
-from orchestrator.services.serving import ServingReconciler, matches, serving_reservation
 from orchestrator.states.core import IllegalTransition
 from orchestrator.states.deployments import TERMINAL, is_allowed, lock_deployment, set_deployment_state
 from orchestrator.states.jobs import lock_job, set_job_state

@@ -163,7 +163,7 @@ class KeepInRange:
 def _trainer(spec: JobSpec, run_name: str, trials_storage: str, callback: UserCallback, start_from: str | None = None):
     """One Train run of a trial, as a job's (``build_trainer``), with ``callback`` passing its epochs to Tune.
     Ray Train keeps every checkpoint, as for a job: the control plane's retention deletes what the trial
-    does not keep (``orchestrator.services.trial_retention``), so it never advertises a deleted folder."""
+    does not keep (``orchestrator.loops.trial_retention``), so it never advertises a deleted folder."""
     return build_trainer(
         job_id=run_name,
         attempt=1,

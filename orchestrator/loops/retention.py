@@ -6,7 +6,7 @@ Ray Train keeps every checkpoint it writes (``num_to_keep=None``); the control p
   recorded, which is the order Ray Train registered them in) plus, with ``checkpoint.keep_best``, the
   best ``count`` by the metric (checkpoints without it don't count; ties: the newer). The latest is
   never deleted. The rule is ``orchestrator.checkpoint_policy``, which sweep trials share
-  (``orchestrator.services.trial_retention``).
+  (``orchestrator.loops.trial_retention``).
   Whatever else is recorded is deleted from storage first, then from the database, so the database
   never forgets a folder that is still there; if a delete fails the row stays and it is tried again.
 - **Sweeper.** ``checkpoint_*`` folders in a job's run folder that the database does not list (Ray
@@ -40,10 +40,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.checkpoint_policy import RecordedCheckpoint, select_kept
 from orchestrator.db.models import Job, JobState, utcnow
+from orchestrator.loops.trial_retention import TrialCheckpointJanitor
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import sweeps as sweeps_repo
-from orchestrator.services.trial_retention import TrialCheckpointJanitor
 from orchestrator.settings import Settings
 from orchestrator.states.jobs import TERMINAL
 from orchestrator.storage import CheckpointStorage, StorageError

@@ -10,9 +10,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.admission import ClusterCapacity, Demand, free_of, never_fits, reserved_by, shortfall
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import JobState
+from orchestrator.loops.serving import serving_reservation
 from orchestrator.services.launch import new_job_token
 from orchestrator.services.runs import QueuedRun, RunKind, active_demands, queued_runs
-from orchestrator.services.serving import serving_reservation
 from orchestrator.settings import Settings
 from orchestrator.states.jobs import TERMINAL, note_waiting
 
