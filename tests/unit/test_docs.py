@@ -174,8 +174,8 @@ def shell_block_problems(path: Path) -> list[str]:
 
 
 def documentation() -> list[Path]:
-    """The pages the code-block convention applies to: README.md and docs/."""
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    """The pages the code-block convention applies to: every Markdown file of the repository."""
+    return markdown_files()
 
 
 def load_generator():
