@@ -7,7 +7,17 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from orchestrator.errors import Conflict, DomainError, Forbidden, Invalid, NotFound, Refused, TooMany, Unauthorized
+from orchestrator.errors import (
+    Conflict,
+    DomainError,
+    Forbidden,
+    Invalid,
+    NotFound,
+    Refused,
+    TooLarge,
+    TooMany,
+    Unauthorized,
+)
 from workers.contract.rest import ErrorMessage, FieldError, FieldErrors
 
 # kind -> (status, what the status means in this API: the OpenAPI description of the response)
@@ -17,6 +27,7 @@ ERRORS: dict[type[DomainError], tuple[int, str]] = {
     Forbidden: (403, "The key's role may not do this"),
     NotFound: (404, "Not found (or not in the key's project)"),
     Conflict: (409, "Conflicts with the object's state or a taken name"),
+    TooLarge: (413, "Over a size cap (the message names the setting)"),
     Invalid: (422, "Refused as given: the field (a list of field errors) or the reason (a message)"),
     TooMany: (429, "Over a per-key limit; see Retry-After"),
 }

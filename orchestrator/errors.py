@@ -46,3 +46,7 @@ class TooMany(DomainError):
     """Over a per-key limit: 429, with ``retry_after_s`` (the Retry-After header) when one is known."""
 
     retry_after_s: int | None = None
+
+
+class TooLarge(DomainError):
+    """Over a size cap (an upload, an archive's unpacked size): 413. The message names the setting."""

@@ -179,3 +179,34 @@ class Settings(BaseSettings):
         description="A checkpoint folder of a running job that the database does not list is deleted once it is "
         "this old (a late report may still register it); a finished job's at once.",
     )
+
+    # --- users' code packages (POST /v1/code: orchestrator/code_archive.py, services/code.py) ---
+    code_max_mb: float = Field(
+        100.0, gt=0, description="Largest code package upload (MB); past it a 413 as soon as the upload passes it."
+    )
+    code_max_files: int = Field(10_000, ge=1, le=1_000_000, description="Most files a code package may hold (422).")
+    code_max_unpacked_mb: float = Field(
+        400.0,
+        gt=0,
+        description="Largest total size of a code package's files, uncompressed (MB): a zip bomb is a 413 naming "
+        "this setting, found before anything is stored.",
+    )
+    allow_requirements: bool = Field(
+        True,
+        description="Whether a job's code may name pip requirements (code.requirements, installed by Ray's "
+        "runtime_env on the nodes); off: such a job is a 422.",
+    )
+    code_retention_days: float = Field(
+        30.0,
+        gt=0,
+        description="A code package no job or sweep names, unused for this long, is deleted (storage, then row).",
+    )
+    code_gc_interval_s: float = Field(600.0, gt=0, description="How often unused code packages are looked for.")
+
+    @property
+    def code_max_bytes(self) -> int:
+        return int(self.code_max_mb * 1024 * 1024)
+
+    @property
+    def code_max_unpacked_bytes(self) -> int:
+        return int(self.code_max_unpacked_mb * 1024 * 1024)

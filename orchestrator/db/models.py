@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     DateTime,
     Enum,
     ForeignKey,
@@ -369,3 +370,27 @@ class TrialMetric(Base):
     # (orchestrator/loops/retention.py) clears it when it deletes the folder.
     checkpoint_path: Mapped[str | None] = mapped_column(String(4096), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+# --- users' code ----------------------------------------------------------------------------------------
+
+
+class CodePackage(Base):
+    """An uploaded code package of one project (``POST /v1/code``): content-addressed by the upload's SHA-256,
+    stored once per project as a zip at ``<storage>/code/<project>/<sha256>.zip`` (``orchestrator.code_storage``)."""
+
+    __tablename__ = "code_packages"
+    __table_args__ = (UniqueConstraint("project_id", "sha256", name="uq_code_packages_project_sha256"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    sha256: Mapped[str] = mapped_column(String(64))  # of the uploaded bytes: the API's id is "sha256:<this>"
+    size: Mapped[int] = mapped_column(BigInteger)  # the upload's bytes
+    file_count: Mapped[int] = mapped_column(Integer)
+    files: Mapped[list[Any]] = mapped_column(JSON)  # [{"path", "size"}], as stored
+    # The stored zip's SHA-256 and size: its name in Ray's package store (gcs://_ray_pkg_<this>.zip).
+    package_sha256: Mapped[str] = mapped_column(String(64))
+    package_size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Set when a job or sweep starts with it; garbage collection counts from it (loops/code_gc.py).
+    last_used_at: Mapped[datetime] = mapped_column(default=utcnow)
