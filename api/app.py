@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from api.errors import install_error_handler
 from api.limits import BodySizeLimit
 from api.openapi import document_error_shapes
-from api.routers import deployments, health, internal, jobs, plan, projects, sweeps
+from api.routers import code, deployments, health, internal, jobs, plan, projects, sweeps
 from orchestrator.backend import ClusterBackend
 from orchestrator.control_plane import ControlPlane
 from orchestrator.settings import Settings
@@ -24,6 +24,8 @@ response header, absent on the last page (`GET /v1/jobs` also has it in its body
 **Errors** answer `{"detail": ...}`: one message (`ErrorMessage`), or for a 422 about a field the list of
 field errors FastAPI's request validation gives (`loc` names the field). The request and response models
 are the `workers.contract` package's: clients import them rather than copy them."""
+
+MULTIPART_FRAMING_MB = 1 / 16  # a multipart body's boundaries and part headers, around the file's bytes
 
 
 def create_app(
@@ -51,12 +53,21 @@ def create_app(
         BodySizeLimit,
         max_mb=settings.max_body_mb,
         setting="ORCHESTRATOR_MAX_BODY_MB",
-        larger={"/internal/": (settings.max_internal_body_mb, "ORCHESTRATOR_MAX_INTERNAL_BODY_MB")},
+        larger={
+            "/internal/": (settings.max_internal_body_mb, "ORCHESTRATOR_MAX_INTERNAL_BODY_MB"),
+            # An upload: the package's cap, plus room for the multipart form's own framing (the file's own
+            # bytes are held to the cap itself by orchestrator.services.code).
+            "/v1/code": (
+                settings.code_max_mb + MULTIPART_FRAMING_MB,
+                "ORCHESTRATOR_CODE_MAX_MB plus 64 KB of form framing",
+            ),
+        },
     )
     for router in (
         health.router,
         projects.router,
         jobs.router,
+        code.router,
         sweeps.router,
         sweeps.trials_router,
         deployments.router,

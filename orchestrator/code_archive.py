@@ -158,11 +158,11 @@ def _zip_entries(archive: zipfile.ZipFile, limits: Limits) -> Iterator[_Entry]:
     files = 0
     for info in archive.infolist():
         path = _checked_path(info.filename)
-        mode = info.external_attr >> 16
-        if info.is_dir():
+        kind = stat.S_IFMT(info.external_attr >> 16)  # the Unix file type, when the zip says one (0: it doesn't)
+        if info.is_dir() or kind == stat.S_IFDIR:
             continue
-        if mode and not stat.S_ISREG(mode):
-            what = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file (a device, FIFO or socket)"
+        if kind and kind != stat.S_IFREG:
+            what = "a symbolic link" if kind == stat.S_IFLNK else "not a regular file (a device, FIFO or socket)"
             raise ArchiveRejected(f"entry {info.filename!r} is {what}: only files and folders are allowed")
         if path is None:
             continue

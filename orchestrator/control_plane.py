@@ -7,6 +7,7 @@ import logging
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import ClusterBackend
+from orchestrator.code_storage import CodeStorage
 from orchestrator.db.engine import make_engine, make_session_factory
 from orchestrator.db.migrate import upgrade_head
 from orchestrator.db.models import Role
@@ -38,6 +39,7 @@ class ControlPlane:
         storage = CheckpointStorage(settings.storage_path)
         self.checkpoints = CheckpointJanitor(self.sessions, storage, settings)
         self.log_archive = LogArchive(storage)
+        self.code_storage = CodeStorage(settings.storage_path)  # users' code packages, <storage>/code/
 
     @property
     def backend(self) -> ClusterBackend:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, StringConstraints, ValidationInfo, field_
 
 from workers.contract import workloads
 from workers.contract.base import Strict as _Strict
+from workers.contract.code import CodeSpec
 from workers.contract.workloads import CUSTOM_WORKLOAD_PATTERN as CUSTOM_WORKLOAD_PATTERN
 from workers.contract.workloads import DATA_PATH as DATA_PATH
 from workers.contract.workloads import LOOP_METRICS
@@ -156,7 +157,8 @@ class JobSpec(_Strict):
 
     name: str = Field("", max_length=128, description="Free-form display name.")
     workload: str = Field(
-        description='A built-in workload ("digits", "tiny_gpt") or "package.module:function" from an allowed package.'
+        description='A built-in workload ("digits", "tiny_gpt"), "package.module:function" from an allowed '
+        'package, or "module:function" from the job\'s own code (`code`).'
     )
     config: dict[str, Any] = Field(
         default_factory=dict, validate_default=True, description="The workload's own parameters (model, data)."
@@ -176,6 +178,11 @@ class JobSpec(_Strict):
     retries: RetrySpec = Field(default_factory=RetrySpec)
     priority: int = Field(0, ge=-1000, le=1000, description="Higher runs first; ties go oldest first.")
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
+    code: CodeSpec | None = Field(
+        None,
+        description="The job's own code, uploaded with POST /v1/code: its working directory on the cluster, "
+        "where `workload` may come from.",
+    )
 
     @field_validator("workload")
     @classmethod

@@ -6,6 +6,7 @@ Plain pydantic: no SQLAlchemy, Ray, PyTorch or FastAPI. Response models read dat
 name (``Model.model_validate(row)``), without importing the ORM.
 """
 
+from workers.contract.rest.code import CodeFileOut, CodePackageOut, CodeUploaded
 from workers.contract.rest.deployments import DeploymentEventOut, DeploymentOut, DeploymentVersionOut, ReplicaOut
 from workers.contract.rest.errors import ErrorMessage, FieldError, FieldErrors
 from workers.contract.rest.jobs import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut, RunOut
@@ -17,6 +18,9 @@ __all__ = [
     "BestTrialOut",
     "BytesPerParam",
     "CheckpointOut",
+    "CodeFileOut",
+    "CodePackageOut",
+    "CodeUploaded",
     "DeploymentEventOut",
     "DeploymentOut",
     "DeploymentVersionOut",
