@@ -1,0 +1,114 @@
+"""Uploaded code (issue 17): every entry of an archive is checked before anything is stored, the size, file
+count and unpacked size are capped, and a project never sees another's packages."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from orchestrator.db.models import CodePackage
+from tests.unit.api_helpers import auth, make_project
+from tests.unit.code_archives import BAD_ARCHIVES, TRAIN_PY, tar_files, zip_bomb, zip_of
+
+
+@pytest.fixture
+def settings_overrides():
+    return {"code_max_mb": 0.5, "code_max_files": 5, "code_max_unpacked_mb": 1}
+
+
+def upload(client, key: str, data: bytes):
+    return client.post("/v1/code", files={"file": ("code.bin", data)}, headers=auth(key))
+
+
+def nothing_stored(app) -> bool:
+    with app.state.service.sessions() as session:
+        rows = session.scalar(select(func.count()).select_from(CodePackage))
+    folder = Path(app.state.service.settings.storage_path) / "code"
+    return rows == 0 and not any(p.is_file() for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ARCHIVES))
+def test_a_crafted_archive_is_a_422_naming_its_entry_and_nothing_is_stored(client, app, case):
+    data, entry = BAD_ARCHIVES[case]
+    _, keys = make_project(client, "team")
+    response = upload(client, keys["member"], data)
+    assert response.status_code == 422, response.text
+    assert entry in response.json()["detail"]
+    assert nothing_stored(app)
+
+
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        (b"\x00garbage, not an archive" * 10, "not a .zip or .tar.gz"),
+        (b"\x1f\x8bnot really gzip", "could not be read"),
+        (b"PK\x03\x04truncated zip", "not a .zip or .tar.gz"),
+        (zip_of({}), "no files"),
+        (tar_files({}), "no files"),
+        (zip_of({f"f{i}.py": b"x" for i in range(6)}), "ORCHESTRATOR_CODE_MAX_FILES"),
+        (tar_files({f"f{i}.py": b"x" for i in range(6)}), "ORCHESTRATOR_CODE_MAX_FILES"),
+        (zip_of({"a.py": b"1", "./a.py": b"2"}), "twice"),
+    ],
+)
+def test_not_an_archive_an_empty_one_or_too_many_files_is_a_422(client, app, data, words):
+    _, keys = make_project(client, "team")
+    response = upload(client, keys["member"], data)
+    assert response.status_code == 422, response.text
+    assert words in response.json()["detail"]
+    assert nothing_stored(app)
+
+
+@pytest.mark.parametrize("make", [zip_bomb, lambda mb: tar_files({"zeros.bin": bytes(mb * 1024 * 1024)})])
+def test_an_archive_that_unpacks_past_the_cap_is_a_413_before_anything_is_stored(client, app, make):
+    _, keys = make_project(client, "team")
+    data = make(2)  # 2 MB unpacked, a few KB packed
+    assert len(data) < 64 * 1024
+    response = upload(client, keys["member"], data)
+    assert response.status_code == 413, response.text
+    assert "ORCHESTRATOR_CODE_MAX_UNPACKED_MB" in response.json()["detail"]
+    assert nothing_stored(app)
+
+
+@pytest.mark.parametrize(
+    "file_bytes, refused_by",
+    [
+        (700_000, "the body cap, before the form is parsed"),  # past the cap and the form's framing
+        (512 * 1024 + 10, "the upload's own count"),  # the file alone just past the cap
+    ],
+)
+def test_an_upload_past_the_size_cap_is_a_413_naming_the_setting(client, app, file_bytes, refused_by):
+    _, keys = make_project(client, "team")
+    big = zip_of({"weights.bin": os.urandom(file_bytes)})  # random: deflate cannot shrink it
+    assert len(big) > 512 * 1024
+    response = upload(client, keys["member"], big)
+    assert response.status_code == 413, (refused_by, response.text)
+    assert "ORCHESTRATOR_CODE_MAX_MB" in response.json()["detail"]
+    assert nothing_stored(app)
+
+
+def test_an_upload_under_the_cap_passes_the_body_cap(client):
+    _, keys = make_project(client, "team")
+    data = zip_of({"weights.bin": os.urandom(500 * 1024)})
+    assert len(data) < 512 * 1024
+    assert upload(client, keys["member"], data).status_code == 201
+
+
+def test_projects_never_see_each_others_packages(client, app):
+    team_a, a = make_project(client, "a")
+    team_b, b = make_project(client, "b")
+    data = zip_of({"train.py": TRAIN_PY})
+    package_id = f"sha256:{hashlib.sha256(data).hexdigest()}"
+    assert upload(client, a["member"], data).status_code == 201
+    assert client.get(f"/v1/code/{package_id}", headers=auth(b["member"])).status_code == 404
+    assert client.get("/v1/code", headers=auth(b["member"])).json() == []
+    assert client.get(f"/v1/code/{package_id}?project_id={team_a}", headers=auth(b["member"])).status_code == 404
+    # The same bytes from project b: its own row (201, not "already there"), its own stored file.
+    assert upload(client, b["member"], data).status_code == 201
+    with app.state.service.sessions() as session:
+        owners = sorted(session.scalars(select(CodePackage.project_id)))
+    assert owners == sorted([team_a, team_b])
+    # A job of project b cannot name a package only project a has (checked in test_code_in_jobs.py too).
