@@ -28,6 +28,8 @@ class FakeBackend:
     # Every backend method the control plane called, in order, recorded before the call can raise
     # (``available=False``): what a test checks to know whether Ray was asked at all.
     asked: list[str] = field(default_factory=list)
+    # Ray's package store: uri -> the zip's bytes, as uploaded (a working_dir's code)
+    packages: dict[str, bytes] = field(default_factory=dict)
 
     def capacity(self, fresh: bool = False) -> ClusterCapacity:
         self._check("capacity")
@@ -53,6 +55,16 @@ class FakeBackend:
     def logs(self, submission_id) -> str | None:
         self.asked.append("logs")
         return f"log of {submission_id}\n" if submission_id in self.runs else None
+
+    def upload_package(self, uri, open_package, size) -> bool:
+        self._check("upload_package")
+        if uri in self.packages:
+            return False
+        with open_package() as source:
+            data = source.read()
+        assert len(data) == size, (uri, len(data), size)
+        self.packages[uri] = data
+        return True
 
     def serve_status(self) -> ServeStatus:
         self._check("serve_status")

@@ -14,7 +14,7 @@ from orchestrator.limits import check_priority
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.services.cancellation import cancel_job
 from orchestrator.services.logs import last_lines, read_logs
-from orchestrator.services.submission import check_runnable, pin_data_paths, submit_job
+from orchestrator.services.submission import check_code, check_runnable, pin_data_paths, submit_job
 from workers.contract.jobs import JobSpec
 from workers.contract.rest import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut
 
@@ -46,6 +46,7 @@ def create_job(
     spec = pin_data_paths(spec, service.settings)  # its data files: inside a data root, resolved
     target = target_project(session, principal, project_id)
     check_priority(session, target, spec.priority, principal.is_cluster_admin, ("priority",))
+    check_code(session, target, spec.code, service.settings)
     job, created = submit_job(session, target, spec, plan, idempotency_key)
     session.commit()
     if not created:

@@ -18,7 +18,7 @@ from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.cancellation import cancel_run
 from orchestrator.services.logs import last_lines, read_logs
 from orchestrator.services.runs import SWEEPS
-from orchestrator.services.submission import check_sweep_runnable
+from orchestrator.services.submission import check_code, check_sweep_runnable
 from workers.contract.rest import JobEventOut, SweepOut, TrialEventOut, TrialMetricOut, TrialOut
 from workers.contract.sweeps import SweepSpec
 
@@ -51,6 +51,7 @@ def create_sweep(
     target = target_project(session, principal, project_id)
     for priority, loc in ((spec.priority, ("priority",)), (spec.base.priority, ("base", "priority"))):
         check_priority(session, target, priority, principal.is_cluster_admin, loc)
+    check_code(session, target, spec.base.code, service.settings, ("base",))
     sweep = sweeps_repo.create_sweep(session, target, spec)
     session.commit()
     return _out(session, sweep)

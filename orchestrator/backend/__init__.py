@@ -7,8 +7,10 @@ This module holds the interface and plain types (no ray import); ``ray_backend``
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from orchestrator.admission import ClusterCapacity
 
@@ -35,6 +37,9 @@ class RunInfo:
     exit_code: int | None = None  # the driver's, once it has exited (workers.contract.jobs.DriverExit)
 
 
+PackageOpener = Callable[[], AbstractContextManager[BinaryIO]]
+
+
 class BackendUnavailable(Exception):
     """The cluster could not be reached; callers retry on their next tick."""
 
@@ -55,6 +60,12 @@ class ClusterBackend(Protocol):
 
     def logs(self, submission_id: str) -> str | None:
         """The driver's output (Ray forwards worker output into it); None when Ray has none."""
+
+    def upload_package(self, uri: str, open_package: PackageOpener, size: int) -> bool:
+        """Make sure Ray's package store holds the zip ``uri`` names (``gcs://_ray_pkg_<sha256>.zip``, what a
+        runtime_env's ``working_dir`` may name): asks first, and only if it is missing opens the package
+        (``open_package()``: a context manager over its ``size`` bytes) and uploads it. Returns whether it
+        uploaded. Raises BackendUnavailable when Ray can't be reached or refuses it."""
 
     # --- Ray Serve, driven declaratively (as KubeRay's RayService does) ---
 

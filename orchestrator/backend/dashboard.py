@@ -7,6 +7,7 @@ token loading: it sends the token itself, as an Authorization header.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,3 +59,35 @@ def put_serve_applications(
     return httpx.put(
         f"{dashboard_url.rstrip('/')}{SERVE_APPLICATIONS}", json=config, headers=headers, timeout=timeout_s
     )
+
+
+def package_url(dashboard_url: str, uri: str) -> str:
+    """Ray's package store through the dashboard: ``gcs://<name>`` is ``/api/packages/gcs/<name>``, the
+    route Ray's own JobSubmissionClient uploads a working_dir through."""
+    protocol, separator, name = uri.partition("://")
+    if not separator or protocol != "gcs" or "/" in name:
+        raise ValueError(f"not a Ray package URI: {uri}")
+    return f"{dashboard_url.rstrip('/')}/api/packages/{protocol}/{name}"
+
+
+def package_exists(dashboard_url: str, headers: dict[str, str], uri: str, timeout_s: float = 30) -> bool:
+    """Whether Ray's store holds the package (asking also pins it there for a while, as Ray's client relies
+    on). Raises httpx.HTTPError on failure."""
+    response = httpx.get(package_url(dashboard_url, uri), headers=headers, timeout=timeout_s)
+    if response.status_code == 404:
+        return False
+    response.raise_for_status()
+    return True
+
+
+def put_package(
+    dashboard_url: str, headers: dict[str, str], uri: str, chunks: Iterator[bytes], size: int, timeout_s: float = 600
+) -> None:
+    """Upload a zip into Ray's store, streamed in ``chunks`` (``size`` bytes in all). Raises httpx.HTTPError."""
+    response = httpx.put(
+        package_url(dashboard_url, uri),
+        content=chunks,
+        headers={**headers, "Content-Length": str(size), "Content-Type": "application/octet-stream"},
+        timeout=timeout_s,
+    )
+    response.raise_for_status()

@@ -12,6 +12,7 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 from orchestrator.admission import ClusterCapacity
 from orchestrator.backend import (
     BackendUnavailable,
+    PackageOpener,
     RunInfo,
     RunStatus,
     ServeApp,
@@ -19,7 +20,14 @@ from orchestrator.backend import (
     ServeReplica,
     ServeStatus,
 )
-from orchestrator.backend.dashboard import alive_nodes, auth_headers, put_serve_applications, serve_applications
+from orchestrator.backend.dashboard import (
+    alive_nodes,
+    auth_headers,
+    package_exists,
+    put_package,
+    put_serve_applications,
+    serve_applications,
+)
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +122,19 @@ class RayBackend:
             if _is_not_found(exc):
                 return None
             raise BackendUnavailable(f"reading logs of {submission_id}: {exc}") from exc
+
+    def upload_package(self, uri: str, open_package: PackageOpener, size: int) -> bool:
+        # What JobSubmissionClient does for a working_dir (GET, then PUT if missing), over the dashboard's
+        # HTTP API with our headers, streaming the zip instead of reading it whole.
+        try:
+            if package_exists(self.dashboard_url, self.headers, uri):
+                return False
+            with open_package() as source:
+                put_package(self.dashboard_url, self.headers, uri, iter(lambda: source.read(1024 * 1024), b""), size)
+        except (httpx.HTTPError, OSError) as exc:
+            raise BackendUnavailable(f"uploading code package {uri} to Ray at {self.dashboard_url}: {exc}") from exc
+        log.info("uploaded %s (%d bytes) to Ray's package store", uri, size)
+        return True
 
     # --- Ray Serve through the dashboard's REST API (the control plane never joins the cluster) ---
 

@@ -98,7 +98,7 @@ class Reconciler:
                     f"Ray says the run is {status}: {info.message}",
                 )
             elif status == RunStatus.MISSING and utcnow() - run.updated_at > RESUBMIT_GRACE:
-                resubmit = (kind.launch(run), new_job_token(run))  # the same attempt, the same submission id
+                resubmit = (kind.launch(session, run), new_job_token(run))  # the same attempt, the same submission id
         if stop_again:
             self.backend.stop(stop_again)
         if resubmit:
@@ -124,7 +124,7 @@ def _next_attempt(session: Session, kind: RunKind, run: Run, reason: str, messag
     next_attempt = f"starting attempt {run.attempt + 1} of {max_attempts} from the latest checkpoint"
     # A new driver: the state engine records the move under the lost attempt, then bumps it.
     kind.set_state(session, run, S.RESTARTING, reason, f"{message}\n({next_attempt})", new_attempt=True)
-    return kind.launch(run), new_job_token(run)
+    return kind.launch(session, run), new_job_token(run)
 
 
 def _awaiting_first_report(session: Session, kind: RunKind, run: Run) -> bool:

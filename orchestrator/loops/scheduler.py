@@ -56,7 +56,7 @@ class Scheduler:
             token = new_job_token(run)
             # Admission starts the next attempt (the state engine bumps it: orchestrator.states.jobs).
             kind.set_state(session, run, JobState.STARTING, "admitted", f"attempt {run.attempt + 1} submitted to Ray")
-            launch = kind.launch(run)
+            launch = kind.launch(session, run)
         # Submitted after the commit: if this process dies here, the reconciler finds the STARTING run
         # with no Ray job and submits the same submission id, which Ray runs at most once.
         try:

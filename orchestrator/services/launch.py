@@ -1,9 +1,12 @@
 """What the control plane hands Ray to start one attempt of a job: a fixed command and a whole runtime_env.
 
 The control plane builds the submission's ``runtime_env`` here, in ``runtime_env``, and the backend passes
-it to Ray as it is. Today it holds ``env_vars``; a run's code (``working_dir``, ``py_modules``) and its
-requirements (``pip``) go in here too. Only what a driver needs goes in, and never one of the control
-plane's secrets (admin tokens, the database URL, other runs' tokens): the cluster is another trust domain
+it to Ray as it is. It holds ``env_vars`` and, for a run with its own code (``code`` in the spec), a
+``working_dir`` and its ``pip`` requirements. The ``working_dir`` is the URI of the STORED package in Ray's
+package store (``gcs://_ray_pkg_<sha256 of the stored zip>.zip``, uploaded by the backend when Ray lacks
+it), never text from the spec; ``pip`` is the spec's requirements, whose shape the contract checked
+(``workers.contract.code``). Only what a driver needs goes in, and never one of the control plane's
+secrets (admin tokens, the database URL, other runs' tokens): the cluster is another trust domain
 (docs/security.md). A run's own token is the one credential it carries.
 """
 
@@ -12,12 +15,62 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from orchestrator.auth import generate_secret, hash_secret
 from orchestrator.backend import ClusterBackend
+from orchestrator.code_storage import CodeStorage
 from orchestrator.db.models import Job, Sweep
+from orchestrator.repositories import code as code_repo
 from orchestrator.settings import Settings
 
 DRIVER_MODULE = "workers.train.driver"
+RAY_PACKAGE_PREFIX = "_ray_pkg_"  # Ray's own name for uploaded packages (ray/_private/runtime_env/packaging.py)
+
+
+def ray_package_uri(package_sha256: str) -> str:
+    """The stored zip's name in Ray's package store, content-addressed like Ray's own uploads."""
+    assert len(package_sha256) == 64 and package_sha256.isalnum(), package_sha256
+    return f"gcs://{RAY_PACKAGE_PREFIX}{package_sha256}.zip"
+
+
+@dataclass(frozen=True)
+class CodeMount:
+    """A run's code, read off its package row: where it is stored, its name for Ray, what pip installs."""
+
+    project_id: str
+    sha256: str  # the package's (its stored file's name)
+    package_sha256: str  # the stored zip's: its name in Ray's store
+    package_size: int
+    requirements: tuple[str, ...] = ()
+
+    @property
+    def uri(self) -> str:
+        return ray_package_uri(self.package_sha256)
+
+    def upload(self, backend: ClusterBackend, settings: Settings) -> None:
+        """Into Ray's package store, if Ray does not hold it already (BackendUnavailable: retried later)."""
+        storage = CodeStorage(settings.storage_path)
+        backend.upload_package(self.uri, lambda: storage.open(self.project_id, self.sha256), self.package_size)
+
+
+def code_mount(session: Session, run: Job | Sweep) -> CodeMount | None:
+    """The run's code (a job's ``code``, a sweep's base job's), its package marked used now; None without."""
+    spec = run.spec.get("base", run.spec) if isinstance(run, Sweep) else run.spec
+    code = spec.get("code")
+    if not code:
+        return None
+    package = code_repo.get_package(session, run.project_id, code["id"])
+    if package is None:  # checked at submit, and a package a run names is never collected
+        raise LookupError(f"{run.id}: code package {code['id']} is gone")
+    code_repo.mark_used(session, package)
+    return CodeMount(
+        run.project_id,
+        package.sha256,
+        package.package_sha256,
+        package.package_size,
+        tuple(code.get("requirements") or ()),
+    )
 
 
 @dataclass(frozen=True)
@@ -27,9 +80,12 @@ class Launch:
     submission_id: str
     entrypoint: str
     metadata: dict[str, str]
+    code: CodeMount | None = None
 
     @classmethod
-    def of(cls, run: Job | Sweep, kind: str = "job", module: str = DRIVER_MODULE) -> Launch:
+    def of(
+        cls, run: Job | Sweep, kind: str = "job", module: str = DRIVER_MODULE, code: CodeMount | None = None
+    ) -> Launch:
         """``run``'s current attempt, started by ``python -m <module> --<kind>-id ID --attempt N``."""
         # Ray Jobs runs the entrypoint through a shell, so it is built from server-made values only: the
         # run's id (uuid hex) and the attempt number. The driver fetches its spec from the control plane.
@@ -38,10 +94,13 @@ class Launch:
             submission_id=run.submission_id,
             entrypoint=f"python -m {module} --{kind}-id {run.id} --attempt {int(run.attempt)}",
             metadata={f"{kind}_id": run.id, "attempt": str(run.attempt), "project_id": run.project_id},
+            code=code,
         )
 
     def submit(self, backend: ClusterBackend, job_token: str, settings: Settings) -> None:
-        backend.submit(self.submission_id, self.entrypoint, runtime_env(job_token, settings), self.metadata)
+        if self.code is not None:
+            self.code.upload(backend, settings)
+        backend.submit(self.submission_id, self.entrypoint, runtime_env(job_token, settings, self.code), self.metadata)
 
 
 def new_job_token(run: Job | Sweep) -> str:
@@ -51,9 +110,15 @@ def new_job_token(run: Job | Sweep) -> str:
     return token
 
 
-def runtime_env(job_token: str, settings: Settings) -> dict[str, Any]:
-    """Ray's ``runtime_env`` for one attempt's driver (its workers inherit it)."""
-    return {"env_vars": driver_env(job_token, settings)}
+def runtime_env(job_token: str, settings: Settings, code: CodeMount | None = None) -> dict[str, Any]:
+    """Ray's ``runtime_env`` for one attempt's driver (its workers inherit it): with code, its stored package
+    as the working directory (on ``sys.path`` too) and its requirements for pip."""
+    env: dict[str, Any] = {"env_vars": driver_env(job_token, settings)}
+    if code is not None:
+        env["working_dir"] = code.uri
+        if code.requirements:
+            env["pip"] = list(code.requirements)
+    return env
 
 
 def driver_env(job_token: str, settings: Settings) -> dict[str, str]:

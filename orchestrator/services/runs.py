@@ -17,7 +17,7 @@ from orchestrator.admission import Demand, demand_of, sweep_demand
 from orchestrator.db.models import Job, Sweep
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import sweeps as sweeps_repo
-from orchestrator.services.launch import DRIVER_MODULE, Launch
+from orchestrator.services.launch import DRIVER_MODULE, Launch, code_mount
 from orchestrator.states.core import lock_row
 from orchestrator.states.jobs import set_job_state
 from orchestrator.states.sweeps import set_sweep_state
@@ -42,8 +42,9 @@ class RunKind:
     def lock(self, session: Session, run_id: str) -> Run | None:
         return lock_row(session, self.model, run_id)
 
-    def launch(self, run: Run) -> Launch:
-        return Launch.of(run, self.name, self.driver_module)
+    def launch(self, session: Session, run: Run) -> Launch:
+        """The run's current attempt, as it will be submitted (its code package, if any, marked used)."""
+        return Launch.of(run, self.name, self.driver_module, code_mount(session, run))
 
 
 JOBS = RunKind(

@@ -13,9 +13,11 @@ from orchestrator.data_paths import DataPathRefused, resolve_data_path
 from orchestrator.db.models import Job
 from orchestrator.errors import Conflict, Invalid
 from orchestrator.planner import DoesNotFit, plan_job
+from orchestrator.repositories import code as code_repo
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.settings import Settings
 from workers.contract import workloads
+from workers.contract.code import CodeSpec
 from workers.contract.jobs import JobSpec, TrainingPlan, is_custom_workload
 from workers.contract.sweeps import Choice, Grid, SweepSpec
 
@@ -74,7 +76,9 @@ def _pinned(value: str, settings: Settings, loc: tuple[str, ...]) -> str:
 
 def check_runnable(spec: JobSpec, settings: Settings, backend: ClusterBackend) -> TrainingPlan:
     """Everything about a spec that pydantic alone can't judge; returns the plan the job will run with."""
-    if is_custom_workload(spec.workload):
+    if is_custom_workload(spec.workload) and spec.code is None:
+        # With code, "module:function" comes from the job's own package (run on the cluster, never imported
+        # here); without, only from a package the operator installed and allowed.
         package = spec.workload.split(":")[0].split(".")[0]
         allowed = settings.allowed_workload_packages
         if package not in allowed:
@@ -88,6 +92,24 @@ def check_runnable(spec: JobSpec, settings: Settings, backend: ClusterBackend) -
     if reason:
         raise SpecRejected(("scaling",), f"this job can never run on this cluster: {reason}")
     return plan
+
+
+def check_code(
+    session: Session, project_id: str, code: CodeSpec | None, settings: Settings, loc: tuple[str, ...] = ()
+) -> None:
+    """The job's code package exists in its project, and its requirements are allowed here."""
+    if code is None:
+        return
+    if code_repo.get_package(session, project_id, code.id) is None:
+        raise SpecRejected(
+            (*loc, "code", "id"), f"no code package {code.id} in this project (upload it: POST /v1/code)"
+        )
+    if code.requirements and not settings.allow_requirements:
+        raise SpecRejected(
+            (*loc, "code", "requirements"),
+            "pip requirements are not allowed on this cluster (ORCHESTRATOR_ALLOW_REQUIREMENTS is off): "
+            "put the packages in the code itself, or ask the operator",
+        )
 
 
 def _never_fits_now(demand: Demand | JobSpec, backend: ClusterBackend) -> str | None:
