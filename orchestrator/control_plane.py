@@ -11,6 +11,7 @@ from orchestrator.code_storage import CodeStorage
 from orchestrator.db.engine import make_engine, make_session_factory
 from orchestrator.db.migrate import upgrade_head
 from orchestrator.db.models import Role
+from orchestrator.loops.code_gc import CodeCollector
 from orchestrator.loops.log_archive import LogArchive, LogArchiver
 from orchestrator.loops.reconciler import Reconciler
 from orchestrator.loops.retention import CheckpointJanitor
@@ -75,6 +76,11 @@ class ControlPlane:
                     "serving",
                     ServingReconciler(self.sessions, self.backend, self.settings).tick,
                     self.settings.serve_reconciler_interval_s,
+                ),
+                Loop(
+                    "code-gc",
+                    CodeCollector(self.sessions, self.code_storage, self.settings).tick,
+                    self.settings.code_gc_interval_s,
                 ),
                 Loop(
                     "log-archive",

@@ -49,9 +49,10 @@ def store_upload(
     sessions: sessionmaker[Session], storage: CodeStorage, settings: Settings, project_id: str, upload: BinaryIO
 ) -> Uploaded:
     sha256, size = measure(upload, settings.code_max_bytes, settings.code_max_mb)
-    with sessions() as session:
+    with sessions.begin() as session:
         existing = code_repo.get_package(session, project_id, code_repo.api_id(sha256))
         if existing is not None:
+            code_repo.mark_used(session, existing)  # uploading it again counts as a use (garbage collection)
             return Uploaded(existing, False)
     limits = Limits(settings.code_max_files, settings.code_max_unpacked_bytes)
     kind, entries = code_archive.inspect(upload, limits)

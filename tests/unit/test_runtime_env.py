@@ -34,3 +34,15 @@ def test_the_backend_is_handed_the_runtime_env_as_built():
     launch.submit(backend, "jtk_run_token", settings)
     assert backend.runtime_envs == [runtime_env("jtk_run_token", settings)]
     assert backend.submitted == [(launch.submission_id, launch.entrypoint, driver_env("jtk_run_token", settings))]
+
+
+def test_with_code_the_working_dir_is_the_stored_packages_name_in_rays_store_and_pip_its_requirements():
+    from orchestrator.services.launch import CodeMount, ray_package_uri
+
+    settings = Settings(**SECRETS)
+    code = CodeMount("p1", "a" * 64, "b" * 64, 123, ("scipy==1.14.1",))
+    env = runtime_env("jtk_run_token", settings, code)
+    assert env["working_dir"] == ray_package_uri("b" * 64) == f"gcs://_ray_pkg_{'b' * 64}.zip"
+    assert env["pip"] == ["scipy==1.14.1"]
+    assert env["env_vars"] == driver_env("jtk_run_token", settings)
+    assert "pip" not in runtime_env("jtk_run_token", settings, CodeMount("p1", "a" * 64, "b" * 64, 123))

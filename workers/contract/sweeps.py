@@ -22,7 +22,8 @@ from workers.contract.jobs import CHECKPOINT_METRICS, CheckpointMetric, JobSpec,
 # holds. Ray refuses 0; the admission check counts it (RAY-NOTES.md: Tune with Train V2).
 TRIAL_DRIVER_CPU = 0.01
 # Parts of the base spec a search may not touch: what identifies the job, and what the sweep itself decides.
-FIXED_PATHS = ("name", "workload", "labels", "priority", "retries", "checkpoint")
+# code: every trial runs in the sweep driver's Ray job, whose working_dir and pip are the base job's.
+FIXED_PATHS = ("name", "workload", "labels", "priority", "retries", "checkpoint", "code")
 MAX_TRIALS = 10_000
 # <storage>/<sweep id>/trials/<run>: each trial's Ray Train runs and their checkpoints. A run is named
 # after Tune's trial id, or <trial id>-<n> for the n-th new run of a PBT trial (workers.tune.tuner).
