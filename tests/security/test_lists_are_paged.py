@@ -10,6 +10,7 @@ from sqlalchemy import select
 from orchestrator.db.models import Deployment, DeploymentEvent, DeploymentState
 from tests.security.test_run_tokens_and_checkpoint_paths import post, started_job
 from tests.unit.api_helpers import ADMIN, auth, submit, tick
+from tests.unit.code_archives import zip_of
 from tests.unit.test_deployments import deploy, finished_job
 from tests.unit.test_sweeps import driver_token, post_sweep
 
@@ -81,6 +82,9 @@ def test_every_list_endpoint_pages_with_a_cursor_header(app, client, backend, tm
                 )
             )
     trials = client.get(f"/v1/sweeps/{sweeps[0]}/trials", headers=auth(ADMIN)).json()
+    for i in range(3):  # code packages (the admin's: the default project's)
+        files = {"file": ("code.zip", zip_of({f"m{i}.py": b"x"}))}
+        assert client.post("/v1/code", files=files, headers=auth(ADMIN)).status_code == 201
 
     for path, limit in [
         (f"/v1/jobs/{job}/events", 1),
@@ -92,6 +96,7 @@ def test_every_list_endpoint_pages_with_a_cursor_header(app, client, backend, tm
         (f"/v1/trials/{trials[0]['id']}/metrics", 1),
         ("/v1/deployments", 2),
         ("/v1/deployments/d-a/events", 2),
+        ("/v1/code", 2),
     ]:
         whole = client.get(path, headers=auth(ADMIN))  # no limit: the whole (small) list, as before
         assert whole.status_code == 200 and "X-Next-Cursor" not in whole.headers
