@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -146,11 +147,20 @@ def submit_job(
 
 
 def _replay(existing: Job, spec: JobSpec) -> Job:
-    if existing.spec != spec.model_dump(mode="json"):
+    if _as_stored_today(existing.spec) != spec.model_dump(mode="json"):
         raise IdempotencyConflict(
             f"Idempotency-Key was already used for job {existing.id} with a different spec; use a new key for a new job"
         )
     return existing
+
+
+def _as_stored_today(stored: dict) -> dict:
+    """A stored spec as this version stores it: a field added since it was stored reads as its default, so a
+    retried submission of a job stored before an upgrade still replays instead of being a conflict."""
+    try:
+        return JobSpec.model_validate(stored).model_dump(mode="json")
+    except ValidationError:
+        return stored
 
 
 def check_sweep_runnable(spec: SweepSpec, settings: Settings, backend: ClusterBackend) -> SweepSpec:

@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from api.app import create_app
 from orchestrator.backend import RunStatus
-from orchestrator.db.models import ApiKey
+from orchestrator.db.models import ApiKey, Job
 from orchestrator.loops.log_archive import LogArchiver
 from orchestrator.settings import Settings
 from tests.fakes import FakeBackend
@@ -153,6 +153,21 @@ def test_idempotency_key_returns_the_same_job(app, client):
     other = client.post("/v1/jobs", json={"workload": "digits", "priority": 5}, headers=headers)
     assert other.status_code == 409 and "different spec" in other.json()["detail"]
     assert count_jobs(app) == 1
+
+
+def test_a_job_stored_before_a_field_was_added_still_replays(app, client):
+    """A spec stored by an older version lacks fields added since (e.g. ``code``): a retry with the same key
+    and the same request is the same job, not a 409."""
+    headers = {**auth(ADMIN), "Idempotency-Key": "before-upgrade"}
+    first = client.post("/v1/jobs", json={"workload": "digits"}, headers=headers)
+    with app.state.service.sessions() as session:
+        job = session.get(Job, first.json()["id"])
+        job.spec = {k: v for k, v in job.spec.items() if k != "code"}  # as an older version stored it
+        session.commit()
+    again = client.post("/v1/jobs", json={"workload": "digits"}, headers=headers)
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"], again.text
+    other = client.post("/v1/jobs", json={"workload": "digits", "priority": 5}, headers=headers)
+    assert other.status_code == 409
 
 
 # --- listing ---------------------------------------------------------------------------------------------
