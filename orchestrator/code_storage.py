@@ -7,38 +7,20 @@ from __future__ import annotations
 
 import re
 import shutil
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import BinaryIO
 
 import pyarrow.fs
 
-from orchestrator.storage import StorageError
+from orchestrator.storage import StorageError, StorageRoot
 
 CODE_FOLDER = "code"
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 _PROJECT = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
-class CodeStorage:
-    def __init__(self, storage_path: str):
-        self.storage_path = storage_path.rstrip("/")
-        self._lock = threading.Lock()
-        self._fs: pyarrow.fs.FileSystem | None = None
-        self._root = ""
-
-    @property
-    def fs(self) -> pyarrow.fs.FileSystem:
-        with self._lock:
-            if self._fs is None:
-                try:
-                    self._fs, root = pyarrow.fs.FileSystem.from_uri(self.storage_path)
-                except (OSError, ValueError) as exc:
-                    raise StorageError(f"cannot open storage {self.storage_path}: {exc}") from exc
-                self._root = root.rstrip("/")
-            return self._fs
-
+class CodeStorage(StorageRoot):
     def path_of(self, project_id: str, sha256: str) -> str:
         """The package's path on the storage's filesystem; only server-made names (a project id, a hex digest)."""
         if not _PROJECT.match(project_id) or not _HEX.match(sha256):

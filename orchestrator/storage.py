@@ -39,18 +39,18 @@ class StoredCheckpoint:
     path: str  # as the database records it
 
 
-class CheckpointStorage:
+class StorageRoot:
+    """The filesystem of ``ORCHESTRATOR_STORAGE`` (a local folder or any pyarrow URI) and the root path on it,
+    opened on first use: resolving a cloud URI may need the network. Checkpoints and code packages share it."""
+
     def __init__(self, storage_path: str):
         self.storage_path = storage_path.rstrip("/")
-        scheme, separator, _ = self.storage_path.partition("://")
-        self.scheme = scheme if separator else None
         self._lock = threading.Lock()
         self._fs: pyarrow.fs.FileSystem | None = None
         self._root = ""
 
     @property
     def fs(self) -> pyarrow.fs.FileSystem:
-        # Made on first use: resolving a cloud URI may need the network.
         with self._lock:
             if self._fs is None:
                 try:
@@ -59,6 +59,13 @@ class CheckpointStorage:
                     raise StorageError(f"cannot open storage {self.storage_path}: {exc}") from exc
                 self._root = root.rstrip("/")
             return self._fs
+
+
+class CheckpointStorage(StorageRoot):
+    def __init__(self, storage_path: str):
+        super().__init__(storage_path)
+        scheme, separator, _ = self.storage_path.partition("://")
+        self.scheme = scheme if separator else None
 
     def run_dir(self, job_id: str) -> str:
         """The job's run folder, as a path on the filesystem."""
