@@ -1,4 +1,4 @@
-"""Helpers for the unit tests that drive the API (the fixtures are in ``tests/unit/conftest.py``)."""
+"""Helpers for the unit tests (the fixtures are in ``tests/unit/conftest.py``): projects and keys, submits, loop ticks, a job row."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ from sqlalchemy import func, select
 from orchestrator.db.models import Job
 from orchestrator.loops.reconciler import Reconciler
 from orchestrator.loops.scheduler import Scheduler
+from orchestrator.planner import plan_job
+from orchestrator.repositories import jobs as jobs_repo
+from orchestrator.repositories import projects as projects_repo
+from workers.contract.jobs import JobSpec
 
 ADMIN = "test-admin-token"
 
@@ -44,3 +48,11 @@ def reconcile(app):
 def count_jobs(app) -> int:
     with app.state.service.sessions() as session:
         return session.scalar(select(func.count()).select_from(Job))
+
+
+def new_job(sessions) -> str:
+    """A QUEUED digits job in the default project, straight through the repository; returns its id."""
+    with sessions.begin() as session:
+        project = projects_repo.ensure_default_project(session)
+        spec = JobSpec(workload="digits")
+        return jobs_repo.create_job(session, project.id, spec, plan_job(spec), None).id

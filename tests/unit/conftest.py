@@ -6,9 +6,20 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from orchestrator.db.engine import make_engine, make_session_factory
+from orchestrator.db.migrate import upgrade_head
 from orchestrator.settings import Settings
 from tests.fakes import FakeBackend
 from tests.unit.api_helpers import ADMIN
+
+
+@pytest.fixture
+def sessions(database_url):
+    """A session factory over a migrated database (SQLite and PostgreSQL), for tests below the API."""
+    engine = make_engine(database_url)
+    upgrade_head(engine)
+    yield make_session_factory(engine)
+    engine.dispose()
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from orchestrator.db.engine import make_engine, make_session_factory
-from orchestrator.db.migrate import upgrade_head
 from orchestrator.db.models import Checkpoint, Deployment, DeploymentState, Job, JobState
 from orchestrator.loops.scheduler import Scheduler
 from orchestrator.loops.serving import ServingReconciler, matches, serving_reservation
@@ -597,14 +595,6 @@ def test_serve_reports_numbers_as_floats_and_extra_keys():
     assert matches(desired, {"a": 1.0, "b": {"c": [1.0, 2], "e": 3}, "d": "x", "f": None})
     assert not matches(desired, {"a": 2, "b": {"c": [1, 2]}, "d": "x"})
     assert not matches({"a": True}, {"a": 1})
-
-
-@pytest.fixture
-def sessions(database_url):
-    engine = make_engine(database_url)
-    upgrade_head(engine)
-    yield make_session_factory(engine)
-    engine.dispose()
 
 
 def test_the_live_name_index_allows_reuse_only_after_delete(sessions):

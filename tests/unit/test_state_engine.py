@@ -8,10 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.db.engine import make_engine, make_session_factory
-from orchestrator.db.migrate import upgrade_head
 from orchestrator.db.models import DeploymentState, JobState, TrialState
-from orchestrator.planner import plan_job
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import projects as projects_repo
@@ -20,7 +17,7 @@ from orchestrator.states.core import IllegalTransition
 from orchestrator.states.deployments import lock_deployment, record_deployment_created, set_deployment_state
 from orchestrator.states.jobs import lock_job, set_job_state
 from orchestrator.states.sweeps import lock_sweep, set_sweep_state, set_trial_state
-from workers.contract.jobs import JobSpec
+from tests.unit.api_helpers import new_job
 from workers.contract.sweeps import SweepSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,23 +126,8 @@ def test_the_check_lets_reads_and_other_fields_be():
 # --- the engine on a database ----------------------------------------------------------------------------
 
 
-@pytest.fixture
-def sessions(database_url):
-    engine = make_engine(database_url)
-    upgrade_head(engine)
-    yield make_session_factory(engine)
-    engine.dispose()
-
-
-def _new_job(sessions) -> str:
-    with sessions.begin() as session:
-        project = projects_repo.ensure_default_project(session)
-        spec = JobSpec(workload="digits")
-        return jobs_repo.create_job(session, project.id, spec, plan_job(spec), None).id
-
-
 def test_admission_starts_an_attempt_and_a_restart_into_a_new_driver_starts_the_next(sessions):
-    job_id = _new_job(sessions)
+    job_id = new_job(sessions)
     with sessions.begin() as session:
         job = lock_job(session, job_id)
         assert job.attempt == 0

@@ -3,15 +3,11 @@
 import pytest
 from sqlalchemy import select
 
-from orchestrator.db.engine import make_engine, make_session_factory
-from orchestrator.db.migrate import upgrade_head
 from orchestrator.db.models import JobEvent, JobState
-from orchestrator.planner import plan_job
 from orchestrator.repositories import jobs as jobs_repo
-from orchestrator.repositories import projects as projects_repo
 from orchestrator.states.core import IllegalTransition
 from orchestrator.states.jobs import TERMINAL, is_allowed, lock_job, set_job_state
-from workers.contract.jobs import JobSpec
+from tests.unit.api_helpers import new_job
 
 S = JobState
 
@@ -59,23 +55,8 @@ def test_terminal_states_are_final(terminal):
     assert not any(is_allowed(terminal, other) for other in S if other != terminal)
 
 
-@pytest.fixture
-def sessions(database_url):
-    engine = make_engine(database_url)
-    upgrade_head(engine)
-    yield make_session_factory(engine)
-    engine.dispose()
-
-
-def _new_job(sessions) -> str:
-    with sessions.begin() as session:
-        project = projects_repo.ensure_default_project(session)
-        spec = JobSpec(workload="digits")
-        return jobs_repo.create_job(session, project.id, spec, plan_job(spec), None).id
-
-
 def test_set_job_state_writes_history_and_timestamps(sessions):
-    job_id = _new_job(sessions)
+    job_id = new_job(sessions)
     for state, reason in [(S.STARTING, "admitted"), (S.RUNNING, "training_started"), (S.SUCCEEDED, "completed")]:
         with sessions.begin() as session:
             assert set_job_state(session, lock_job(session, job_id), state, reason, f"to {state}")
@@ -93,7 +74,7 @@ def test_set_job_state_writes_history_and_timestamps(sessions):
 
 
 def test_repeat_is_a_noop_and_illegal_changes_nothing(sessions):
-    job_id = _new_job(sessions)
+    job_id = new_job(sessions)
     with sessions.begin() as session:
         job = lock_job(session, job_id)
         assert set_job_state(session, job, S.QUEUED, "again") is False
