@@ -92,7 +92,13 @@ def plan_job(spec: JobSpec) -> TrainingPlan:
     common = {"global_batch": spec.global_batch, "lr": spec.scaled_lr}
     if spec.strategy != "auto":
         return TrainingPlan.fixed(spec)
-    descriptor = workloads.get(spec.workload)
+    if spec.entrypoint is not None:
+        return TrainingPlan(
+            strategy="ddp",
+            reason="training function: its model is unknown before it runs, so ddp (name fsdp to shard it)",
+            **common,
+        )
+    descriptor = workloads.get(spec.workload or "")
     if descriptor is None or descriptor.param_count is None:
         which = "custom workload" if descriptor is None else f"workload {spec.workload}"
         return TrainingPlan(strategy="ddp", reason=f"{which}: its size is unknown before it runs, so ddp", **common)

@@ -18,7 +18,7 @@ def create_job(
     job = Job(
         project_id=project_id,
         name=spec.name,
-        workload=spec.workload,
+        workload=spec.runs,
         spec=spec.model_dump(mode="json"),
         plan=plan.model_dump(mode="json"),
         priority=spec.priority,

@@ -20,7 +20,7 @@ def create_sweep(session: Session, project_id: str, spec: SweepSpec) -> Sweep:
     sweep = Sweep(
         project_id=project_id,
         name=spec.name,
-        workload=spec.base.workload,
+        workload=spec.base.runs,
         spec=spec.model_dump(mode="json"),
         priority=spec.priority,
     )

@@ -39,7 +39,7 @@ class IdempotencyConflict(Conflict):
 def pin_data_paths(spec: JobSpec, settings: Settings) -> JobSpec:
     """The spec with every data file its workload's config names (``workers.contract.jobs.DATA_PATH`` fields)
     checked against the data roots and replaced by its resolved path (``orchestrator.data_paths``)."""
-    fields = _data_path_fields(spec.workload)
+    fields = _data_path_fields(spec.workload or "")
     if not fields:
         return spec
     config = dict(spec.config)
@@ -52,7 +52,7 @@ def pin_data_paths(spec: JobSpec, settings: Settings) -> JobSpec:
 def pin_sweep_data_paths(spec: SweepSpec, settings: Settings) -> SweepSpec:
     """For every value a search may give a data path field, as ``pin_data_paths`` does for a job."""
     base = spec.base
-    fields = _data_path_fields(base.workload)
+    fields = _data_path_fields(base.workload or "")
     space = dict(spec.search_space)
     for name in fields:
         dim = space.get(f"config.{name}")
@@ -77,14 +77,20 @@ def _pinned(value: str, settings: Settings, loc: tuple[str, ...]) -> str:
 
 def check_runnable(spec: JobSpec, settings: Settings, backend: ClusterBackend) -> TrainingPlan:
     """Everything about a spec that pydantic alone can't judge; returns the plan the job will run with."""
-    if is_custom_workload(spec.workload) and spec.code is None:
-        # With code, "module:function" comes from the job's own package (run on the cluster, never imported
-        # here); without, only from a package the operator installed and allowed.
-        package = spec.workload.split(":")[0].split(".")[0]
-        allowed = settings.allowed_workload_packages
-        if package not in allowed:
-            allowed_text = ", ".join(sorted(allowed)) or "none are allowed (set ORCHESTRATOR_WORKLOAD_PACKAGES)"
-            raise SpecRejected(("workload",), f"package {package!r} is not an allowed workload package: {allowed_text}")
+    # A custom workload and a training function alike: "module:function" with code comes from the job's own
+    # package (run on the cluster, never imported here); without, only from a package the operator installed
+    # and allowed.
+    for field, ref in (("workload", spec.workload), ("entrypoint", spec.entrypoint)):
+        if ref is not None and is_custom_workload(ref) and spec.code is None:
+            package = ref.split(":")[0].split(".")[0]
+            allowed = settings.allowed_workload_packages
+            if package not in allowed:
+                allowed_text = ", ".join(sorted(allowed)) or "none are allowed (set ORCHESTRATOR_WORKLOAD_PACKAGES)"
+                raise SpecRejected(
+                    (field,),
+                    f"package {package!r} is not an allowed workload package: {allowed_text}"
+                    + (" (or send the function's code with the job: `code`)" if field == "entrypoint" else ""),
+                )
     try:
         plan = plan_job(spec)
     except DoesNotFit as exc:

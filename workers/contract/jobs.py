@@ -153,12 +153,20 @@ LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE)]
 
 
 class JobSpec(_Strict):
-    """What a user submits to ``POST /v1/jobs``. Only ``workload`` is required."""
+    """What a user submits to ``POST /v1/jobs``. Only ``workload`` (or ``entrypoint``) is required."""
 
     name: str = Field("", max_length=128, description="Free-form display name.")
-    workload: str = Field(
-        description='A built-in workload ("digits", "tiny_gpt"), "package.module:function" from an allowed '
-        'package, or "module:function" from the job\'s own code (`code`).'
+    workload: str | None = Field(
+        None,
+        description='What the platform\'s loop trains: a built-in workload ("digits", "tiny_gpt"), '
+        '"package.module:function" from an allowed package, or "module:function" from the job\'s own code '
+        "(`code`). Give this or `entrypoint`.",
+    )
+    entrypoint: str | None = Field(
+        None,
+        max_length=256,
+        description='A training function that owns its loop, "module:function" (`main(ctx)`), from the job\'s '
+        "own code (`code`) or an allowed package. Give this or `workload`.",
     )
     config: dict[str, Any] = Field(
         default_factory=dict, validate_default=True, description="The workload's own parameters (model, data)."
@@ -186,24 +194,46 @@ class JobSpec(_Strict):
 
     @field_validator("workload")
     @classmethod
-    def _known_workload(cls, workload: str) -> str:
-        if workloads.is_known(workload):
+    def _known_workload(cls, workload: str | None) -> str | None:
+        if workload is None or workloads.is_known(workload):
             return workload
         raise ValueError(f'unknown workload {workload!r}: use one of {workloads.names()} or "package.module:function"')
+
+    @field_validator("entrypoint")
+    @classmethod
+    def _function_name(cls, entrypoint: str | None) -> str | None:
+        if entrypoint is None or is_custom_workload(entrypoint):
+            return entrypoint
+        raise ValueError(f'entrypoint {entrypoint[:80]!r}: expected "module:function" (e.g. "train:main")')
 
     @field_validator("config")
     @classmethod
     def _validate_builtin_config(cls, config: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         # Fill in and check a built-in workload's parameters (errors keep their config.* location),
         # so that the stored spec is the complete one the job really runs with.
-        descriptor = workloads.get(info.data.get("workload", ""))
+        descriptor = workloads.get(info.data.get("workload") or "")
         return config if descriptor is None else descriptor.validate_config(config)
+
+    @model_validator(mode="after")
+    def _workload_or_entrypoint(self) -> JobSpec:
+        if (self.workload is None) == (self.entrypoint is None):
+            given = "both" if self.workload is not None else "neither"
+            raise ValueError(
+                f"give exactly one of workload (the platform's training loop trains it) and entrypoint (your own "
+                f'training function, "module:function"), not {given}'
+            )
+        return self
 
     @model_validator(mode="after")
     def _precision_needs_hardware(self) -> JobSpec:
         if self.precision == "fp16" and not self.scaling.use_gpu:
             raise ValueError("precision fp16 needs GPUs (scaling.use_gpu: true); on CPU use bf16 or fp32")
         return self
+
+    @property
+    def runs(self) -> str:
+        """What the job runs, as stored and listed: its workload, or its training function's entrypoint."""
+        return self.workload or self.entrypoint or ""
 
     @property
     def global_batch(self) -> int:

@@ -23,7 +23,7 @@ from workers.contract.jobs import CHECKPOINT_METRICS, CheckpointMetric, JobSpec,
 TRIAL_DRIVER_CPU = 0.01
 # Parts of the base spec a search may not touch: what identifies the job, and what the sweep itself decides.
 # code: every trial runs in the sweep driver's Ray job, whose working_dir and pip are the base job's.
-FIXED_PATHS = ("name", "workload", "labels", "priority", "retries", "checkpoint", "code")
+FIXED_PATHS = ("name", "workload", "entrypoint", "labels", "priority", "retries", "checkpoint", "code")
 MAX_TRIALS = 10_000
 # <storage>/<sweep id>/trials/<run>: each trial's Ray Train runs and their checkpoints. A run is named
 # after Tune's trial id, or <trial id>-<n> for the n-th new run of a PBT trial (workers.tune.tuner).
@@ -306,8 +306,8 @@ def check_path(base: JobSpec, path: str, dim: Any) -> None:
         raise ValueError(f"search_space[{path!r}]: {parts[0]} is fixed for a sweep (fixed: {', '.join(FIXED_PATHS)})")
     node: Any = base.model_dump(mode="json")
     for depth, part in enumerate(parts):
-        # A custom workload's config is free-form: any key under config is the workload's to read.
-        free_form = depth == 1 and parts[0] == "config" and _config_model(base.workload) is None
+        # A custom workload's (or a training function's) config is free-form: any key under config is its to read.
+        free_form = depth == 1 and parts[0] == "config" and _config_model(base.workload or "") is None
         if not isinstance(node, dict) or (part not in node and not free_form):
             known = sorted(node) if isinstance(node, dict) else []
             raise ValueError(f"search_space[{path!r}]: no field {part!r} in the base spec here (fields: {known})")

@@ -258,21 +258,29 @@ def resolve(name: str) -> WorkloadDescriptor:
     return WorkloadDescriptor(name=name, build=target, description="custom workload")
 
 
+def load_entrypoint(name: str) -> Callable[[Any], Any]:
+    """A training function, ``"module:function"`` (a job spec's ``entrypoint``), imported on the cluster;
+    ValueError saying what is missing."""
+    if not is_custom_workload(name):
+        raise ValueError(f'malformed entrypoint {name!r}: expected "module:function"')
+    return _import_attribute(name, name, "function", kind="entrypoint")
+
+
 def _resolve(ref: Ref, workload: str, what: str) -> Any:
     return ref if not isinstance(ref, str) else _import_attribute(ref, workload, what)
 
 
-def _import_attribute(ref: str, workload: str, what: str, callable_only: bool = True) -> Any:
+def _import_attribute(ref: str, workload: str, what: str, callable_only: bool = True, kind: str = "workload") -> Any:
     module_name, _, attribute = ref.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name is None or not (module_name + ".").startswith(exc.name + "."):
             raise  # the module exists but one of ITS imports is missing: show that as it is
-        raise ValueError(f"workload {workload!r}: module {module_name!r} is not installed") from exc
+        raise ValueError(f"{kind} {workload!r}: module {module_name!r} is not installed") from exc
     target = getattr(module, attribute, None)
     if callable_only and not callable(target):
-        raise ValueError(f"workload {workload!r}: {module_name!r} has no {what} {attribute!r}")
+        raise ValueError(f"{kind} {workload!r}: {module_name!r} has no {what} {attribute!r}")
     return target
 
 

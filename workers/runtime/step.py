@@ -31,10 +31,7 @@ class TrainState:
 def build_train_state(
     workload: Workload, spec: JobSpec, plan: TrainingPlan, device: torch.device, world_size: int
 ) -> TrainState:
-    model = workload.model
-    if spec.sync_batchnorm and world_size > 1:
-        model = convert_sync_batchnorm(model, device)
-    model = wrap_model(model, plan.strategy, device, workload.fsdp_blocks)
+    model = prepare_model(workload.model, spec, plan, device, world_size, workload.fsdp_blocks)
     # After wrapping: FSDP2's optimizer must see the sharded parameters.
     optimizer = make_optimizer(model.parameters(), spec.optimizer, plan.lr)
     return TrainState(
@@ -43,6 +40,21 @@ def build_train_state(
         scheduler=warmup_schedule(optimizer, spec.lr.warmup_steps),
         scaler=torch.amp.GradScaler(device.type, enabled=spec.precision == "fp16"),
     )
+
+
+def prepare_model(
+    model: nn.Module,
+    spec: JobSpec,
+    plan: TrainingPlan,
+    device: torch.device,
+    world_size: int,
+    fsdp_blocks: Callable[[nn.Module], Iterable[nn.Module]] | None = None,
+) -> nn.Module:
+    """The model as the job trains it: sync BatchNorm if the spec asks, on the device, in DDP or FSDP2 as
+    the plan says (the loop's workloads and a training function's ``ctx.prepare`` alike)."""
+    if spec.sync_batchnorm and world_size > 1:
+        model = convert_sync_batchnorm(model, device)
+    return wrap_model(model, plan.strategy, device, fsdp_blocks)
 
 
 def make_optimizer(params: Iterable[nn.Parameter], spec: OptimizerSpec, lr: float) -> torch.optim.Optimizer:

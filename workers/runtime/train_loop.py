@@ -10,9 +10,11 @@ epoch metrics to the control plane (non-blocking). Checkpoints are the only repo
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import torch
@@ -60,20 +62,28 @@ def run_training(config: dict, ctx: LoopContext, reporter: Reporter | None = Non
     )
     seed_everything(rank_seed(spec.seed, ctx.rank))  # dropout: different masks on each rank
 
+    with rank0_reporter(config, ctx.rank, reporter) as reporter:
+        loop = _Loop(spec, plan, ctx, workload, state, batches, reporter)
+        with ctx.resume_dir() as resume_dir:
+            if resume_dir:  # last: the RNG states it restores are the next ones drawn
+                loop.resume(resume_dir)
+        return loop.run()
+
+
+@contextlib.contextmanager
+def rank0_reporter(config: dict, rank: int, reporter: Reporter | None = None) -> Iterator[Reporter | None]:
+    """The job's one voice, rank 0's (None on other ranks): ``reporter``, or an ``EventReporter`` built from
+    ``config`` and closed at the end; what is queued is flushed on the way out, whatever happened."""
     owns_reporter = False
-    if ctx.rank != 0:
-        reporter = None  # one voice per job: rank 0's
+    if rank != 0:
+        reporter = None
     elif reporter is None:
         reporter = EventReporter(
             config.get("control_plane_url"), config["job_id"], config["attempt"], config.get("token", "")
         )
         owns_reporter = True
     try:
-        loop = _Loop(spec, plan, ctx, workload, state, batches, reporter)
-        with ctx.resume_dir() as resume_dir:
-            if resume_dir:  # last: the RNG states it restores are the next ones drawn
-                loop.resume(resume_dir)
-        return loop.run()
+        yield reporter
     finally:
         if reporter is not None:
             if not reporter.flush(FINAL_FLUSH_TIMEOUT_S):

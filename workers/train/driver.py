@@ -73,7 +73,7 @@ def run_attempt(assignment: DriverAssignment, control_plane_url: str | None, tok
         "job %s attempt %d: workload %s, %d worker(s), %s%s, storage %s/%s",
         job_id,
         attempt,
-        spec.workload,
+        spec.runs,
         spec.scaling.num_workers,
         plan.strategy,
         f" ({plan.reason})" if plan.reason else "",
@@ -127,7 +127,11 @@ def run_attempt(assignment: DriverAssignment, control_plane_url: str | None, tok
             reporter.emit(final)
             # Delivered (and retention applied to it) before the job is reported finished.
             reporter.flush(FINAL_FLUSH_TIMEOUT_S)
-        outcome = {"metrics": result.metrics, "checkpoint_path": final.path if final else None}
+        # A training function's result is the last metrics it reported (its return value), which a checkpoint
+        # need not carry; the loop's last report always does.
+        returned = getattr(result, "return_value", None)
+        metrics = returned if isinstance(returned, dict) else result.metrics
+        outcome = {"metrics": metrics, "checkpoint_path": final.path if final else None}
         reporter.emit(StateEvent(state="succeeded", result=outcome))
         log.info("job %s attempt %d succeeded: %s", job_id, attempt, outcome)
         exit_code = DriverExit.SUCCEEDED

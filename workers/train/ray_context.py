@@ -10,13 +10,19 @@ import ray.train
 import ray.train.torch
 
 from workers.runtime.context import rank0_choice
+from workers.runtime.function import run_function
 from workers.runtime.manifest import choose_resume_checkpoint, resolve
 from workers.runtime.train_loop import run_training
 
 
-def train_loop_per_worker(config: dict) -> None:
-    """Entry point handed to ``TorchTrainer``."""
-    run_training(config, RayContext(config.get("start_from")))
+def train_loop_per_worker(config: dict) -> dict[str, float] | None:
+    """Entry point handed to ``TorchTrainer``: the training loop for a workload, the user's function for an
+    entrypoint. A function's last metrics are its return value (rank 0's is the run's ``return_value``)."""
+    ctx = RayContext(config.get("start_from"))
+    if config["spec"].get("entrypoint"):
+        return run_function(config, ctx)
+    run_training(config, ctx)
+    return None
 
 
 class RayContext:

@@ -1,0 +1,233 @@
+"""Training functions (a spec's ``entrypoint``, ``main(ctx)``): the spec, the submit checks, sweeps over one,
+and the function runner on ``LocalContext`` (no Ray): it trains, checkpoints, is killed and resumes exactly.
+
+The function run here is the example's, ``examples/own_code/train_function/train.py``, imported from its folder
+as the cluster imports it from the job's working directory."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from orchestrator.planner import plan_job
+from tests.unit.api_helpers import auth, make_project
+from tests.unit.harness import RecordingReporter, assert_same_state, run_on_ranks
+from tests.unit.test_code_in_jobs import upload
+from workers.contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
+from workers.contract.metrics import DEFAULT_MAX_METRIC_NAMES
+from workers.contract.sweeps import SweepSpec, trial_spec
+from workers.runtime.context import LocalContext, latest_checkpoint
+from workers.runtime.function import CONTEXT_FILE, TrainContext, run_function
+from workers.runtime.manifest import verify_checkpoint
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "own_code" / "train_function"
+CODE = {"id": "sha256:" + "0" * 64}
+
+
+# --- the spec ------------------------------------------------------------------------------------------
+
+
+def test_an_entrypoint_spec_validates_and_runs_its_function():
+    spec = JobSpec(entrypoint="train:main", code=CODE, config={"hidden": 8})
+    assert spec.workload is None and spec.runs == "train:main" and spec.config == {"hidden": 8}
+    assert JobSpec(workload="digits").runs == "digits"  # a workload spec means what it meant
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({}, "give exactly one of workload"),
+        ({"workload": "digits", "entrypoint": "train:main"}, "not both"),
+        ({"entrypoint": "train"}, '"module:function"'),
+        ({"entrypoint": "train:main; rm -rf /"}, '"module:function"'),
+    ],
+)
+def test_exactly_one_of_workload_and_a_well_formed_entrypoint(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        JobSpec(**fields)
+
+
+def test_strategy_auto_picks_ddp_for_a_function_and_says_why():
+    plan = plan_job(JobSpec(entrypoint="train:main", code=CODE, strategy="auto"))
+    assert plan.strategy == "ddp" and "training function" in plan.reason
+
+
+def test_a_sweep_over_a_function_searches_its_config_and_lr():
+    sweep = SweepSpec(
+        base={"entrypoint": "train:main", "code": CODE, "epochs": 3},
+        search_space={
+            "config.hidden": {"type": "choice", "values": [8, 16]},
+            "lr.base": {"type": "loguniform", "low": 1e-3, "high": 0.1},
+        },
+        scheduler={"type": "asha", "max_t": 3, "grace_period": 1},
+    )
+    trial = trial_spec(sweep.base, {"config.hidden": 16, "lr.base": 0.01})
+    assert trial.entrypoint == "train:main" and trial.config == {"hidden": 16} and trial.lr.base == 0.01
+    with pytest.raises(ValidationError, match="entrypoint is fixed"):
+        SweepSpec(
+            base={"entrypoint": "train:main", "code": CODE},
+            search_space={"entrypoint": {"type": "choice", "values": ["train:main", "other:main"]}},
+        )
+
+
+def test_submitting_a_function_job(client):
+    _, project = make_project(client, "fn")
+    code_id = upload(client, project["member"], {"train.py": b"def main(ctx):\n    pass\n"})
+    key = auth(project["member"])
+    created = client.post("/v1/jobs", json={"entrypoint": "train:main", "code": {"id": code_id}}, headers=key)
+    assert created.status_code == 201, created.text
+    assert created.json()["workload"] == "train:main" and created.json()["spec"]["entrypoint"] == "train:main"
+    both = client.post("/v1/jobs", json={"entrypoint": "train:main", "workload": "digits"}, headers=key)
+    assert both.status_code == 422 and "exactly one of workload" in both.text
+    # Without code, only from a package the operator allowed, as a custom workload.
+    foreign = client.post("/v1/jobs", json={"entrypoint": "evil.pkg:main"}, headers=key)
+    assert foreign.status_code == 422, foreign.text
+    assert foreign.json()["detail"][0]["loc"][-1] == "entrypoint" and "not an allowed" in foreign.text
+
+
+# --- the runner, on LocalContext -------------------------------------------------------------------------
+
+
+def function_config(entrypoint: str = "train:main", world_size: int = 1, **fields) -> dict:
+    spec = JobSpec(
+        entrypoint=entrypoint,
+        config={"hidden": 16, "samples": 256},
+        scaling={"num_workers": world_size},
+        batch={"per_worker": 32},
+        lr={"base": 0.03, "base_batch": 32},
+        **fields,
+    )
+    plan = TrainingPlan.fixed(spec)
+    return {
+        "job_id": "job-1",
+        "attempt": 1,
+        "control_plane_url": None,
+        "token": "",
+        "spec": spec.model_dump(mode="json"),
+        "plan": plan.model_dump(mode="json"),
+    }
+
+
+@pytest.fixture
+def example_code(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLE))  # the job's working directory on the cluster
+    yield
+    sys.modules.pop("train", None)
+
+
+class Killed(Exception):
+    pass
+
+
+def killed_after_two_epochs(ctx: TrainContext) -> None:
+    """The example's function, its worker killed right after the second epoch's checkpoint."""
+    import train
+
+    report = ctx.report
+
+    def report_then_die(metrics, checkpoint_dir=None, **position):
+        report(metrics, checkpoint_dir, **position)
+        if ctx.epoch == 2:
+            raise Killed
+
+    ctx.report = report_then_die
+    train.main(ctx)
+
+
+def test_a_function_trains_reports_checkpoints_and_resumes_exactly(example_code, tmp_path):
+    straight = LocalContext(tmp_path / "straight")
+    reporter = RecordingReporter()
+    result = run_function(function_config(epochs=4), straight, reporter)
+    assert isinstance(reporter.events[0], StateEvent) and reporter.events[0].state == "running"
+    metrics = [e for e in reporter.events if isinstance(e, MetricsEvent)]
+    assert [(e.epoch, e.step) for e in metrics] == [(1, 1), (2, 2), (3, 3), (4, 4)]
+    assert metrics[-1].values["val_accuracy"] > 0.8 and result == {**metrics[-1].values, "epoch": 4, "step": 4}
+    assert len(straight.checkpoints) == 4 and all(verify_checkpoint(c) for c in straight.checkpoints)
+    final = straight.checkpoints[-1]
+    assert (final / CONTEXT_FILE).is_file() and isinstance(
+        torch.load(final / "model.pt", weights_only=False), torch.nn.Module
+    )
+
+    config = function_config(f"{__name__}:killed_after_two_epochs", epochs=4)
+    with pytest.raises(Killed):
+        run_function(config, LocalContext(tmp_path / "resumed"), RecordingReporter())
+    survivor = latest_checkpoint(tmp_path / "resumed")
+    assert survivor is not None and survivor.name.endswith("2")
+    resumed_reporter = RecordingReporter()
+    resumed = LocalContext(tmp_path / "resumed", resume_from=survivor)
+    assert run_function(function_config(epochs=4), resumed, resumed_reporter) == result
+    assert [(e.epoch, e.step) for e in resumed_reporter.events if isinstance(e, MetricsEvent)] == [(3, 3), (4, 4)]
+    state = torch.load(resumed.checkpoints[-1] / "state.pt", weights_only=True)["model"]
+    assert_same_state(torch.load(final / "state.pt", weights_only=True)["model"], state, atol=0)
+
+
+def bare_context(tmp_path: Path) -> TrainContext:
+    config = function_config()
+    spec, plan = JobSpec.model_validate(config["spec"]), TrainingPlan.model_validate(config["plan"])
+    return TrainContext(spec, plan, LocalContext(tmp_path), RecordingReporter(), None)
+
+
+def test_metric_names_and_values_are_checked(tmp_path):
+    ctx = bare_context(tmp_path)
+    ctx.report({"loss": torch.tensor(0.5), "acc": 1})
+    assert ctx.result() == {"loss": 0.5, "acc": 1.0, "epoch": 0, "step": 1}
+    for metrics, message in [
+        ({"bad name": 1.0}, "no spaces"),
+        ({"loss": "low"}, "report a number"),
+        ({"loss": torch.ones(3)}, "3 elements"),
+        ({"loss": float("nan")}, "finite"),
+        ({"epoch": 3}, "ctx.report"),
+        ({f"m{i}": 0.0 for i in range(DEFAULT_MAX_METRIC_NAMES)}, f"at most {DEFAULT_MAX_METRIC_NAMES}"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            ctx.report(metrics)
+
+
+def test_a_checkpoint_folder_is_each_ranks_own(tmp_path):
+    ctx = bare_context(tmp_path / "root")
+    folder = tmp_path / "shared"
+    (folder / "manifests").mkdir(parents=True)
+    (folder / "manifests" / "rank-00001.json").write_text("{}")
+    with pytest.raises(ValueError, match="another rank's part"):
+        ctx.report({"loss": 1.0}, checkpoint_dir=folder)
+    with pytest.raises(ValueError, match="not a folder"):
+        ctx.report({"loss": 1.0}, checkpoint_dir=tmp_path / "missing")
+
+
+# --- two gloo ranks ---------------------------------------------------------------------------------------
+
+
+def _two_ranks(root: str) -> dict:
+    sys.path.insert(0, str(EXAMPLE))
+    ctx = LocalContext(root)
+    reporter = RecordingReporter()
+    result = run_function(function_config(world_size=2, epochs=2), ctx, reporter)
+    seen = []
+    config = function_config(world_size=2)
+    spec, plan = JobSpec.model_validate(config["spec"]), TrainingPlan.model_validate(config["plan"])
+    train_ctx = TrainContext(spec, plan, ctx, None, None)
+    loader = train_ctx.shard(torch.utils.data.TensorDataset(torch.arange(64)), batch_size=8)
+    for _ in range(2):
+        seen.append(sorted(int(i) for (batch,) in loader for i in batch))
+    wrapped = type(train_ctx.prepare(torch.nn.Linear(2, 2))).__name__
+    return {"result": result, "events": len(reporter.events), "seen": seen, "wrapped": wrapped}
+
+
+def test_on_two_ranks_ddp_wraps_shards_are_disjoint_and_a_checkpoint_has_both_parts(tmp_path):
+    ranks = run_on_ranks([(_two_ranks, {"root": str(tmp_path / "ckpt")})], tmp_path)
+    (rank0,), (rank1,) = ranks
+    assert rank0["wrapped"] == rank1["wrapped"] == "DistributedDataParallel"
+    for epoch in range(2):  # disjoint, together the whole set, reshuffled per epoch
+        assert sorted(rank0["seen"][epoch] + rank1["seen"][epoch]) == list(range(64))
+    assert rank0["seen"][0] != rank0["seen"][1]
+    assert rank0["events"] == 3 and rank1["events"] == 0  # running + 2 epochs, from rank 0 only
+    assert rank0["result"]["epoch"] == 2
+    checkpoint = latest_checkpoint(tmp_path / "ckpt")
+    verification = verify_checkpoint(checkpoint)
+    assert verification and verification.world_size == 2
+    shutil.rmtree(tmp_path / "ckpt")

@@ -1,0 +1,236 @@
+"""A training function that owns its loop (a job spec's ``entrypoint``, ``"train:main"``): ``main(ctx)``.
+
+``run_function`` runs it on every rank, as ``run_training`` runs a workload, and on the same ``LoopContext``
+(``workers.runtime.context``): ``RayContext`` on a Ray Train worker, ``LocalContext`` in one process or under
+``torch.multiprocessing``. The ``TrainContext`` it hands to ``main`` is a thin layer over it:
+
+- ``rank``, ``world_size``, ``device``, ``config`` (the spec's ``config``), and from the spec and its plan
+  ``epochs``, ``lr`` (scaled to the global batch), ``batch_size`` (per worker), ``seed``, ``strategy``,
+  ``precision``, and ``spec`` itself;
+- ``prepare(model)``: sync BatchNorm, the device, DDP or FSDP2, with the loop's own code (``prepare_model``);
+- ``shard(dataset, batch_size)``: a DataLoader over a ``DistributedSampler`` whose ``set_epoch`` is called
+  on every new iteration (after a restore, iterations go on from the checkpoint's epoch);
+- ``report(metrics, checkpoint_dir=None)``: metrics to the control plane from rank 0 (the loop's
+  ``EventReporter``); with a folder (every rank its own, every rank calls it), a committed checkpoint
+  through the ``LoopContext``, with a manifest so that a resume verifies it;
+- ``restore()``: a local folder holding the latest committed checkpoint that verifies, or None.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import numbers
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from workers.contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
+from workers.contract.metrics import DEFAULT_MAX_METRIC_NAMES, check_metric_name
+from workers.contract.workloads import load_entrypoint
+from workers.runtime.context import LoopContext
+from workers.runtime.distributed import unwrap
+from workers.runtime.manifest import MANIFEST_DIR, manifest_name, write_manifest
+from workers.runtime.rng import seed_everything
+from workers.runtime.step import autocast, prepare_model
+from workers.runtime.train_loop import Reporter, rank0_reporter
+
+log = logging.getLogger(__name__)
+
+# Rank 0 writes it into every checkpoint: where the context's counters stood, so a restore goes on from there.
+CONTEXT_FILE = "context.json"
+POSITION_KEYS = ("epoch", "step")  # stored beside a checkpoint's metrics: not metric names
+
+
+def run_function(config: dict, ctx: LoopContext, reporter: Reporter | None = None) -> dict[str, float]:
+    """Run the spec's training function on this rank; returns the last metrics it reported (rank 0's, with
+    ``epoch`` and ``step``), which the driver reports as the job's result. ``config`` as ``run_training``'s."""
+    spec = JobSpec.model_validate(config["spec"])
+    plan = TrainingPlan.model_validate(config["plan"])
+    assert spec.entrypoint is not None, "a workload job runs the training loop"
+    torch.set_num_threads(max(1, int(spec.scaling.cpus_per_worker)))
+    seed_everything(spec.seed)  # the same on every rank: the same initial weights, unless main reseeds
+    main = load_entrypoint(spec.entrypoint)
+    with rank0_reporter(config, ctx.rank, reporter) as reporter, ctx.resume_dir() as resume_dir:
+        # Chosen before main runs, on every rank together (rank 0 verifies, all take its choice), and kept
+        # until main returns: restore() is then a plain look-up any rank may make, or not.
+        train_ctx = TrainContext(spec, plan, ctx, reporter, resume_dir)
+        if reporter is not None:
+            reporter.emit(StateEvent(state="running"))
+        main(train_ctx)
+        return train_ctx.result()
+
+
+class TrainContext:
+    """What ``main(ctx)`` gets (the module docstring lists it)."""
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        plan: TrainingPlan,
+        loop: LoopContext,
+        reporter: Reporter | None,
+        resume_dir: str | None,
+    ) -> None:
+        self.spec, self.plan, self._loop, self._reporter = spec, plan, loop, reporter
+        self.rank, self.world_size, self.device = loop.rank, loop.world_size, loop.device
+        self.config: dict[str, Any] = dict(spec.config)
+        self.epochs, self.lr, self.seed = spec.epochs, plan.lr, spec.seed
+        self.batch_size = spec.batch.per_worker
+        self.strategy, self.precision = plan.strategy, spec.precision
+        self._resume_dir = resume_dir
+        self.epoch, self.step = 0, 0  # the last epoch begun by a shuffled shard, the last report's step
+        if resume_dir is not None and (Path(resume_dir) / CONTEXT_FILE).is_file():
+            position = json.loads((Path(resume_dir) / CONTEXT_FILE).read_text())
+            self.epoch, self.step = int(position["epoch"]), int(position["step"])
+        self._start_epoch = self.epoch
+        self._names: set[str] = set()
+        self._last: dict[str, float] = {}
+
+    # --- the model and the data ---------------------------------------------------------------------
+
+    def prepare(
+        self, model: nn.Module, fsdp_blocks: Callable[[nn.Module], Iterable[nn.Module]] | None = None
+    ) -> nn.Module:
+        """``model`` on the device and wrapped as the plan says: DDP, or FSDP2 (each of ``fsdp_blocks(model)``
+        sharded first, then the root); sync BatchNorm with ``sync_batchnorm``. Build the optimizer after."""
+        return prepare_model(model, self.spec, self.plan, self.device, self.world_size, fsdp_blocks)
+
+    @staticmethod
+    def unwrap(model: nn.Module) -> nn.Module:
+        """The user's module inside DDP (what to save as ``model.pt``); an FSDP2 model is its own."""
+        return unwrap(model)
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The spec's precision around a forward pass (bf16/fp16 autocast; nothing for fp32)."""
+        return autocast(self.precision, self.device)
+
+    def shard(
+        self,
+        dataset: Dataset,
+        batch_size: int | None = None,
+        *,
+        shuffle: bool = True,
+        drop_last: bool = True,
+        **loader_kwargs: Any,
+    ) -> ShardedLoader:
+        """This rank's share of ``dataset`` (``batch_size``: default the spec's ``batch.per_worker``): every
+        iteration is one epoch, reshuffled with ``set_epoch`` (the same order on every run with the same seed)."""
+        return ShardedLoader(
+            self,
+            dataset,
+            batch_size=batch_size or self.batch_size,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            **loader_kwargs,
+        )
+
+    # --- reporting and checkpoints ------------------------------------------------------------------
+
+    def report(
+        self,
+        metrics: dict[str, Any],
+        checkpoint_dir: str | Path | None = None,
+        *,
+        epoch: int | None = None,
+        step: int | None = None,
+    ) -> None:
+        """Store ``metrics`` (rank 0's; scalars) at ``epoch`` (default: the shard's current epoch) and ``step``
+        (default: one more than the last report's). With ``checkpoint_dir``, every rank calls it with its own
+        folder of its part of the checkpoint, and together they become one committed checkpoint."""
+        values = self._checked(metrics)
+        self.epoch = self.epoch if epoch is None else int(epoch)
+        self.step = self.step + 1 if step is None else int(step)
+        if self._reporter is not None and values:
+            self._reporter.emit(MetricsEvent(epoch=max(self.epoch, 0), step=max(self.step, 0), values=values))
+        self._last = values
+        if checkpoint_dir is None:
+            return
+        folder = Path(checkpoint_dir)
+        if not folder.is_dir():
+            raise ValueError(f"checkpoint_dir {str(folder)!r} is not a folder: write the checkpoint's files into one")
+        others = [p.name for p in (folder / MANIFEST_DIR).glob("rank-*.json") if p.name != manifest_name(self.rank)]
+        if others:
+            raise ValueError(
+                f"checkpoint_dir {str(folder)!r} holds another rank's part ({others[0]}): give every rank its own "
+                "folder (e.g. tempfile.TemporaryDirectory())"
+            )
+        if self.rank == 0:
+            (folder / CONTEXT_FILE).write_text(json.dumps({"epoch": self.epoch, "step": self.step}))
+        write_manifest(folder, rank=self.rank, world_size=self.world_size)  # last: it lists the files above
+        reported = {**values, "epoch": self.epoch, "step": self.step}
+        self._loop.report(reported, str(folder))
+        if self.spec.checkpoint.wait_for_commit:
+            self._loop.wait_committed(reported)
+
+    def restore(self) -> str | None:
+        """A local folder holding the latest committed checkpoint (that verifies), or None on a fresh start.
+        Read-only, and only until ``main`` returns."""
+        return self._resume_dir
+
+    def result(self) -> dict[str, float]:
+        return {**self._last, "epoch": self.epoch, "step": self.step}
+
+    def _checked(self, metrics: dict[str, Any]) -> dict[str, float]:
+        if not isinstance(metrics, dict):
+            raise ValueError(f"ctx.report takes a dict of metric name to number, not {type(metrics).__name__}")
+        values = {}
+        for name, value in metrics.items():
+            check_metric_name(name)
+            if name in POSITION_KEYS:
+                raise ValueError(f"{name!r} is not a metric name here: pass ctx.report(..., {name}=N)")
+            values[name] = _scalar(name, value)
+        new = values.keys() - self._names
+        if len(self._names) + len(new) > DEFAULT_MAX_METRIC_NAMES:
+            raise ValueError(
+                f"this run would report {len(self._names) + len(new)} distinct metric names, at most "
+                f"{DEFAULT_MAX_METRIC_NAMES}: report fewer (new here: {sorted(new)[:5]})"
+            )
+        self._names |= new
+        return values
+
+    def _begin_epoch(self, epoch: int) -> None:
+        self.epoch = max(self.epoch, epoch)
+
+
+def _scalar(name: str, value: Any) -> float:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"metric {name!r} is a tensor of {value.numel()} elements: report one number")
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"metric {name!r} is {type(value).__name__}: report a number")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"metric {name!r} is {value}: only finite numbers are stored")
+    return value
+
+
+class ShardedLoader(DataLoader):
+    """A DataLoader over a ``DistributedSampler``: each ``iter()`` is the next epoch (``set_epoch`` done).
+    ``epoch``: the sampler epoch the next iteration uses (from 0; after a restore, the checkpoint's epoch)."""
+
+    def __init__(
+        self, ctx: TrainContext, dataset: Dataset, *, batch_size: int, shuffle: bool, drop_last: bool, **kwargs
+    ):
+        sampler = DistributedSampler(
+            dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=shuffle, seed=ctx.seed, drop_last=drop_last
+        )
+        # Its own generator: creating an iterator draws a seed, which must not shift the global RNG's draws.
+        kwargs.setdefault("generator", torch.Generator())
+        super().__init__(dataset, batch_size=batch_size, sampler=sampler, **kwargs)
+        self._ctx = ctx
+        self.epoch = ctx._start_epoch
+
+    def __iter__(self) -> Iterator[Any]:
+        self.sampler.set_epoch(self.epoch)
+        if self.sampler.shuffle:  # a training pass: the context's epoch (1-based) for report()
+            self._ctx._begin_epoch(self.epoch + 1)
+        self.epoch += 1
+        return super().__iter__()
