@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
@@ -25,6 +26,18 @@ import httpx
 from orchestrator.backend.dashboard import alive_nodes, auth_headers
 
 log = logging.getLogger(__name__)
+
+
+# The control plane's own settings (admin token, database URL, ...) come as ORCHESTRATOR_* variables: Ray's
+# processes, and so every driver and worker with user code, inherit the environment `ray start` gets, so none
+# of them may reach it (docs/security.md). A run's URL and token reach its driver through its runtime_env.
+CONTROL_PLANE_ENV_PREFIX = "ORCHESTRATOR_"
+SECRET_ENV = ("PGPASSWORD", "DATABASE_URL")
+
+
+def node_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment a local Ray node starts with: this process's, less the control plane's settings."""
+    return {k: v for k, v in environ.items() if not k.startswith(CONTROL_PLANE_ENV_PREFIX) and k not in SECRET_ENV}
 
 
 def serve_haproxy_env(gcs_port: int) -> dict[str, str]:
@@ -147,7 +160,7 @@ class LocalRayCluster:
             command += ["--num-gpus", str(self.num_gpus)]
         # Drivers run `python -m workers.train.driver` through a shell: put this interpreter first on PATH.
         env = {
-            **os.environ,
+            **node_env(os.environ),
             **self.auth_env(),
             "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
             # On SIGTERM Ray drains the node for up to 30 s by default; ours is going away whole.

@@ -46,3 +46,18 @@ def test_with_code_the_working_dir_is_the_stored_packages_name_in_rays_store_and
     assert env["pip"] == ["scipy==1.14.1"]
     assert env["env_vars"] == driver_env("jtk_run_token", settings)
     assert "pip" not in runtime_env("jtk_run_token", settings, CodeMount("p1", "a" * 64, "b" * 64, 123))
+
+
+def test_a_local_ray_node_never_inherits_the_control_planes_settings():
+    """Every driver and worker inherits `ray start`'s environment: the admin token and the database URL,
+    set as ORCHESTRATOR_* variables for the control plane, must not be in it (issue 17's trust model)."""
+    from orchestrator.backend.local_cluster import node_env
+
+    environ = {
+        "PATH": "/usr/bin",
+        "HOME": "/root",
+        "ORCHESTRATOR_ADMIN_TOKEN": "adm_secret",
+        "ORCHESTRATOR_DATABASE_URL": "postgresql://u:pw@db/x",
+        "PGPASSWORD": "pw",
+    }
+    assert node_env(environ) == {"PATH": "/usr/bin", "HOME": "/root"}

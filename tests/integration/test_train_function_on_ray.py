@@ -1,0 +1,119 @@
+"""Training functions end to end (issue 17): the example examples/own_code/train_function, a directory no node
+has installed, uploaded with POST /v1/code, runs its own loop (``"entrypoint": "train:main"``) as a 2-worker
+DDP job; and a function that prints its environment shows that no control-plane secret reaches a worker."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import ADMIN
+
+pytestmark = pytest.mark.integration
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "own_code" / "train_function"
+ENV_MARKER = "WORKER-ENVIRONMENT"
+DUMP_ENV = f'''
+import json
+import os
+import uuid
+
+
+def main(ctx):
+    # Ray folds lines that differ only in their digits into one ("repeated 2x"): a random hex id keeps both.
+    line = {{"rank": ctx.rank, "line": uuid.uuid4().hex, "env": dict(os.environ)}}
+    print("{ENV_MARKER}", json.dumps(line), flush=True)
+    ctx.report({{"done": 1.0}})
+'''
+
+
+def zip_folder(folder: Path) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                archive.write(path, path.relative_to(folder).as_posix())
+    return buffer.getvalue()
+
+
+def upload(member, files: bytes) -> str:
+    response = member.http.post("/v1/code", files={"file": ("code.zip", files)})
+    assert response.status_code in (200, 201), response.text
+    return response.json()["id"]
+
+
+def test_the_example_function_trains_two_workers_and_checkpoints(member):
+    code_id = upload(member, zip_folder(EXAMPLE))
+    spec = json.loads((EXAMPLE / "job.json").read_text())
+    spec["code"] = {"id": code_id}
+    response = member.http.post("/v1/jobs", json=spec)
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    job = member.wait(job_id, {"SUCCEEDED"}, timeout_s=240)
+
+    assert job["workload"] == "train:main" and job["plan"]["strategy"] == "ddp"
+    result = job["result"]["metrics"]
+    assert result["epoch"] == spec["epochs"] and result["val_accuracy"] > 0.9, job["result"]
+    metrics = member.http.get(f"/v1/jobs/{job_id}/metrics").json()
+    assert [m["epoch"] for m in metrics] == list(range(1, spec["epochs"] + 1))
+    assert all({"train_loss", "val_accuracy"} <= m["values"].keys() for m in metrics)
+    checkpoints = member.http.get(f"/v1/jobs/{job_id}/checkpoints").json()
+    assert checkpoints and checkpoints[-1]["epoch"] == spec["epochs"]
+    assert checkpoints[-1]["metrics"]["val_accuracy"] == result["val_accuracy"]
+    assert job["result"]["checkpoint_path"] == checkpoints[-1]["path"]
+    folder = Path(checkpoints[-1]["path"])
+    assert (folder / "model.pt").is_file() and (folder / "state.pt").is_file()
+    assert sorted(p.name for p in (folder / "manifests").iterdir()) == ["rank-00000.json", "rank-00001.json"]
+
+
+def worker_environments(member, job_id: str) -> list[dict]:
+    """Each rank's environment, from the job's logs. A worker's output reaches them through Ray's log monitor,
+    a moment after it is printed: the job may have ended before, so the logs are read again for a while."""
+    deadline = time.monotonic() + 30
+    while True:
+        logs = member.http.get(f"/v1/jobs/{job_id}/logs").text
+        lines = [line.split(ENV_MARKER, 1)[1] for line in logs.splitlines() if ENV_MARKER + " {" in line]
+        # Ray may show a worker's line more than once: one per rank.
+        by_rank = {e["rank"]: e["env"] for e in map(json.loads, lines)}
+        if sorted(by_rank) == [0, 1] or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert sorted(by_rank) == [0, 1], logs[-3000:]
+    return list(by_rank.values())
+
+
+def test_no_control_plane_secret_reaches_a_worker(member):
+    code_id = upload(member, _zip({"dump_env.py": DUMP_ENV}))
+    spec = {"entrypoint": "dump_env:main", "code": {"id": code_id}, "scaling": {"num_workers": 2}}
+    first = member.http.post("/v1/jobs", json={**spec, "name": "first"}).json()["id"]
+    second = member.http.post("/v1/jobs", json={**spec, "name": "second"}).json()["id"]
+    for job_id in (first, second):
+        member.wait(job_id, {"SUCCEEDED"}, timeout_s=180)
+    environments = {job_id: worker_environments(member, job_id) for job_id in (first, second)}
+
+    member_key = member.http.headers["Authorization"].removeprefix("Bearer ")
+    for job_id, envs in environments.items():
+        other = second if job_id == first else first
+        (other_token,) = {env["ORCHESTRATOR_JOB_TOKEN"] for env in environments[other]}
+        for env in envs:
+            text = json.dumps(env)
+            assert env["ORCHESTRATOR_JOB_TOKEN"] != other_token and other_token not in text
+            assert ADMIN not in text and member_key not in text
+            assert "orchestrator.db" not in text and "sqlite://" not in text  # the service's database URL
+            assert not any(name in env for name in ("ORCHESTRATOR_ADMIN_TOKEN", "ORCHESTRATOR_DATABASE_URL"))
+            assert {k for k in env if k.startswith("ORCHESTRATOR_")} <= {"ORCHESTRATOR_URL", "ORCHESTRATOR_JOB_TOKEN"}
+            assert len(re.findall(r"jtk_\w+", text)) == 1  # its own run's token, no other
+
+
+def _zip(files: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return buffer.getvalue()
