@@ -37,6 +37,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.backend import BackendUnavailable, ClusterBackend, ServeApp, ServeConfigRejected, ServeStatus
 from orchestrator.db.models import ApiKey, Deployment, DeploymentState, DeploymentVersion, utcnow
 from orchestrator.repositories import deployments as deployments_repo
+from orchestrator.services.deployments import SERVE_HOOK_KEY
+from orchestrator.services.launch import CodeMount, package_mount
 from orchestrator.settings import Settings
 from orchestrator.states.deployments import ROLLING, lock_deployment, set_deployment_state
 from workers.contract.deployments import SERVE_APP_IMPORT_PATH, SERVE_DEPLOYMENT_NAME, auth_of, max_body_mb_of
@@ -95,7 +97,10 @@ def project_key_hashes(session: Session, project_ids: set[str]) -> dict[str, lis
 
 
 def app_config(
-    deployment: Deployment, version: DeploymentVersion, key_hashes: list[str] | None = None
+    deployment: Deployment,
+    version: DeploymentVersion,
+    key_hashes: list[str] | None = None,
+    code: CodeMount | None = None,
 ) -> dict[str, Any]:
     """One Serve application: ``args`` (the model: a change restarts replicas, rolled) and the
     deployment options, with version, batching, threads, auth and the body cap in ``user_config``
@@ -131,7 +136,7 @@ def app_config(
             "max_replicas": replicas["max"],
             "target_ongoing_requests": replicas["target_ongoing_requests"],
         }
-    return {
+    app = {
         "name": deployment.name,
         "route_prefix": deployment.route_prefix,
         "import_path": SERVE_APP_IMPORT_PATH,
@@ -144,6 +149,12 @@ def app_config(
         },
         "deployments": [options],
     }
+    if code is not None:
+        # A training function's model: loaded from model.pt and answered by its code's serve.py, which the
+        # replica imports from the run's own package (the same gcs:// URI the run had as its working_dir).
+        app["args"]["serve_hook"] = True
+        app["runtime_env"] = {"working_dir": code.uri}
+    return app
 
 
 def serve_config(settings: Settings, applications: list[dict[str, Any]]) -> dict[str, Any]:
@@ -194,6 +205,7 @@ class _Snapshot:
     observed: dict | None
     applied: int | None  # the version number Serve should run
     config: dict | None  # its application config
+    code: CodeMount | None = None  # a served training function's package
 
 
 @dataclass(frozen=True)
@@ -216,7 +228,7 @@ class ServingReconciler:
                 return  # nothing was ever deployed: don't even ask Serve
             live = deployments_repo.live_deployments(session)
             hashes = project_key_hashes(session, {d.project_id for d in live})
-            snapshots = [self._snapshot(d, hashes.get(d.project_id, [])) for d in live]
+            snapshots = [self._snapshot(session, d, hashes.get(d.project_id, [])) for d in live]
         try:
             status = self.backend.serve_status()
         except BackendUnavailable as exc:
@@ -224,6 +236,12 @@ class ServingReconciler:
             return
         desired = {s.name: s.config for s in snapshots if s.config is not None}
         if needs_apply(desired, status):
+            try:  # Ray drops a package no job uses any more: a served function's goes back first
+                for mount in {s.code for s in snapshots if s.code is not None}:
+                    mount.upload(self.backend, self.settings)
+            except BackendUnavailable as exc:
+                log.warning("serving: uploading a served function's code failed, will retry: %s", exc)
+                return
             self._apply(list(desired.values()))
         if status.http_port is not None and status.http_port != self.settings.serve_port:
             log.warning(
@@ -235,8 +253,10 @@ class ServingReconciler:
         for snapshot in snapshots:
             self._reconcile(snapshot, status.apps.get(snapshot.name))
 
-    def _snapshot(self, deployment: Deployment, key_hashes: list[str]) -> _Snapshot:
+    def _snapshot(self, session: Session, deployment: Deployment, key_hashes: list[str]) -> _Snapshot:
         version = applied_version(deployment)
+        hook = (version.checkpoint or {}).get(SERVE_HOOK_KEY) if version else None
+        code = package_mount(session, deployment.project_id, hook) if hook else None
         return _Snapshot(
             id=deployment.id,
             name=deployment.name,
@@ -247,7 +267,8 @@ class ServingReconciler:
             rollout_started_at=deployment.rollout_started_at,
             observed=deployment.observed,
             applied=version.version if version else None,
-            config=app_config(deployment, version, key_hashes) if version else None,
+            config=app_config(deployment, version, key_hashes, code) if version else None,
+            code=code,
         )
 
     def _apply(self, applications: list[dict]) -> None:

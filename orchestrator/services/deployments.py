@@ -20,6 +20,7 @@ from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.checkpoint_policy import best_first
 from orchestrator.db.models import Checkpoint, Deployment, DeploymentState, Job, Sweep
 from orchestrator.errors import Conflict
+from orchestrator.repositories import code as code_repo
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import sweeps as sweeps_repo
@@ -29,7 +30,7 @@ from orchestrator.states.deployments import TERMINAL, record_deployment_created,
 from orchestrator.states.jobs import TERMINAL as JOB_TERMINAL
 from orchestrator.states.sweeps import TRIAL_TERMINAL
 from workers.contract import workloads
-from workers.contract.checkpoints import MODEL_FILE, SHARDED_DIR
+from workers.contract.checkpoints import MODEL_FILE, SERVE_MODULE_FILE, SHARDED_DIR
 from workers.contract.deployments import (
     AutoscalingSpec,
     BatchingSpec,
@@ -81,8 +82,9 @@ def resolve_source(session: Session, source: SourceSpec, project_scope: str | No
         if job is None:
             raise SpecRejected(("source", "job_id"), f"no job {source.job_id}")
         loc = ("source", "job_id")
-        checkpoint = _pick(job, jobs_repo.list_checkpoints(session, job.id), source.select)
-    if not workloads.is_servable(job.workload):
+        checkpoint = _pick(job, jobs_repo.list_checkpoints(session, job.id), source)
+    hook = serve_hook(session, job.project_id, job.spec, loc, f"job {job.id}")
+    if hook is None and not workloads.is_servable(job.workload):
         raise SpecRejected(
             loc,
             f"job {job.id} ran workload {job.workload!r}: serving supports {', '.join(workloads.servable_names())} "
@@ -106,8 +108,35 @@ def resolve_source(session: Session, source: SourceSpec, project_scope: str | No
             "epoch": checkpoint.epoch,
             "step": checkpoint.step,
             "metrics": dict(checkpoint.metrics or {}),
+            **({SERVE_HOOK_KEY: hook} if hook else {}),
         },
     )
+
+
+# A training function's model is served by its own code: the version's checkpoint record names the package.
+SERVE_HOOK_KEY = "code"
+
+
+def serve_hook(
+    session: Session, project_id: str, spec: dict[str, Any], loc: tuple[str, ...], what: str
+) -> dict[str, str] | None:
+    """For a training function's run: its code package (the replica's working_dir), checked to hold
+    ``serve.py`` by its file list (the control plane never imports it); None for a workload's run."""
+    entrypoint = spec.get("entrypoint")
+    if not entrypoint:
+        return None
+    needs = (
+        f"{what} ran the training function {entrypoint}: serving it needs {SERVE_MODULE_FILE} with "
+        f"predict(model, payload) in its code, and {MODEL_FILE} (the whole model, torch.save(model) of the "
+        "unwrapped module, from rank 0) in its checkpoint"
+    )
+    code = spec.get("code") or {}
+    package = code_repo.get_package(session, project_id, code["id"]) if code.get("id") else None
+    if package is None:
+        raise SpecRejected(loc, f"{needs}; it has no code package")
+    if not any(f.get("path") == SERVE_MODULE_FILE for f in package.files or ()):
+        raise SpecRejected(loc, f"{needs}; its code package {code['id']} has no {SERVE_MODULE_FILE}")
+    return {"id": code["id"], "entrypoint": entrypoint}
 
 
 def _resolve_trial(session: Session, trial_id: str, project_scope: str | None) -> ResolvedSource:
@@ -124,7 +153,8 @@ def _resolve_trial(session: Session, trial_id: str, project_scope: str | None) -
             "its best checkpoint and delete the old one; deploy it once it has ended",
         )
     sweep = session.get(Sweep, trial.sweep_id)
-    if not workloads.is_servable(sweep.workload):
+    hook = serve_hook(session, sweep.project_id, sweep.spec.get("base") or {}, loc, f"trial {trial_id}")
+    if hook is None and not workloads.is_servable(sweep.workload):
         raise SpecRejected(
             loc,
             f"trial {trial_id} ran workload {sweep.workload!r}: serving supports "
@@ -152,17 +182,18 @@ def _resolve_trial(session: Session, trial_id: str, project_scope: str | None) -
             "metrics": dict(point.values),
             "sweep_id": sweep.id,
             "trial_id": trial.id,
+            **({SERVE_HOOK_KEY: hook} if hook else {}),
         },
     )
 
 
-def _pick(job: Job, checkpoints: list[Checkpoint], select_by: str) -> Checkpoint:
+def _pick(job: Job, checkpoints: list[Checkpoint], source: SourceSpec) -> Checkpoint:
     """The job's best (ties: the newer, ``orchestrator.checkpoint_policy``) or latest checkpoint whose
     folder still holds a model; if it doesn't, the next one."""
     newest_first = sorted(checkpoints, key=lambda c: c.id, reverse=True)
     candidates = newest_first
-    if select_by != "latest":
-        metric, higher_is_better = selection_metric(job)
+    if source.select != "latest":
+        metric, higher_is_better = selection_metric(job, source)
         ranked = best_first(
             checkpoints, metric, "max" if higher_is_better else "min", metrics=lambda c: c.metrics, order=lambda c: c.id
         )
@@ -187,12 +218,20 @@ def _first_usable(candidates: list[T], path_of: Callable[[T], str], loc: tuple[s
     raise SpecRejected(loc, none_left + (f" ({'; '.join(problems[:3])})" if problems else ""))
 
 
-def selection_metric(job: Job) -> tuple[str, bool]:
-    """The metric "best" means, and whether higher is better: the job's own ``checkpoint.keep_best``
-    when it set one, else its workload's."""
+def selection_metric(job: Job, source: SourceSpec | None = None) -> tuple[str, bool]:
+    """The metric "best" means, and whether higher is better: the source's ``metric``, else the job's own
+    ``checkpoint.keep_best`` when it set one, else its workload's. A training function has no default."""
+    if source is not None and source.metric:
+        return source.metric, source.mode != "min"
     keep_best = (job.spec.get("checkpoint") or {}).get("keep_best") or {}
     if keep_best.get("metric"):
         return keep_best["metric"], keep_best.get("mode", "max") != "min"
+    if job.spec.get("entrypoint"):
+        raise SpecRejected(
+            ("source", "metric"),
+            f'job {job.id} ran a training function: the metrics its checkpoints carry are its own, so "best" '
+            "needs one: give source.metric (and mode), or select: latest",
+        )
     return workloads.selection_of(job.workload)  # the registry's: val_accuracy for every workload today
 
 

@@ -60,16 +60,20 @@ def code_mount(session: Session, run: Job | Sweep) -> CodeMount | None:
     code = spec.get("code")
     if not code:
         return None
-    package = code_repo.get_package(session, run.project_id, code["id"])
-    if package is None:  # checked at submit, and a package a run names is never collected
+    mount = package_mount(session, run.project_id, code)
+    if mount is None:  # checked at submit, and a package a run names is never collected
         raise LookupError(f"{run.id}: code package {code['id']} is gone")
-    code_repo.mark_used(session, package)
+    code_repo.mark_used(session, code_repo.get_package(session, run.project_id, code["id"]))
+    return mount
+
+
+def package_mount(session: Session, project_id: str, code: dict[str, Any]) -> CodeMount | None:
+    """A code spec's package as Ray takes it (a run's, or a served training function's), or None if gone."""
+    package = code_repo.get_package(session, project_id, code["id"])
+    if package is None:
+        return None
     return CodeMount(
-        run.project_id,
-        package.sha256,
-        package.package_sha256,
-        package.package_size,
-        tuple(code.get("requirements") or ()),
+        project_id, package.sha256, package.package_sha256, package.package_size, tuple(code.get("requirements") or ())
     )
 
 

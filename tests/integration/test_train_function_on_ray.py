@@ -11,13 +11,15 @@ import time
 import zipfile
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.integration.conftest import ADMIN
+from tests.integration.conftest import ADMIN, key_headers, remove_serving
 
 pytestmark = pytest.mark.integration
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "own_code" / "train_function"
+DEPLOYMENT = "circle-function"
 ENV_MARKER = "WORKER-ENVIRONMENT"
 DUMP_ENV = f'''
 import json
@@ -48,7 +50,7 @@ def upload(member, files: bytes) -> str:
     return response.json()["id"]
 
 
-def test_the_example_function_trains_two_workers_and_checkpoints(member):
+def test_the_example_function_trains_two_workers_is_deployed_and_answers(member, ray_cluster):
     code_id = upload(member, zip_folder(EXAMPLE))
     spec = json.loads((EXAMPLE / "job.json").read_text())
     spec["code"] = {"id": code_id}
@@ -70,6 +72,21 @@ def test_the_example_function_trains_two_workers_and_checkpoints(member):
     folder = Path(checkpoints[-1]["path"])
     assert (folder / "model.pt").is_file() and (folder / "state.pt").is_file()
     assert sorted(p.name for p in (folder / "manifests").iterdir()) == ["rank-00000.json", "rank-00001.json"]
+
+    # Served by its own serve.py, in a replica whose working directory is the job's code package.
+    source = {"job_id": job_id, "metric": "val_accuracy"}
+    try:
+        created = member.http.post("/v1/deployments", json={"name": DEPLOYMENT, "source": source})
+        assert created.status_code == 201, created.text
+        deployment = member.wait_deployment(DEPLOYMENT, {"HEALTHY"}, timeout_s=180)
+        url, key = deployment["url"], key_headers(member)
+        answer = httpx.post(url, json={"points": [[0.0, 0.0], [0.3, -0.2], [1.9, 1.9], [-1.8, 1.7]]}, headers=key)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["inside"] == [True, True, False, False]
+        refused = httpx.post(url, json={"points": [[1.0]]}, headers=key)
+        assert refused.status_code == 422 and "two numbers" in refused.json()["detail"]
+    finally:
+        remove_serving(member, ray_cluster, DEPLOYMENT)
 
 
 def worker_environments(member, job_id: str) -> list[dict]:

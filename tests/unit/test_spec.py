@@ -45,7 +45,7 @@ def test_use_gpu_defaults_to_one_gpu_per_worker():
 @pytest.mark.parametrize(
     ("body", "loc", "words"),
     [
-        ({}, ("workload",), "Field required"),
+        ({}, (), "give exactly one of workload"),  # or entrypoint (a training function)
         ({"workload": "mnist"}, ("workload",), "unknown workload"),
         ({"workload": "os.system; rm -rf /"}, ("workload",), "unknown workload"),
         ({"workload": "digits", "epochs": -1}, ("epochs",), "greater than or equal to 1"),

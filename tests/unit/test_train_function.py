@@ -14,10 +14,12 @@ import pytest
 import torch
 from pydantic import ValidationError
 
+from orchestrator.db.models import Job
 from orchestrator.planner import plan_job
-from tests.unit.api_helpers import auth, make_project
+from tests.unit.api_helpers import ADMIN, auth, make_project
 from tests.unit.harness import RecordingReporter, assert_same_state, run_on_ranks
 from tests.unit.test_code_in_jobs import upload
+from tests.unit.test_deployments import app_of, deploy, finished_job, reconcile
 from workers.contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
 from workers.contract.metrics import DEFAULT_MAX_METRIC_NAMES
 from workers.contract.sweeps import SweepSpec, trial_spec
@@ -118,6 +120,7 @@ def example_code(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLE))  # the job's working directory on the cluster
     yield
     sys.modules.pop("train", None)
+    sys.modules.pop("serve", None)
 
 
 class Killed(Exception):
@@ -231,3 +234,65 @@ def test_on_two_ranks_ddp_wraps_shards_are_disjoint_and_a_checkpoint_has_both_pa
     verification = verify_checkpoint(checkpoint)
     assert verification and verification.world_size == 2
     shutil.rmtree(tmp_path / "ckpt")
+
+
+# --- serving a function's model (over the fake Serve of tests/unit/test_deployments.py) --------------------
+
+
+@pytest.fixture
+def settings_overrides() -> dict:
+    return {"serve_port": 8123, "workload_packages": ""}
+
+
+def function_job(app, client, tmp_path: Path, files: dict[str, bytes]) -> tuple[str, str]:
+    """A finished training function's job (checkpoints with val_accuracy 0.80, 0.95, 0.90) whose code is
+    ``files``; returns the job id and the code id."""
+    code_id = upload(client, ADMIN, files)
+    job_id, _ = finished_job(app, tmp_path)
+    with app.state.service.sessions.begin() as session:
+        job = session.get(Job, job_id)
+        job.spec = {**job.spec, "workload": None, "config": {}, "entrypoint": "train:main", "code": {"id": code_id}}
+        job.workload = "train:main"
+    return job_id, code_id
+
+
+def test_a_functions_model_is_served_by_its_serve_py_from_its_code(app, client, backend, tmp_path):
+    job_id, code_id = function_job(app, client, tmp_path, {"train.py": b"", "serve.py": b"def predict(m, p): ..."})
+    no_metric = deploy(client, name="fn", source={"job_id": job_id})
+    assert no_metric.status_code == 422 and "give source.metric" in no_metric.text
+    assert no_metric.json()["detail"][0]["loc"][-1] == "metric"
+    lowest = deploy(client, name="fn", source={"job_id": job_id, "metric": "val_accuracy", "mode": "min"})
+    assert lowest.status_code == 201, lowest.text
+    target = lowest.json()["target"]
+    assert target["checkpoint"]["metrics"] == {"val_accuracy": 0.80}  # by the source's own metric and mode
+    assert target["checkpoint"]["code"] == {"id": code_id, "entrypoint": "train:main"}
+    assert deploy(client, name="fn2", source={"job_id": job_id, "select": "latest"}).status_code == 201
+
+    reconcile(app)
+    served = app_of(backend, "fn")
+    (mount,) = backend.packages  # uploaded to Ray (again): Ray drops a package no running job holds
+    assert mount.startswith("gcs://_ray_pkg_") and served["runtime_env"] == {"working_dir": mount}
+    assert served["args"]["serve_hook"] is True
+
+
+def test_a_function_without_serve_py_is_a_422_saying_what_is_missing(app, client, tmp_path):
+    job_id, _ = function_job(app, client, tmp_path, {"train.py": b""})
+    response = deploy(client, name="fn", source={"job_id": job_id, "select": "latest"})
+    assert response.status_code == 422, response.text
+    assert "serve.py" in response.text and "predict(model, payload)" in response.text and "model.pt" in response.text
+
+
+def test_the_replica_loads_model_pt_and_answers_through_serve_py(example_code, tmp_path):
+    from workers.serve.app import BadInput, load_hook_predictor
+
+    run_function(function_config(epochs=2), LocalContext(tmp_path), RecordingReporter())
+    checkpoint = latest_checkpoint(tmp_path)
+    predictor = load_hook_predictor(str(checkpoint))  # `serve` imported from the working directory
+    predictor.probe()
+    answer = predictor.predict([predictor.parse({"points": [[0.0, 0.0], [1.9, 1.9]]})])[0]
+    assert answer == {"inside": [True, False]}
+    with pytest.raises(BadInput, match="two numbers"):
+        predictor.parse({"points": [[1, 2, 3]]})
+    (checkpoint / "model.pt").unlink()
+    with pytest.raises(ValueError, match="has no model.pt"):
+        load_hook_predictor(str(checkpoint))

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from workers.contract.base import Strict as _Strict
+from workers.contract.metrics import DEFAULT_MAX_METRIC_NAME_CHARS, check_metric_name
+from workers.contract.workloads import LOOP_METRICS
 
 # The Serve application the control plane asks Ray for (it never imports it: it needs ray and torch).
 SERVE_APP_IMPORT_PATH = "workers.serve.app:build_app"
@@ -32,7 +34,18 @@ class SourceSpec(_Strict):
         None, ge=1, description="One committed checkpoint (`GET /v1/jobs/{id}/checkpoints`)."
     )
     select: Literal["best", "latest"] = Field(
-        "best", description="With job_id: the best checkpoint by the workload's metric (val_accuracy), or the latest."
+        "best",
+        description="With job_id: the best checkpoint (by `metric`, else the job's keep_best metric, else its "
+        "workload's, val_accuracy), or the latest.",
+    )
+    metric: str | None = Field(
+        None,
+        max_length=DEFAULT_MAX_METRIC_NAME_CHARS,
+        description='With job_id and select best: the metric its checkpoints carry that "best" goes by (a training '
+        "function's job has no default: give one, or select latest).",
+    )
+    mode: Literal["max", "min"] | None = Field(
+        None, description="With metric: max (higher is better) or min. Default: min for the losses, else max."
     )
 
     @model_validator(mode="after")
@@ -45,6 +58,14 @@ class SourceSpec(_Strict):
             )
         if self.select != "best" and self.job_id is None:
             raise ValueError("select applies to a job_id source only")
+        if self.metric is not None:
+            check_metric_name(self.metric)
+            if self.job_id is None or self.select != "best":
+                raise ValueError("metric applies to a job_id source with select best only")
+            if self.mode is None:
+                self.mode = LOOP_METRICS.get(self.metric, "max")
+        elif self.mode is not None:
+            raise ValueError("mode goes with metric: give both")
         return self
 
 

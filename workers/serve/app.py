@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from workers.contract import workloads
+from workers.contract.checkpoints import MODEL_FILE, SERVE_MODULE_FILE
 from workers.contract.deployments import SERVE_DEPLOYMENT_NAME, Auth
 
 MAX_ROWS = 256  # digits rows per request
@@ -45,6 +46,9 @@ MAX_PROMPT_BYTES = 4096
 MAX_NEW_TOKENS = 256
 DEFAULT_MAX_BODY_MB = 1.0
 AUTH_MODES: tuple[str, ...] = get_args(Auth)  # ("project", "none"): the deployment spec's
+
+
+SERVE_MODULE = SERVE_MODULE_FILE.removesuffix(".py")
 
 
 class BadInput(ValueError):
@@ -63,7 +67,7 @@ def load_serving_model(checkpoint_path: str, workload: str, config: dict) -> nn.
     """
     from ray.train import Checkpoint
 
-    from workers.runtime.checkpoint_io import MODEL_FILE, SHARDED_DIR, load
+    from workers.runtime.checkpoint_io import SHARDED_DIR, load
     from workers.train.checkpoints import load_model_from_checkpoint
     from workers.workloads import load_model_builder
 
@@ -270,6 +274,53 @@ class TinyGptPredictor:
             raise RuntimeError("the model answers non-finite values")
 
 
+class HookPredictor:
+    """A training function's model (``model.pt``, the whole module) answered by its code's
+    ``serve.predict(model, payload) -> JSON``; a ValueError it raises is the caller's 422 with its message."""
+
+    def __init__(self, model: nn.Module, predict: Any):
+        self.model, self._predict = model, predict
+        doc = (getattr(predict, "__doc__", None) or "").strip()
+        self.expected = {"body": doc.splitlines()[0] if doc else "what serve.py's predict(model, payload) takes"}
+
+    def parse(self, body: Any) -> Any:
+        # The hook checks and answers in one: its ValueError is a bad request, so it runs where those are caught.
+        try:
+            with torch.no_grad():
+                answer = self._predict(self.model, body)
+            json.dumps(answer)
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            raise BadInput(f"{type(exc).__name__}: {exc}") from None
+        return answer
+
+    def predict(self, items: list[Any]) -> list[dict]:
+        return [item if isinstance(item, dict) else {"prediction": item} for item in items]
+
+    def probe(self) -> None:
+        next(self.model.parameters(), None)  # loaded; what a valid input is, only serve.py knows
+
+
+def load_hook_predictor(checkpoint_path: str) -> HookPredictor:
+    """``model.pt`` of a training function's checkpoint and ``serve.predict`` from its code (the replica's
+    working directory). The model is the user's own pickled module: their code, on their run's cluster."""
+    import importlib
+
+    from ray.train import Checkpoint
+
+    module = importlib.import_module(SERVE_MODULE)
+    predict = getattr(module, "predict", None)
+    if not callable(predict):
+        raise ValueError(f"{SERVE_MODULE}.py has no function predict(model, payload)")
+    with Checkpoint(checkpoint_path).as_directory() as local_dir:
+        path = Path(local_dir) / MODEL_FILE
+        if not path.is_file():
+            raise ValueError(f"checkpoint {checkpoint_path} has no {MODEL_FILE}: save torch.save(model) from rank 0")
+        model = torch.load(path, weights_only=False, map_location="cpu")
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"{MODEL_FILE} holds a {type(model).__name__}, not a torch.nn.Module: save the whole model")
+    return HookPredictor(model.eval(), predict)
+
+
 def check_servable(workload: str) -> None:
     if not workloads.is_servable(workload):
         raise ValueError(
@@ -343,7 +394,9 @@ async def read_capped(request: Request, limit: int) -> bytes:
 class ModelServer:
     """One replica: the model loaded once, requests checked, then predicted alone or in batches."""
 
-    def __init__(self, checkpoint_path: str, workload: str, config: dict, deployment: str = ""):
+    def __init__(
+        self, checkpoint_path: str, workload: str, config: dict, deployment: str = "", serve_hook: bool = False
+    ):
         self.deployment = deployment
         self.workload = workload
         self.checkpoint_path = checkpoint_path
@@ -354,6 +407,9 @@ class ModelServer:
         self.key_hashes: frozenset[str] = frozenset()
         self.max_body_bytes = int(DEFAULT_MAX_BODY_MB * 1_000_000)
         torch.set_num_threads(1)
+        if serve_hook:  # a training function's model, with its code's serve.py
+            self.predictor = load_hook_predictor(checkpoint_path)
+            return
         check_servable(workload)
         model = load_serving_model(checkpoint_path, workload, config)
         if torch.cuda.is_available():  # Ray shows a replica only the GPUs its resources.gpus gave it
@@ -433,5 +489,9 @@ class ModelServer:
 def build_app(args: dict) -> serve.Application:
     """Serve's application builder (the config's ``import_path``); ``args`` as the module doc says."""
     return ModelServer.bind(
-        args["checkpoint_path"], args["workload"], args.get("config") or {}, args.get("deployment", "")
+        args["checkpoint_path"],
+        args["workload"],
+        args.get("config") or {},
+        args.get("deployment", ""),
+        bool(args.get("serve_hook")),
     )

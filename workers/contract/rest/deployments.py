@@ -38,7 +38,9 @@ class DeploymentOut(BaseModel):
     id: str = Field(description="The deployment's id (routes name it by `name`).")
     project_id: str = Field(description="The project it belongs to.")
     name: str = Field(description="Unique among live deployments cluster-wide: the Serve application's name.")
-    workload: str = Field(description="The workload of the job that wrote the checkpoint.")
+    workload: str = Field(
+        description="The workload of the job that wrote the checkpoint (a training function's: its entrypoint)."
+    )
     state: DeploymentState = Field(description="Where it is; DELETED is final.")
     reason: str = Field(description="Why it is in that state, as a code.")
     message: str = Field(description="The same, for people.")

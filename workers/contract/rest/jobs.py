@@ -17,7 +17,10 @@ class RunOut(FromAttributes):
     id: str = Field(description="The run's id.")
     project_id: str = Field(description="The project it runs in.")
     name: str = Field(description="The name given in the spec ('' if none).")
-    workload: str = Field(description="A built-in workload's name, or 'package.module:function'.")
+    workload: str = Field(
+        description="A built-in workload's name, or 'package.module:function'; for a training function's job, "
+        "its entrypoint (the spec says which)."
+    )
     state: JobState = Field(description="Where it is in its lifecycle; terminal states are final.")
     reason: str = Field(description="Why it is in that state, as a code (e.g. insufficient_resources, worker_died).")
     message: str = Field(description="The same, for people.")
