@@ -3,7 +3,7 @@
     torchrun --nproc_per_node=N -m workers.runtime.torchrun --spec spec.json [--checkpoint-dir DIR] [--resume]
 
 Reads a JobSpec JSON, resolves its TrainingPlan as the control plane does (``--strategy`` stands in
-for the planner when the spec says ``auto``) and runs ``run_training`` on every rank with a
+for the planner when the spec says ``auto``) and runs ``run_training`` (a training function's ``run_function``, for an ``entrypoint``) on every rank with a
 ``LocalContext``; events are only logged. It is the reference arm of ``bench/train_throughput.py``:
 rank 0's last line of output is JSON with the steady-state ``samples_per_s`` (the first epoch left
 out) and the last epoch's metrics.
@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from workers.contract.jobs import JobSpec, TrainingPlan
 from workers.runtime.context import LocalContext, latest_checkpoint
+from workers.runtime.function import run_function
 from workers.runtime.train_loop import run_training
 
 log = logging.getLogger("workers.runtime.torchrun")
@@ -72,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
                 "spec": spec.model_dump(mode="json"),
                 "plan": plan.model_dump(mode="json"),
             }
-            metrics = run_training(config, LocalContext(checkpoint_dir, resume_from, device))
+            run = run_function if spec.entrypoint else run_training  # a training function, or the loop
+            metrics = run(config, LocalContext(checkpoint_dir, resume_from, device))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
