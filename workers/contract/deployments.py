@@ -45,7 +45,8 @@ class SourceSpec(_Strict):
         "function's job has no default: give one, or select latest).",
     )
     mode: Literal["max", "min"] | None = Field(
-        None, description="With metric: max (higher is better) or min. Default: min for val_loss and train_loss, else max."
+        None,
+        description="With metric: max (higher is better) or min. Default: min for val_loss and train_loss, else max.",
     )
 
     @model_validator(mode="after")
