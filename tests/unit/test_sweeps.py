@@ -188,6 +188,42 @@ def test_a_pbt_sweep_mutates_its_learning_rate_paths_within_their_ranges():
     assert trial_scheduler(grid)._hyperparam_mutations == {"lr.base": [0.01, 0.1]}
 
 
+def test_a_trials_metrics_are_every_number_its_run_reported_not_tunes():
+    from workers.tune.tuner import run_metrics
+
+    # A Tune result as Ray 2.60 hands it to a callback: the run's report, the checkpoint path, Tune's keys.
+    result = {
+        "train_loss": 0.4,
+        "val_loss": 0.5,
+        "val_mae": 0.31,
+        "eval/top-5:acc": 1,
+        "samples_per_s": 900.0,
+        "epoch": 3,
+        "step": 12,
+        "checkpoint_path": "/storage/s/trials/t/checkpoint_000002",
+        "training_iteration": 3,
+        "time_this_iter_s": 1.5,
+        "time_total_s": 5.0,
+        "timestamp": 1_700_000_000,
+        "pid": 4242,
+        "time_since_restore": 5.0,
+        "iterations_since_restore": 3,
+        "done": False,
+        "trial_id": "t_00000",
+        "date": "2026-11-25_17-00-00",
+        "hostname": "node",
+        "node_ip": "127.0.0.1",
+        "config": {"lr.base": 0.1},
+    }
+    assert run_metrics(result) == {
+        "train_loss": 0.4,
+        "val_loss": 0.5,
+        "val_mae": 0.31,
+        "eval/top-5:acc": 1.0,
+        "samples_per_s": 900.0,
+    }
+
+
 def test_pbt_leaves_a_trials_last_epoch_alone():
     from ray.tune.schedulers import TrialScheduler
 
