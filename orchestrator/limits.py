@@ -1,7 +1,7 @@
 """Bounds on what a run's driver reports (issue 15, hole 6): distinct metric names, a metric name's
-length, the size of a job's ``result`` and of a trial's config. A batch past one is refused whole (422,
-nothing applied) with a message naming the setting, before anything of it is applied. And a project's
-``max_priority`` (hole 7)."""
+length and characters (``workers.contract.metrics``), the size of a job's ``result`` and of a trial's
+config. A batch past one is refused whole (422, nothing applied) with a message naming the setting (or
+the bad name), before anything of it is applied. And a project's ``max_priority`` (hole 7)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from orchestrator.errors import Invalid
 from orchestrator.services.submission import SpecRejected
 from orchestrator.settings import Settings
 from workers.contract.jobs import CheckpointEvent, EventBatch, MetricsEvent, StateEvent
+from workers.contract.metrics import metric_name_problem
 from workers.contract.sweeps import SweepEventBatch, TrialEvent
 
 # Not metric names: what record_metrics adds to latest_metrics itself.
@@ -33,6 +34,9 @@ def _check_names(names: Iterable[str], settings: Settings, where: str) -> None:
                 f"metric name {name[:40]!r}... in {where} is {len(name)} characters: at most "
                 f"{settings.max_metric_name_chars} (ORCHESTRATOR_MAX_METRIC_NAME_CHARS)"
             )
+        problem = metric_name_problem(name, settings.max_metric_name_chars)
+        if problem:
+            raise Invalid(f"{problem}, in {where}")
 
 
 def _check_size(value: Any, settings: Settings, what: str) -> None:

@@ -49,6 +49,18 @@ def test_a_runs_distinct_metric_names_and_their_length_are_capped(app, client, b
     assert checkpoint_metrics.status_code == 422 and "ORCHESTRATOR_MAX_METRIC_NAME_CHARS" in checkpoint_metrics.text
 
 
+@pytest.mark.parametrize("name", ["val\nmae", "val\x1b[31mmae", "val mae", "9lives"])
+def test_a_reported_metric_name_with_control_characters_is_refused_naming_it(app, client, backend, name):
+    job, token = started_job(app, client, backend)
+    refused = post(client, job, token, metrics(1, val_loss=0.5), metrics(1, **{name: 1.0}))
+    assert refused.status_code == 422, refused.text
+    assert repr(name)[1:-1] in refused.json()["detail"] and f"job {job}" in refused.json()["detail"]
+    assert job_of(client, job)["latest_metrics"] is None  # nothing of the batch applied
+    checkpoint = {"type": "checkpoint", "epoch": 1, "step": 1, "path": "/nowhere", "size_bytes": 1}
+    assert post(client, job, token, checkpoint | {"metrics": {name: 1.0}}).status_code == 422
+    assert post(client, job, token, metrics(1, **{"val_mae": 1.0, "eval/top-5:acc": 0.5})).status_code == 200
+
+
 def test_a_jobs_result_is_capped(app, client, backend):
     job, token = started_job(app, client, backend)
     assert post(client, job, token, {"type": "state", "state": "running"}).status_code == 200
@@ -77,6 +89,8 @@ def test_a_trials_config_and_metric_names_are_capped(app, client, backend):
         trial | {"config": {"lr.base": 0.1}, "epoch": 1, "step": 1, "metrics": {f"m{i}": 1.0 for i in range(9)}}
     )
     assert names.status_code == 422 and "ORCHESTRATOR_MAX_METRIC_NAMES" in names.text
+    control = send(trial | {"config": {"lr.base": 0.1}, "epoch": 1, "step": 1, "metrics": {"mae\r": 1.0}})
+    assert control.status_code == 422 and "'mae\\r'" in control.json()["detail"], control.text
     assert client.get(f"/v1/sweeps/{sweep['id']}/trials", headers=auth(ADMIN)).json() == []
     assert (
         send(trial | {"config": {"lr.base": 0.1}, "epoch": 1, "step": 1, "metrics": {"val_accuracy": 0.5}}).status_code

@@ -26,6 +26,7 @@ from workers.workloads.base import Workload
 
 HERE = "tests.unit.harness"
 MLP, BN_MLP, TRANSFORMER = f"{HERE}:mlp", f"{HERE}:bn_mlp", f"{HERE}:transformer"
+REGRESSION = f"{HERE}:regression"
 FEATURES, CLASSES, VOCAB, LENGTH = 8, 3, 16, 8
 
 
@@ -97,6 +98,36 @@ def transformer(config: dict, seed: int) -> Workload:
         val_dataset=_sequences(30, train),
         fsdp_blocks=lambda model: model.blocks,
         targets_per_sample=LENGTH,
+    )
+
+
+def _linear_data(samples: int, offset: int) -> TensorDataset:
+    """y = x . w + noise, one target per sample."""
+    generator = torch.Generator().manual_seed(4321)
+    weights = torch.randn(FEATURES, 1, generator=generator)
+    x = torch.randn(offset + samples, FEATURES, generator=generator)[offset:]
+    return TensorDataset(x, x @ weights + 0.1 * torch.randn(samples, 1, generator=generator))
+
+
+def regression(config: dict, seed: int) -> Workload:
+    """A linear regression with its own metric, ``val_mae``; ``config["metric"]`` renames it (a bad name) and
+    ``config["per_sample"]`` returns it unreduced (a mistake): what the loop must refuse."""
+    train, val = config.get("samples", 64), config.get("val_samples", 31)
+    name = config.get("metric", "val_mae")
+
+    def metrics(output: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
+        error = (output - target).abs()
+        return {
+            name: error if config.get("per_sample") else error.mean(),
+            "val/within_0.5": (error < 0.5).double().mean(),
+        }
+
+    return Workload(
+        model=nn.Linear(FEATURES, 1),
+        train_dataset=_linear_data(train, 0),
+        val_dataset=_linear_data(val, train),
+        loss_fn=nn.functional.mse_loss,
+        metrics=metrics,
     )
 
 

@@ -127,7 +127,7 @@ def test_every_checkpoint_the_loop_writes_verifies_and_lists_its_files(tmp_path)
         listed = json.loads((checkpoint / "manifests" / "rank-00000.json").read_text())["files"]
         on_disk = {p.relative_to(checkpoint).as_posix() for p in checkpoint.rglob("*") if p.is_file()}
         assert set(listed) == on_disk - {"manifests/rank-00000.json"}
-    # The metrics keep_best may name are exactly the ones an epoch checkpoint carries.
+    # The loop's metrics (keep_best's defaults) are exactly the ones a classifier's epoch checkpoint carries.
     assert set(CHECKPOINT_METRICS) == set(ctx.reported[-1]) - {"epoch", "step"}
 
 

@@ -10,13 +10,14 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from orchestrator.checkpoint_policy import RecordedCheckpoint, select_kept
 from orchestrator.db.models import Checkpoint, Job, utcnow
 from orchestrator.loops.scheduler import Scheduler
 from orchestrator.storage import CheckpointStorage, StorageError
 from tests.unit.api_helpers import ADMIN
-from workers.contract.jobs import KeepBestSpec
+from workers.contract.jobs import JobSpec, KeepBestSpec
 from workers.runtime.manifest import verify_checkpoint, write_manifest
 
 HEADERS = {"Authorization": f"Bearer {ADMIN}"}
@@ -141,7 +142,8 @@ def test_keep_best_is_validated_and_filled_in(client):
     for keep_best, field, message in [
         ({"metric": "val_accuracy", "count": 0}, "count", "greater than or equal to 1"),
         ({"metric": "val_accuracy", "mode": "highest"}, "mode", "'max' or 'min'"),
-        ({"metric": "tokens_per_s"}, "metric", "'val_accuracy', 'val_loss', 'train_loss' or 'samples_per_s'"),
+        ({"metric": "val mae", "mode": "min"}, "metric", "no spaces or control characters"),
+        ({"metric": "x" * 65, "mode": "min"}, "metric", "65 characters: at most 64"),
         ({"mode": "max"}, "metric", "Field required"),
         ({"metric": "val_loss", "extra": 1}, "extra", "Extra inputs are not permitted"),
     ]:
@@ -151,6 +153,30 @@ def test_keep_best_is_validated_and_filled_in(client):
         assert response.status_code == 422, response.text
         [detail] = response.json()["detail"]
         assert detail["loc"] == ["body", "checkpoint", "keep_best", field] and message in detail["msg"], detail
+
+
+def test_keep_best_may_name_any_metric_the_workload_reports_with_its_mode(client):
+    def keep_best(workload: str, **fields) -> dict:
+        response = client.post(
+            "/v1/jobs", json={"workload": workload, "checkpoint": {"keep_best": fields}}, headers=HEADERS
+        )
+        return response
+
+    # A metric only the workload knows (its own Workload.metrics): the spec says which way is better.
+    kept = keep_best("digits", metric="val_mae", mode="min")
+    assert kept.status_code == 201, kept.text
+    assert kept.json()["spec"]["checkpoint"]["keep_best"] == {"metric": "val_mae", "mode": "min", "count": 1}
+    # Without mode: a 422 saying so.
+    response = keep_best("digits", metric="val_mae")
+    assert response.status_code == 422, response.text
+    [detail] = response.json()["detail"]
+    assert detail["loc"] == ["body", "checkpoint"], detail
+    assert "mode is required for metric 'val_mae' (max or min)" in detail["msg"], detail
+    # A "package.module:function" workload declares no metrics of its own; the loop's keep their modes.
+    with pytest.raises(ValidationError, match=r"mode is required for metric 'val_mae' \(max or min\)"):
+        JobSpec(workload="pkg.train:build", checkpoint={"keep_best": {"metric": "val_mae"}})
+    spec = JobSpec(workload="pkg.train:build", checkpoint={"keep_best": {"metric": "train_loss"}})
+    assert spec.checkpoint.keep_best.mode == "min"
 
 
 def test_retention_deletes_from_storage_and_then_the_database(app, client, backend, storage):

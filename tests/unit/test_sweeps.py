@@ -43,7 +43,8 @@ def sweep_spec(**fields) -> dict:
             "value 'lamb' makes an invalid job",
         ),
         ({"search_space": {"batch.per_worker": {"type": "randint", "low": 8, "high": 8}}}, "randint needs low < high"),
-        ({"metric": "accuracy"}, "metric"),
+        ({"metric": "accuracy"}, "mode is required for metric 'accuracy' (max or min)"),
+        ({"metric": "val\tmae", "mode": "min"}, "(no spaces or control characters)"),
         (
             {"algorithm": "optuna", "search_space": {"lr.base": {"type": "grid", "values": [0.1, 0.2]}}},
             "cannot walk a grid",
@@ -100,6 +101,8 @@ def test_defaults_trial_counts_and_the_worst_case_trial():
         8,
     )
     assert SweepSpec.model_validate(sweep_spec(metric="val_loss")).mode == "min"
+    # Any metric the workload reports, with its mode: the run's own (Workload.metrics).
+    assert SweepSpec.model_validate(sweep_spec(metric="val_mae", mode="min")).metric == "val_mae"
     grid = SweepSpec.model_validate(
         sweep_spec(
             algorithm="random",
@@ -183,6 +186,42 @@ def test_a_pbt_sweep_mutates_its_learning_rate_paths_within_their_ranges():
         )
     )
     assert trial_scheduler(grid)._hyperparam_mutations == {"lr.base": [0.01, 0.1]}
+
+
+def test_a_trials_metrics_are_every_number_its_run_reported_not_tunes():
+    from workers.tune.tuner import run_metrics
+
+    # A Tune result as Ray 2.60 hands it to a callback: the run's report, the checkpoint path, Tune's keys.
+    result = {
+        "train_loss": 0.4,
+        "val_loss": 0.5,
+        "val_mae": 0.31,
+        "eval/top-5:acc": 1,
+        "samples_per_s": 900.0,
+        "epoch": 3,
+        "step": 12,
+        "checkpoint_path": "/storage/s/trials/t/checkpoint_000002",
+        "training_iteration": 3,
+        "time_this_iter_s": 1.5,
+        "time_total_s": 5.0,
+        "timestamp": 1_700_000_000,
+        "pid": 4242,
+        "time_since_restore": 5.0,
+        "iterations_since_restore": 3,
+        "done": False,
+        "trial_id": "t_00000",
+        "date": "2026-11-25_17-00-00",
+        "hostname": "node",
+        "node_ip": "127.0.0.1",
+        "config": {"lr.base": 0.1},
+    }
+    assert run_metrics(result) == {
+        "train_loss": 0.4,
+        "val_loss": 0.5,
+        "val_mae": 0.31,
+        "eval/top-5:acc": 1.0,
+        "samples_per_s": 900.0,
+    }
 
 
 def test_pbt_leaves_a_trials_last_epoch_alone():
@@ -271,7 +310,7 @@ def test_a_submitted_sweep_is_queued_then_admitted_as_a_sweep_driver(app, client
     ("fields", "loc"),
     [
         ({"search_space": {"lr.base": {"type": "loguniform", "low": 0, "high": 1}}}, "search_space"),
-        ({"metric": "bleu"}, "metric"),
+        ({"metric": "bleu"}, "mode is required for metric 'bleu'"),
         ({"max_concurrent_trials": 5}, "max_concurrent_trials"),  # 5 x 1.01 CPU: never fits 4
         ({"base": {**BASE, "scaling": {"num_workers": 8}}}, "base"),
         ({"scheduler": PBT | {"mutate": ["config.hidden"]}, "search_space": {**LR, **HIDDEN}}, "only lr.* paths"),

@@ -11,6 +11,8 @@ from pydantic import Field
 from torch import nn
 
 from workers.contract import workloads
+from workers.contract.jobs import JobSpec
+from workers.contract.sweeps import SweepSpec
 from workers.contract.workloads import DigitsConfig, TinyGptConfig
 from workers.workloads import digits, load_model_builder, load_workload, tiny_gpt
 from workers.workloads.base import Workload, flat_cross_entropy
@@ -286,14 +288,43 @@ def test_the_registry_and_the_contract_import_neither_torch_nor_ray():
     assert out.strip() == "[]"
 
 
-def test_the_checkpoint_metric_names_are_the_loops_metrics():
-    from typing import get_args
+def test_the_checkpoint_metrics_are_the_loops_metrics():
+    from workers.contract.jobs import CHECKPOINT_METRICS
 
-    from workers.contract.jobs import CHECKPOINT_METRICS, CheckpointMetric
-
-    assert set(get_args(CheckpointMetric)) == set(CHECKPOINT_METRICS) == set(workloads.LOOP_METRICS)
+    assert CHECKPOINT_METRICS == workloads.LOOP_METRICS
     for name in workloads.names():
         assert workloads.get(name).selection == ("val_accuracy", True)
+
+
+def test_a_metrics_default_mode_is_the_loops_then_the_descriptors_else_required():
+    descriptor = workloads.register(
+        workloads.WorkloadDescriptor(
+            name="toy_regression",
+            build=build_toy,
+            metrics={"val_mae": "min", "val_r2": "max", "val_loss": "min"},
+            selection_metric="val_r2",
+        )
+    )
+    try:
+        assert workloads.metric_mode("toy_regression", "val_mae") == "min"
+        assert workloads.metric_mode("toy_regression", "val_r2") == "max"
+        assert workloads.metric_mode("toy_regression", "samples_per_s") == "max"  # the loop's, as always
+        assert workloads.metric_mode("pkg.mod:build", "val_loss") == "min"
+        for workload in ("digits", "pkg.mod:build", "toy_regression"):
+            with pytest.raises(ValueError, match=r"mode is required for metric 'val_f1' \(max or min\)"):
+                workloads.metric_mode(workload, "val_f1")
+        # The specs that name a metric take the descriptor's mode.
+        job = JobSpec(workload="toy_regression", checkpoint={"keep_best": {"metric": "val_r2"}})
+        assert job.checkpoint.keep_best.mode == "max"
+        lr = {"lr.base": {"type": "choice", "values": [0.1]}}
+        sweep = SweepSpec(base={"workload": "toy_regression"}, search_space=lr, metric="val_mae")
+        assert sweep.mode == "min"
+    finally:
+        workloads.unregister(descriptor.name)
+    with pytest.raises(ValueError, match="no spaces or control characters"):
+        workloads.WorkloadDescriptor(
+            name="bad", build=build_toy, metrics={"val mae": "min"}, selection_metric="val mae"
+        )
 
 
 class ToyConfig(workloads.WorkloadConfig):

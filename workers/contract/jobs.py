@@ -13,11 +13,21 @@ import enum
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, StringConstraints, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from workers.contract import workloads
 from workers.contract.base import Strict as _Strict
 from workers.contract.code import CodeSpec
+from workers.contract.metrics import DEFAULT_MAX_METRIC_NAME_CHARS, METRIC_NAME_PATTERN, check_metric_name
 from workers.contract.workloads import CUSTOM_WORKLOAD_PATTERN as CUSTOM_WORKLOAD_PATTERN
 from workers.contract.workloads import DATA_PATH as DATA_PATH
 from workers.contract.workloads import LOOP_METRICS
@@ -89,25 +99,34 @@ class OptimizerSpec(_Strict):
     weight_decay: float = Field(0.0, ge=0, le=1)
 
 
-# The metrics every checkpoint taken at an epoch's end carries (the training loop reports them for every
-# workload; a mid-epoch checkpoint carries none), and which way is better for each.
+# The metrics the training loop reports with every checkpoint taken at an epoch's end (val_accuracy: unless
+# the workload brings metrics of its own; a mid-epoch checkpoint carries none), and which way is better.
 CHECKPOINT_METRICS: Mapping[str, Literal["max", "min"]] = LOOP_METRICS
-CheckpointMetric = Literal["val_accuracy", "val_loss", "train_loss", "samples_per_s"]  # CHECKPOINT_METRICS' keys
+# A metric a spec names: one of CHECKPOINT_METRICS, or any a workload reports (Workload.metrics).
+CheckpointMetric = Annotated[
+    str,
+    AfterValidator(check_metric_name),
+    WithJsonSchema({"type": "string", "pattern": METRIC_NAME_PATTERN, "maxLength": DEFAULT_MAX_METRIC_NAME_CHARS}),
+]
+METRIC_DESCRIPTION = (
+    "A metric the epoch checkpoints carry: the loop's (val_loss, train_loss, samples_per_s; val_accuracy unless "
+    "the workload has metrics of its own) or one the workload reports (val_mae...)."
+)
+MODE_DESCRIPTION = (
+    "max: higher is better; min: lower is. Default: max for val_accuracy and samples_per_s, min for the losses, "
+    "the workload's own for a metric its registered descriptor declares; required for any other metric."
+)
 
 
 class KeepBestSpec(_Strict):
-    metric: CheckpointMetric = Field(description="A metric every epoch checkpoint carries.")
-    mode: Literal["max", "min"] | None = Field(
-        None,
-        description="max: higher is better; min: lower is. Default: max for val_accuracy and "
-        "samples_per_s, min for the losses.",
-    )
+    metric: CheckpointMetric = Field(description=METRIC_DESCRIPTION)
+    mode: Literal["max", "min"] | None = Field(None, description=MODE_DESCRIPTION)
     count: int = Field(1, ge=1, le=1000, description="How many of the best checkpoints to keep.")
 
     @model_validator(mode="after")
     def _default_mode(self) -> KeepBestSpec:
-        if self.mode is None:
-            self.mode = CHECKPOINT_METRICS[self.metric]
+        if self.mode is None:  # any other metric: the job's workload may know (JobSpec._keep_best_mode)
+            self.mode = CHECKPOINT_METRICS.get(self.metric)
         return self
 
 
@@ -213,6 +232,14 @@ class JobSpec(_Strict):
         # so that the stored spec is the complete one the job really runs with.
         descriptor = workloads.get(info.data.get("workload") or "")
         return config if descriptor is None else descriptor.validate_config(config)
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _keep_best_mode(cls, checkpoint: CheckpointSpec, info: ValidationInfo) -> CheckpointSpec:
+        keep_best = checkpoint.keep_best
+        if keep_best is not None and keep_best.mode is None and "workload" in info.data:
+            keep_best.mode = workloads.metric_mode(info.data["workload"], keep_best.metric)
+        return checkpoint
 
     @model_validator(mode="after")
     def _workload_or_entrypoint(self) -> JobSpec:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from workers.contract import workloads
 from workers.contract.base import Strict as _Strict
-from workers.contract.jobs import CHECKPOINT_METRICS, CheckpointMetric, JobSpec, StateEvent
+from workers.contract.jobs import METRIC_DESCRIPTION, MODE_DESCRIPTION, CheckpointMetric, JobSpec, StateEvent
 
 # Logical CPUs the function trainable (one small actor per running trial, which drives its TorchTrainer)
 # holds. Ray refuses 0; the admission check counts it (RAY-NOTES.md: Tune with Train V2).
@@ -191,8 +191,8 @@ class SweepSpec(_Strict):
         "random", description="random (Tune's variant generator, seeded), grid (every combination), optuna (TPE)."
     )
     scheduler: SchedulerSpec = Field(default_factory=lambda: FifoScheduler(type="fifo"))
-    metric: CheckpointMetric = Field("val_accuracy", description="A metric every epoch checkpoint carries.")
-    mode: Literal["max", "min"] | None = Field(None, description="Default: max for val_accuracy, min for losses.")
+    metric: CheckpointMetric = Field("val_accuracy", description=METRIC_DESCRIPTION)
+    mode: Literal["max", "min"] | None = Field(None, description=MODE_DESCRIPTION)
     num_samples: int | None = Field(
         None,
         ge=1,
@@ -207,7 +207,7 @@ class SweepSpec(_Strict):
     @model_validator(mode="after")
     def _check(self) -> SweepSpec:
         if self.mode is None:
-            self.mode = CHECKPOINT_METRICS[self.metric]
+            self.mode = workloads.metric_mode(self.base.workload, self.metric)
         grids = [path for path, dim in self.search_space.items() if isinstance(dim, Grid)]
         if self.algorithm == "grid" and len(grids) != len(self.search_space):
             others = sorted(set(self.search_space) - set(grids))

@@ -20,8 +20,9 @@ What a ``WorkloadDescriptor`` holds
   a batch, probes for health), called ``predictor(model, config)``; ``None``: rows of numbers as wide as
   the training samples (``TensorPredictor``).
 - ``metrics``: the metrics its epoch checkpoints carry, each ``"max"`` (higher is better) or ``"min"``;
-  by default the loop's (``LOOP_METRICS``). ``selection_metric``: the one a deployment's ``select: best``
-  picks its checkpoint by.
+  by default the loop's (``LOOP_METRICS``); a workload with its own (``Workload.metrics``) declares them
+  here so that a spec naming one may leave out its ``mode`` (``metric_mode``). ``selection_metric``: the
+  one a deployment's ``select: best`` picks its checkpoint by.
 - ``servable``: whether a deployment may serve it.
 - ``param_count``: a planner hint, ``param_count(validated_config) -> int``; with it, ``strategy: auto``
   checks the model fits the workers' memory before the job runs (``orchestrator.planner``).
@@ -73,6 +74,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from workers.contract.base import Strict
+from workers.contract.metrics import check_metric_name
 
 # A custom workload names a function inside an installed package: "package.module:function".
 CUSTOM_WORKLOAD_PATTERN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
@@ -137,6 +139,8 @@ class WorkloadDescriptor:
         bad = {metric: mode for metric, mode in self.metrics.items() if mode not in ("max", "min")}
         if bad:
             raise ValueError(f"workload {self.name!r}: a metric's mode is 'max' or 'min', not {bad}")
+        for metric in self.metrics:
+            check_metric_name(metric)
 
     @property
     def selection(self) -> tuple[str, bool]:
@@ -222,6 +226,18 @@ def describe(name: str) -> WorkloadDescriptor | None:
     if descriptor is None and is_custom_workload(name):
         descriptor = WorkloadDescriptor(name=name, build=name, description="custom workload")
     return descriptor
+
+
+def metric_mode(name: str, metric: str) -> Literal["max", "min"]:
+    """Which way ``metric`` is better where a spec leaves ``mode`` out: the loop's metrics' (``LOOP_METRICS``, as
+    always), then what workload ``name``'s descriptor declares. Any other metric: ValueError, the spec must say."""
+    mode = LOOP_METRICS.get(metric)
+    descriptor = describe(name)
+    if mode is None and descriptor is not None:
+        mode = descriptor.metrics.get(metric)
+    if mode is None:
+        raise ValueError(f"mode is required for metric {metric!r} (max or min)")
+    return mode
 
 
 def servable_names() -> list[str]:

@@ -27,7 +27,9 @@ from workers.runtime.distributed import all_reduce_sum, unwrap
 from workers.runtime.reporter import EventReporter
 from workers.runtime.rng import rank_seed, seed_everything
 from workers.runtime.step import TrainState, adopt_lr, autocast, build_train_state, optimizer_step
+from workers.runtime.validation import metric_names, weighted_sums
 from workers.workloads import Workload, load_workload
+from workers.workloads.base import flat_accuracy
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +111,7 @@ class _Loop:
         self.position = Position(epoch=1, epoch_steps=0, step=0)
         self.epoch_loss = self._zeros(2)  # this rank's [sum of step losses, steps] in the epoch
         self.epoch_throughput: list[tuple[int, float]] = []  # (samples, seconds) per epoch run here
+        self.metric_names: list[str] | None = None  # the workload's, checked at the first validation
 
     def resume(self, directory: str) -> None:
         position, epoch_loss = restore_checkpoint(
@@ -225,22 +228,27 @@ class _Loop:
             self.reporter.emit(MetricsEvent(epoch=self.position.epoch, step=self.position.step, values=values))
 
     def _epoch_metrics(self) -> dict[str, float]:
+        # One collective for everything: the same length and order on every rank (names are sorted).
         sums = all_reduce_sum(torch.cat([self.epoch_loss, self._evaluate()]))
-        train_loss, train_steps, val_loss, val_correct, val_targets = sums.tolist()
+        train_loss, train_steps, val_loss, val_targets, *metric_sums = sums.tolist()
+        targets = max(val_targets, 1)
         return {
             "train_loss": train_loss / max(train_steps, 1),
-            "val_loss": val_loss / max(val_targets, 1),
-            "val_accuracy": val_correct / max(val_targets, 1),
+            "val_loss": val_loss / targets,
+            **{name: total / targets for name, total in zip(self.metric_names or [], metric_sums, strict=True)},
         }
 
     @torch.no_grad()
     def _evaluate(self) -> torch.Tensor:
-        """``[loss sum, correct, targets]`` over this rank's validation shard."""
+        """``[loss sum, targets, each metric's sum]`` over this rank's validation shard, each a mean of the
+        batch weighed by its target count; the metrics are the workload's (``metric_names``' order)."""
         ctx = self.ctx
         # DDP's wrapper adds nothing to a forward without gradients; an FSDP2 module is its own wrapper.
         model = unwrap(self.state.model)
         model.eval()
-        sums = self._zeros(3)
+        metrics_fn = self.workload.metrics or flat_accuracy
+        sums = self._zeros(2)
+        metric_sums = None
         shards = val_batches(
             self.workload.val_dataset, rank=ctx.rank, world_size=ctx.world_size, batch_size=self.spec.batch.per_worker
         )
@@ -248,18 +256,22 @@ class _Loop:
             x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
             with autocast(self.spec.precision, ctx.device):
                 out = model(x)  # always run: on FSDP every rank joins the same forwards
-            if counted == 0:
+            if counted == 0 and self.metric_names is not None:
                 continue
-            out, y = out[:counted], y[:counted]
-            targets = y.numel()
-            sums += torch.stack(
-                [
-                    self.workload.loss_fn(out, y).double() * targets,
-                    (out.argmax(dim=-1) == y).sum().double(),
-                    torch.tensor(targets, dtype=torch.float64, device=ctx.device),
-                ]
-            )
-        return sums
+            # A shard that is all padding still learns the names (weight 0): every rank sums the same list.
+            out, y = out[: max(counted, 1)], y[: max(counted, 1)]
+            targets = y.numel() if counted else 0
+            values = metrics_fn(out, y)
+            if self.metric_names is None:
+                self.metric_names = metric_names(values)
+            batch_sums = weighted_sums(values, self.metric_names, targets, ctx.device)
+            metric_sums = batch_sums if metric_sums is None else metric_sums + batch_sums
+            if targets:
+                loss = self.workload.loss_fn(out, y).double() * targets
+                sums += torch.stack([loss, torch.tensor(targets, dtype=torch.float64, device=ctx.device)])
+        if metric_sums is None:  # no validation batch at all: no names on any rank either
+            metric_sums = self._zeros(len(self.metric_names or []))
+        return torch.cat([sums, metric_sums])
 
     # --- checkpoints --------------------------------------------------------------------------------
 

@@ -23,11 +23,12 @@ import ray.tune
 from ray import tune
 from ray.train import Checkpoint, UserCallback
 from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY, TuneReportCallback
+from ray.tune.result import AUTO_RESULT_KEYS
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTraining, TrialScheduler
 from ray.tune.search import BasicVariantGenerator, Searcher
 from ray.util.queue import Empty, Queue
 
-from workers.contract.jobs import CHECKPOINT_METRICS, JobSpec, TrainingPlan
+from workers.contract.jobs import JobSpec, TrainingPlan
 from workers.contract.sweeps import (
     TRIAL_DRIVER_CPU,
     AshaScheduler,
@@ -45,6 +46,7 @@ from workers.contract.sweeps import (
 )
 from workers.runtime.manifest import resolve
 from workers.runtime.reporter import EventReporter
+from workers.train.callbacks import POSITION_KEYS
 from workers.train.trainer import build_trainer
 
 log = logging.getLogger(__name__)
@@ -298,6 +300,20 @@ def trainable(spec: SweepSpec, storage_path: str, sweep_id: str):
 REPORTERS: dict[str, EventReporter] = {}
 
 
+# Not metrics: what Tune adds to a trial's result (its clock, counters, ids), and the epoch and step.
+TUNE_KEYS = frozenset(AUTO_RESULT_KEYS) | set(POSITION_KEYS)
+
+
+def run_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The numbers the trial's run reported with an epoch (the loop's and its workload's metrics), without what
+    Tune adds (its clock, counters, ids)."""
+    return {
+        key: float(value)
+        for key, value in result.items()
+        if key not in TUNE_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
+
+
 class TrialEventForwarder(tune.Callback):
     """Runs in the sweep driver's Tune loop: tells the control plane about every trial as it happens,
     through the driver's one reporter (``REPORTERS``), so trial news and the sweep's end arrive in order."""
@@ -319,7 +335,7 @@ class TrialEventForwarder(tune.Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
         if "epoch" not in result:
             return
-        metrics = {k: float(result[k]) for k in CHECKPOINT_METRICS if isinstance(result.get(k), (int, float))}
+        metrics = run_metrics(result)
         self.reporter.emit(
             TrialEvent(
                 trial=trial.trial_id,

@@ -4,9 +4,10 @@ A workload is a function ``build(config: dict, seed: int) -> Workload``: ``confi
 ``config`` (validated first for built-ins), ``seed`` the job's seed (use it for any split or shuffle of
 your own). Everything about training is the loop's (``workers.runtime.train_loop``): sharding, DDP or FSDP,
 precision, accumulation, the optimizer and learning-rate schedule, validation, metrics, checkpoints,
-resuming. The loop reports ``train_loss``, ``val_loss`` and ``val_accuracy`` (the share of targets
-where ``argmax(output, -1) == target``), so a workload is a classifier over the last dimension of its
-output: digit classes, or the next character for a language model.
+resuming. The loop reports ``train_loss`` and ``val_loss`` for every workload, and the validation metrics
+of ``Workload.metrics``: by default ``val_accuracy`` (the share of targets where ``argmax(output, -1) ==
+target``), right for a classifier over the last dimension of its output (digit classes, the next character
+for a language model). A regression or multi-label model brings its own (``val_mae``...).
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ def flat_cross_entropy(output: torch.Tensor, target: torch.Tensor) -> torch.Tens
     return nn.functional.cross_entropy(output.reshape(-1, output.shape[-1]).float(), target.reshape(-1))
 
 
+def flat_accuracy(output: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The classifier's default metric: the share of targets where ``argmax(output, -1) == target``."""
+    return {"val_accuracy": (output.argmax(dim=-1) == target).double().mean()}
+
+
 @dataclass
 class Workload:
     model: nn.Module
@@ -37,3 +43,8 @@ class Workload:
     fsdp_blocks: Callable[[nn.Module], Iterable[nn.Module]] | None = None
     # Targets per sample (a sequence model's context length): throughput is reported in these too.
     targets_per_sample: int = 1
+    # Validation metrics: ``{full name: MEAN over the batch's targets}``, like ``loss_fn``. The loop weighs
+    # each by the batch's target count and sums over the whole validation set (every rank's shard), so an
+    # epoch's value is the exact mean over the set. Names follow ``workers.contract.metrics``; a spec's
+    # ``metric`` or ``keep_best`` may name them. None: ``flat_accuracy`` (``val_accuracy``).
+    metrics: Callable[[torch.Tensor, torch.Tensor], dict[str, torch.Tensor]] | None = None
