@@ -54,6 +54,19 @@ def test_exactly_one_of_workload_and_a_well_formed_entrypoint(fields, message):
         JobSpec(**fields)
 
 
+def test_a_functions_keep_best_and_sweep_metric_need_a_mode_unless_the_loop_knows_it():
+    # A function's job has no workload descriptor to ask: the loop's metrics keep their modes, any other a 422.
+    spec = JobSpec(entrypoint="train:main", code=CODE, checkpoint={"keep_best": {"metric": "val_loss"}})
+    assert spec.checkpoint.keep_best.mode == "min"
+    with pytest.raises(ValidationError, match="mode is required for metric 'val_mae'"):
+        JobSpec(entrypoint="train:main", code=CODE, checkpoint={"keep_best": {"metric": "val_mae"}})
+    space = {"lr.base": {"type": "grid", "values": [0.1, 0.01]}}
+    base = {"entrypoint": "train:main", "code": CODE}
+    with pytest.raises(ValidationError, match="mode is required"):
+        SweepSpec(base=base, search_space=space, algorithm="grid", metric="val_mae")
+    assert SweepSpec(base=base, search_space=space, algorithm="grid", metric="val_mae", mode="min").mode == "min"
+
+
 def test_strategy_auto_picks_ddp_for_a_function_and_says_why():
     plan = plan_job(JobSpec(entrypoint="train:main", code=CODE, strategy="auto"))
     assert plan.strategy == "ddp" and "training function" in plan.reason

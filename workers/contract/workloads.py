@@ -228,11 +228,11 @@ def describe(name: str) -> WorkloadDescriptor | None:
     return descriptor
 
 
-def metric_mode(name: str, metric: str) -> Literal["max", "min"]:
+def metric_mode(name: str | None, metric: str) -> Literal["max", "min"]:
     """Which way ``metric`` is better where a spec leaves ``mode`` out: the loop's metrics' (``LOOP_METRICS``, as
     always), then what workload ``name``'s descriptor declares. Any other metric: ValueError, the spec must say."""
     mode = LOOP_METRICS.get(metric)
-    descriptor = describe(name)
+    descriptor = describe(name) if name else None  # None: a training function's job, no descriptor
     if mode is None and descriptor is not None:
         mode = descriptor.metrics.get(metric)
     if mode is None:
