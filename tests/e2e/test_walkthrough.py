@@ -18,17 +18,27 @@ ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "dev-admin-token"  # the token the README's walkthrough starts the service with
 
 
-def walkthrough_blocks() -> list[str]:
+def readme_blocks(heading: str) -> list[str]:
+    """The bash blocks of the README's section ``heading``, as written."""
     readme = (ROOT / "README.md").read_text()
-    section = readme.split("## 5-minute walkthrough", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
-    return blocks
+    section = readme.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+
+
+def walkthrough_blocks() -> list[str]:
+    return readme_blocks("5-minute walkthrough")
+
+
+def own_model_block() -> str:
+    (block,) = readme_blocks("Train your own model")
+    return block
 
 
 def test_readme_walkthrough_is_what_the_test_runs():
     blocks = walkthrough_blocks()
     assert blocks[0].strip() == f"ORCHESTRATOR_ADMIN_TOKEN={ADMIN} make run"
     assert blocks[1].startswith("# terminal 2")
+    assert own_model_block().startswith("# terminal 2, after the walkthrough")
 
 
 def _alive(pid: int) -> bool:
@@ -80,9 +90,11 @@ def test_make_run_then_the_walkthrough_then_ctrl_c(tmp_path):
         _wait_until(ready, 300, "make run to be ready")
         head_pid = int((var / "ray" / "head.pid").read_text())
 
-        script = walkthrough_blocks()[1]
+        # The walkthrough, then "Train your own model" in the same shell (it uses the walkthrough's KEY).
+        script = walkthrough_blocks()[1] + "\n" + own_model_block()
         result = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", script],
+            cwd=ROOT,
             env={**env, "ORCH": base},
             capture_output=True,
             text=True,
@@ -100,6 +112,13 @@ def test_make_run_then_the_walkthrough_then_ctrl_c(tmp_path):
         assert job["labels"] == {"team": "vision"}
         long_job = next(j for j in admin.get("/v1/jobs").json()["items"] if j["spec"]["epochs"] == 500)
         _wait_until(lambda: admin.get(f"/v1/jobs/{long_job['id']}").json()["state"] == "CANCELLED", 60, "the cancel")
+
+        # Your own model: the example directory, uploaded, trained by its own main(ctx) on 2 workers.
+        own_id = re.search(r"^own job ([0-9a-f]{32})$", out, flags=re.M).group(1)
+        own = admin.get(f"/v1/jobs/{own_id}").json()
+        assert own["state"] == "SUCCEEDED", own
+        assert own["spec"]["entrypoint"] == "train:main" and own["spec"]["code"]["id"].startswith("sha256:")
+        assert own["result"]["metrics"]["val_accuracy"] > 0.85, own["result"]
     finally:
         # Ctrl-C in the terminal: SIGINT to the foreground process group.
         os.killpg(service.pid, signal.SIGINT)
