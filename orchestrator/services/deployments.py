@@ -197,6 +197,13 @@ def _pick(job: Job, checkpoints: list[Checkpoint], source: SourceSpec) -> Checkp
         ranked = best_first(
             checkpoints, metric, "max" if higher_is_better else "min", metrics=lambda c: c.metrics, order=lambda c: c.id
         )
+        carried = {name for c in checkpoints for name in (c.metrics or {})}
+        if not ranked and carried:  # e.g. a regression workload's: best by val_accuracy would mean latest
+            raise SpecRejected(
+                ("source", "metric"),
+                f"no checkpoint of job {job.id} carries {metric!r} (they carry {sorted(carried)}): give "
+                "source.metric (and mode), or select: latest",
+            )
         candidates = ranked + [c for c in newest_first if c not in ranked]  # unscored ones: newest first
     return _first_usable(
         candidates,

@@ -204,6 +204,19 @@ def test_best_uses_the_jobs_keep_best_metric_when_it_set_one(app, client, tmp_pa
     assert body["target"]["checkpoint_id"] == checkpoints[0]
 
 
+def test_best_by_a_metric_no_checkpoint_carries_is_a_422_naming_what_they_carry(app, client, tmp_path):
+    # A regression workload reports val_mae, not the default val_accuracy: "best" must not quietly mean latest.
+    job_id, checkpoints = finished_job(app, tmp_path, accuracies=(0.80, 0.95, 0.90))
+    with app.state.service.sessions.begin() as session:
+        for checkpoint in session.scalars(select(Checkpoint).where(Checkpoint.job_id == job_id)):
+            checkpoint.metrics = {"val_mae": 1.0 - (checkpoint.metrics or {}).get("val_accuracy", 0.0)}
+    refused = deploy(client, name="mae", source={"job_id": job_id})
+    assert refused.status_code == 422 and "carries 'val_accuracy'" in refused.text and "val_mae" in refused.text
+    assert refused.json()["detail"][0]["loc"][-1] == "metric"
+    body = deploy(client, name="mae", source={"job_id": job_id, "metric": "val_mae", "mode": "min"}).json()
+    assert body["target"]["checkpoint_id"] == checkpoints[1]
+
+
 def test_settings_are_stored_with_every_default(app, client, tmp_path):
     job_id, _ = finished_job(app, tmp_path)
     body = deploy(
