@@ -1,0 +1,131 @@
+"""Telling an error in the job's own code from a bug in ours, on the worker, where the frames are.
+
+The job's own code is its uploaded package (Ray's ``working_dir``: the worker's current directory, where
+Ray started it) and, for a ``"package.module:function"`` workload, that workload's top-level package (or
+module). An exception that leaves the training function is marked here, by an attribute on the exception
+itself: Ray Train pickles the exception to its controller and to the driver, and an exception's ``__dict__``
+travels with it while its traceback (a frame list) does not. ``workers.train.failures`` reads the mark:
+
+    LOADING  loading the workload failed: the module or function is missing (``resolve``'s ValueError),
+             an ImportError (a module it imports is not installed) or a SyntaxError. Never retried: the
+             same code cannot load on a retry.
+    RAISED   a frame of the traceback (or of an exception it was raised from) lies in the job's own code.
+             Retried only when the spec sets ``retries.retry_app_errors``, like an ``app_error``.
+
+An exception with no frame in the job's code is ours (the loop, the platform) and stays unmarked.
+Out-of-memory and a broken collective are still classified as such first, wherever they were raised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from workers.contract.workloads import is_custom_workload, resolve
+
+MARK = "orchestrator_code_error"  # the attribute: (LOADING | RAISED, "file, line N, in function")
+LOADING, RAISED = "loading", "raised"
+OUR_PACKAGES = frozenset({"workers"})  # a custom workload name may point into these; they stay ours
+
+
+def code_error_of(exc: BaseException) -> tuple[str, str] | None:
+    """(LOADING or RAISED, where) when ``exc`` was marked as the job's own code's; else None."""
+    mark = getattr(exc, MARK, None)
+    return mark if isinstance(mark, tuple) and len(mark) == 2 else None
+
+
+def blame_user_code(train_fn: Callable[[dict], Any]) -> Callable[[dict], Any]:
+    """``train_fn(config)`` (a ``TorchTrainer`` entry point), with the exceptions that leave it marked."""
+
+    @functools.wraps(train_fn)
+    def train(config: dict) -> Any:
+        spec = config.get("spec") or {}
+        roots = [os.getcwd()] if spec.get("code") else []  # Ray starts the worker in the package's folder
+        workload = spec.get("workload") or ""
+        with user_code_errors(roots):  # reads ``roots`` when something is raised: a package's are added below
+            if is_custom_workload(workload):
+                try:
+                    with loading_user_code():
+                        resolve(workload).load_build()  # imported once here; the loop's lookup is then cached
+                finally:
+                    roots.extend(package_roots(workload.split(":")[0]))
+            return train_fn(config)
+
+    return train
+
+
+@contextlib.contextmanager
+def loading_user_code() -> Iterator[None]:
+    """Loading the job's own code: what fails here fails the job at once as ``code_error``."""
+    try:
+        yield
+    except (ValueError, ImportError, SyntaxError) as exc:
+        where = _syntax_error_place(exc) if isinstance(exc, SyntaxError) else _innermost(exc)
+        _mark(exc, LOADING, where)
+        raise
+
+
+@contextlib.contextmanager
+def user_code_errors(roots: list[str]) -> Iterator[None]:
+    """Mark an exception raised with a frame inside ``roots`` (folders or files) as the job's code's."""
+    try:
+        yield
+    except Exception as exc:
+        if code_error_of(exc) is None and roots:
+            frame = user_frame(exc, roots)
+            if frame is not None:
+                _mark(exc, RAISED, _place(frame))
+        raise
+
+
+def package_roots(module_name: str) -> list[str]:
+    """Where a custom workload's code lives: its top-level package's folders, or its one module file."""
+    top = module_name.split(".")[0]
+    module = sys.modules.get(top)
+    if module is None or top in OUR_PACKAGES:
+        return []
+    paths = list(getattr(module, "__path__", None) or [])
+    if not paths and getattr(module, "__file__", None):
+        paths = [module.__file__]
+    return [os.path.abspath(path) for path in paths]
+
+
+def user_frame(exc: BaseException, roots: list[str]) -> traceback.FrameSummary | None:
+    """The innermost frame inside ``roots`` of ``exc``'s traceback or of the exceptions it was raised from."""
+    roots = [os.path.abspath(root) for root in roots]
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        for frame in reversed(traceback.extract_tb(current.__traceback__)):
+            if _inside(os.path.abspath(frame.filename), roots):
+                return frame
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _inside(path: str, roots: list[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
+
+
+def _mark(exc: BaseException, kind: str, where: str) -> None:
+    with contextlib.suppress(AttributeError, TypeError):  # an exception type that refuses attributes stays unmarked
+        setattr(exc, MARK, (kind, where))
+
+
+def _place(frame: traceback.FrameSummary) -> str:
+    return f"{frame.filename}, line {frame.lineno}, in {frame.name}"
+
+
+def _innermost(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return _place(frames[-1]) if frames else ""
+
+
+def _syntax_error_place(exc: SyntaxError) -> str:
+    return f"{exc.filename}, line {exc.lineno}" if exc.filename else _innermost(exc)
