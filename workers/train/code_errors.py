@@ -79,7 +79,7 @@ def user_code_errors(roots: list[str]) -> Iterator[None]:
         if code_error_of(exc) is None and roots:
             frame = user_frame(exc, roots)
             if frame is not None:
-                _mark(exc, RAISED, _place(frame))
+                _mark(exc, RAISED, _place(frame, roots))
         raise
 
 
@@ -118,8 +118,19 @@ def _mark(exc: BaseException, kind: str, where: str) -> None:
         setattr(exc, MARK, (kind, where))
 
 
-def _place(frame: traceback.FrameSummary) -> str:
-    return f"{frame.filename}, line {frame.lineno}, in {frame.name}"
+def _place(frame: traceback.FrameSummary, roots: list[str] = ()) -> str:
+    return f"{_shown(frame.filename, roots)}, line {frame.lineno}, in {frame.name}"
+
+
+def _shown(path: str, roots: list[str]) -> str:
+    """A path as the user knows it: inside the package's folder, from there (``train.py``); inside an
+    installed package, from the folder that holds it (``example_workloads/faulty.py``)."""
+    path = os.path.abspath(path)
+    cwd = os.getcwd()
+    for root in map(os.path.abspath, roots):
+        if _inside(path, [root]):
+            return os.path.relpath(path, root if root == cwd else os.path.dirname(root))
+    return path
 
 
 def _innermost(exc: BaseException) -> str:
