@@ -144,7 +144,11 @@ def main() -> None:
     parser.add_argument("--upload-mb", type=int, default=100)
     args = parser.parse_args()
 
-    svc = ServiceProcess(Path(tempfile.mkdtemp(prefix="bench-own-code-")))
+    # A Ray temp dir of its own: Ray's job supervisor gives each driver the address in <temp dir>/ray/
+    # ray_current_cluster, which any local cluster started later on this machine (another test run)
+    # overwrites in the shared /tmp/ray, and the drivers then join that cluster and fail.
+    ray_tmp = tempfile.mkdtemp(prefix="bo-", dir="/tmp")  # short: Ray's socket paths live under it
+    svc = ServiceProcess(Path(tempfile.mkdtemp(prefix="bench-own-code-")), settings={"RAY_TMPDIR": ray_tmp})
     try:
         svc.start()
         times = startup(svc.api(), args.rounds)
