@@ -86,20 +86,25 @@ def test_an_exception_raised_inside_the_users_code_is_a_code_error_naming_its_fi
 
 
 @pytest.mark.parametrize(
-    ("workload", "text", "says"),
+    ("workload", "text", "says", "where"),
     [
-        ("train_cols:fit", GOOD, "'train_cols' has no function 'fit'"),
-        ("not_there:build", None, "module 'not_there' is not installed"),
-        ("train_cols:build", "import no_such_dependency\n" + GOOD, "No module named 'no_such_dependency'"),
-        ("train_cols:build", "def build(config, seed)\n    pass\n", "expected ':'"),
+        ("train_cols:fit", GOOD, "'train_cols' has no function 'fit'", ""),
+        ("not_there:build", None, "module 'not_there' is not installed", ""),
+        (
+            "train_cols:build",
+            "import no_such_dependency\n" + GOOD,
+            "No module named 'no_such_dependency'",
+            "train_cols.py, line 1, in <module>",
+        ),
+        ("train_cols:build", "def build(config, seed)\n    pass\n", "expected ':'", "train_cols.py, line 1"),
     ],
     ids=["function-missing", "module-missing", "import-missing", "syntax-error"],
 )
-def test_code_that_cannot_load_is_a_code_error_never_retried(package, workload, text, says):
+def test_code_that_cannot_load_is_a_code_error_never_retried(package, workload, text, says, where):
     if text is not None:
         package("train_cols", text)
     error = run(build_and_train, config(workload))
-    assert code_error_of(error._base_exc)[0] == LOADING
+    assert code_error_of(error._base_exc) == (LOADING, where)  # the line in the user's code, when there is one
     assert says in str(error._base_exc)
     cause = classify_worker_failures({0: error})
     assert (cause.reason, cause.permanent) == (CODE_ERROR, True)
@@ -130,6 +135,12 @@ def test_a_bug_in_our_own_loop_stays_an_app_error(package):
 
     error = run(our_loop, config("train_cols:build"))
     assert code_error_of(error._base_exc) is None
+    assert classify_worker_failures({0: error}).reason == APP_ERROR
+
+    def our_import(cfg):
+        import not_a_module_of_ours  # noqa: F401  (its traceback passes through "<frozen importlib...>")
+
+    error = run(our_import, config("train_cols:build"))
     assert classify_worker_failures({0: error}).reason == APP_ERROR
     # A built-in workload's failures are ours whatever the job's code holds.
     assert classify_worker_failures({0: run(our_loop, config("digits"))}).reason == APP_ERROR

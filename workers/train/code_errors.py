@@ -49,23 +49,30 @@ def blame_user_code(train_fn: Callable[[dict], Any]) -> Callable[[dict], Any]:
         workload = spec.get("workload") or ""
         with user_code_errors(roots):  # reads ``roots`` when something is raised: a package's are added below
             if is_custom_workload(workload):
-                try:
-                    with loading_user_code():
-                        resolve(workload).load_build()  # imported once here; the loop's lookup is then cached
-                finally:
-                    roots.extend(package_roots(workload.split(":")[0]))
+                module = workload.split(":")[0]
+                with loading_user_code(roots, module):
+                    resolve(workload).load_build()  # imported once here; the loop's lookup is then cached
+                roots.extend(package_roots(module))
             return train_fn(config)
 
     return train
 
 
 @contextlib.contextmanager
-def loading_user_code() -> Iterator[None]:
-    """Loading the job's own code: what fails here fails the job at once as ``code_error``."""
+def loading_user_code(roots: list[str], module: str = "") -> Iterator[None]:
+    """Loading the job's own code (``module``, from ``roots`` or installed): a missing module or function
+    (``resolve``'s ValueError), an ImportError or a SyntaxError here fails the job at once as ``code_error``.
+    Where: the SyntaxError's line, or the innermost frame in the job's code ("" when none: resolve's
+    message names what is missing)."""
     try:
         yield
     except (ValueError, ImportError, SyntaxError) as exc:
-        where = _syntax_error_place(exc) if isinstance(exc, SyntaxError) else _innermost(exc)
+        found = [*roots, *package_roots(module)] if module else roots
+        if isinstance(exc, SyntaxError) and exc.filename:
+            where = f"{_shown(exc.filename, found)}, line {exc.lineno}"
+        else:
+            frame = user_frame(exc, found)
+            where = _place(frame, found) if frame is not None else ""
         _mark(exc, LOADING, where)
         raise
 
@@ -103,7 +110,8 @@ def user_frame(exc: BaseException, roots: list[str]) -> traceback.FrameSummary |
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         for frame in reversed(traceback.extract_tb(current.__traceback__)):
-            if _inside(os.path.abspath(frame.filename), roots):
+            # "<frozen importlib._bootstrap>", "<string>": no file, and never a path under the current folder
+            if not frame.filename.startswith("<") and _inside(os.path.abspath(frame.filename), roots):
                 return frame
         current = current.__cause__ or current.__context__
     return None
@@ -131,12 +139,3 @@ def _shown(path: str, roots: list[str]) -> str:
         if _inside(path, [root]):
             return os.path.relpath(path, root if root == cwd else os.path.dirname(root))
     return path
-
-
-def _innermost(exc: BaseException) -> str:
-    frames = traceback.extract_tb(exc.__traceback__)
-    return _place(frames[-1]) if frames else ""
-
-
-def _syntax_error_place(exc: SyntaxError) -> str:
-    return f"{exc.filename}, line {exc.lineno}" if exc.filename else _innermost(exc)
