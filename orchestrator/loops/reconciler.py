@@ -98,13 +98,13 @@ class Reconciler:
                     f"Ray says the run is {status}: {info.message}",
                 )
             elif status == RunStatus.MISSING and utcnow() - run.updated_at > RESUBMIT_GRACE:
-                resubmit = (kind.launch(session, run), new_job_token(run))  # the same attempt, the same submission id
+                resubmit = _launch(session, kind, run)  # the same attempt, the same submission id
         if stop_again:
             self.backend.stop(stop_again)
         if resubmit:
             launch, token = resubmit
             log.info("%s %s: submitting %s", kind.name, run_id, launch.submission_id)
-            launch.submit(self.backend, token, self.settings)
+            kind.submit(self.sessions, launch, token, self.backend, self.settings)
 
     def _start_timed_out(self, session: Session, kind: RunKind, run: Run) -> bool:
         waited = utcnow() - kind.last_transition(session, run.id).created_at
@@ -124,7 +124,14 @@ def _next_attempt(session: Session, kind: RunKind, run: Run, reason: str, messag
     next_attempt = f"starting attempt {run.attempt + 1} of {max_attempts} from the latest checkpoint"
     # A new driver: the state engine records the move under the lost attempt, then bumps it.
     kind.set_state(session, run, S.RESTARTING, reason, f"{message}\n({next_attempt})", new_attempt=True)
-    return kind.launch(session, run), new_job_token(run)
+    return _launch(session, kind, run)
+
+
+def _launch(session: Session, kind: RunKind, run: Run) -> tuple[Launch, str] | None:
+    """The run's current attempt and a new token for its driver; None when the run failed instead (its code
+    package is gone)."""
+    launch = kind.launch(session, run)
+    return None if launch is None else (launch, new_job_token(run))
 
 
 def _awaiting_first_report(session: Session, kind: RunKind, run: Run) -> bool:

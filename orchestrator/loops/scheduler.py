@@ -57,10 +57,12 @@ class Scheduler:
             # Admission starts the next attempt (the state engine bumps it: orchestrator.states.jobs).
             kind.set_state(session, run, JobState.STARTING, "admitted", f"attempt {run.attempt + 1} submitted to Ray")
             launch = kind.launch(session, run)
+            if launch is None:
+                return False  # its code package is gone: FAILED (code_missing)
         # Submitted after the commit: if this process dies here, the reconciler finds the STARTING run
         # with no Ray job and submits the same submission id, which Ray runs at most once.
         try:
-            launch.submit(self.backend, token, self.settings)
+            kind.submit(self.sessions, launch, token, self.backend, self.settings)
             log.info("%s %s: submitted %s", kind.name, run_id, launch.submission_id)
         except BackendUnavailable as exc:
             log.warning("%s %s: submit failed, the reconciler will retry: %s", kind.name, run_id, exc)

@@ -23,6 +23,11 @@ from orchestrator.repositories import code as code_repo
 from orchestrator.settings import Settings
 
 CHUNK = 1024 * 1024
+# Ray's dashboard takes a request body of at most 100 MiB (aiohttp's client_max_size, Ray's
+# DASHBOARD_CLIENT_MAX_SIZE), and the backend PUTs a package to Ray's store as one body. A repacked zip can
+# be larger than the upload (a .tar.gz compresses across files, a zip file by file): past this, Ray would
+# refuse it at every start, so the upload is refused instead.
+RAY_PACKAGE_MAX_BYTES = 100 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,12 @@ def store_upload(
     with tempfile.TemporaryFile() as packed:
         files = code_archive.repack(upload, kind, entries, packed, limits)
         package_sha256, package_size = measure(packed, max_bytes=2**63, max_mb=0)
+        if package_size > RAY_PACKAGE_MAX_BYTES:
+            raise TooLarge(
+                f"the code package, stored as a zip for Ray, is {package_size / 2**20:.1f} MiB: more than Ray's "
+                f"limit of {RAY_PACKAGE_MAX_BYTES / 2**20:.0f} MiB for a job's working_dir (a .tar.gz compresses "
+                "across files, a zip file by file); leave large data out of the code (put it under a data root)"
+            )
         storage.put(project_id, sha256, packed)
     row = CodePackage(
         project_id=project_id,

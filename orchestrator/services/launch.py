@@ -12,8 +12,10 @@ secrets (admin tokens, the database URL, other runs' tokens): the cluster is ano
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from sqlalchemy.orm import Session
 
@@ -26,6 +28,12 @@ from orchestrator.settings import Settings
 
 DRIVER_MODULE = "workers.train.driver"
 RAY_PACKAGE_PREFIX = "_ray_pkg_"  # Ray's own name for uploaded packages (ray/_private/runtime_env/packaging.py)
+CODE_MISSING = "code_missing"  # the reason a run fails with when its code package is gone
+
+
+class CodeMissing(LookupError):
+    """The run's code package is gone (its row, or its stored zip while Ray lacks a copy): the run can never
+    start, so it fails (``code_missing``) instead of being retried."""
 
 
 def ray_package_uri(package_sha256: str) -> str:
@@ -48,21 +56,43 @@ class CodeMount:
     def uri(self) -> str:
         return ray_package_uri(self.package_sha256)
 
+    @property
+    def id(self) -> str:
+        return f"sha256:{self.sha256}"
+
     def upload(self, backend: ClusterBackend, settings: Settings) -> None:
-        """Into Ray's package store, if Ray does not hold it already (BackendUnavailable: retried later)."""
+        """Into Ray's package store, if Ray does not hold it already (BackendUnavailable: retried later;
+        CodeMissing: the stored zip is gone and Ray has no copy)."""
         storage = CodeStorage(settings.storage_path)
-        backend.upload_package(self.uri, lambda: storage.open(self.project_id, self.sha256), self.package_size)
+
+        @contextmanager
+        def open_stored() -> Iterator[BinaryIO]:
+            # Checked before opening: a FileNotFoundError is an OSError, which the backend takes for Ray
+            # being unreachable (retried every tick, forever).
+            if not storage.exists(self.project_id, self.sha256):
+                raise CodeMissing(
+                    f"code package {self.id} is gone from storage ({storage.path_of(self.project_id, self.sha256)}) "
+                    "and Ray has no copy of it: upload it again and submit a new run"
+                )
+            with storage.open(self.project_id, self.sha256) as source:
+                yield source
+
+        backend.upload_package(self.uri, open_stored, self.package_size)
 
 
 def code_mount(session: Session, run: Job | Sweep) -> CodeMount | None:
-    """The run's code (a job's ``code``, a sweep's base job's), its package marked used now; None without."""
+    """The run's code (a job's ``code``, a sweep's base job's), its package marked used now; None without.
+    CodeMissing when its package is gone (checked at submit, and a package a run names is never collected,
+    so only deleted by hand)."""
     spec = run.spec.get("base", run.spec) if isinstance(run, Sweep) else run.spec
     code = spec.get("code")
     if not code:
         return None
     mount = package_mount(session, run.project_id, code)
-    if mount is None:  # checked at submit, and a package a run names is never collected
-        raise LookupError(f"{run.id}: code package {code['id']} is gone")
+    if mount is None:
+        raise CodeMissing(
+            f"code package {code['id']} is gone from project {run.project_id}: upload it again and submit a new run"
+        )
     code_repo.mark_used(session, code_repo.get_package(session, run.project_id, code["id"]))
     return mount
 
@@ -82,6 +112,7 @@ class Launch:
     """One attempt's submission, read off the job row while it is locked and sent after the commit."""
 
     submission_id: str
+    run_id: str
     entrypoint: str
     metadata: dict[str, str]
     code: CodeMount | None = None
@@ -96,6 +127,7 @@ class Launch:
         assert run.id.isalnum(), run.id
         return cls(
             submission_id=run.submission_id,
+            run_id=run.id,
             entrypoint=f"python -m {module} --{kind}-id {run.id} --attempt {int(run.attempt)}",
             metadata={f"{kind}_id": run.id, "attempt": str(run.attempt), "project_id": run.project_id},
             code=code,

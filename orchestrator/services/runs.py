@@ -11,13 +11,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.admission import Demand, demand_of, sweep_demand
-from orchestrator.db.models import Job, Sweep
+from orchestrator.backend import ClusterBackend
+from orchestrator.db.models import Job, JobState, Sweep
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import sweeps as sweeps_repo
-from orchestrator.services.launch import DRIVER_MODULE, Launch, code_mount
+from orchestrator.services.launch import CODE_MISSING, DRIVER_MODULE, CodeMissing, Launch, code_mount
+from orchestrator.settings import Settings
 from orchestrator.states.core import lock_row
 from orchestrator.states.jobs import set_job_state
 from orchestrator.states.sweeps import set_sweep_state
@@ -25,6 +27,7 @@ from workers.contract.jobs import JobSpec
 from workers.contract.sweeps import SweepSpec
 
 Run = Job | Sweep
+_NOT_STARTED = (JobState.STARTING, JobState.RESTARTING)  # submitted (or about to be), nothing heard yet
 
 
 @dataclass(frozen=True)
@@ -42,9 +45,33 @@ class RunKind:
     def lock(self, session: Session, run_id: str) -> Run | None:
         return lock_row(session, self.model, run_id)
 
-    def launch(self, session: Session, run: Run) -> Launch:
-        """The run's current attempt, as it will be submitted (its code package, if any, marked used)."""
-        return Launch.of(run, self.name, self.driver_module, code_mount(session, run))
+    def launch(self, session: Session, run: Run) -> Launch | None:
+        """The run's current attempt, as it will be submitted (its code package, if any, marked used); None
+        when its code package is gone: the run is then FAILED (code_missing), not retried every tick."""
+        try:
+            code = code_mount(session, run)
+        except CodeMissing as exc:
+            self.set_state(session, run, JobState.FAILED, CODE_MISSING, str(exc))
+            return None
+        return Launch.of(run, self.name, self.driver_module, code)
+
+    def submit(
+        self,
+        sessions: sessionmaker[Session],
+        launch: Launch,
+        token: str,
+        backend: ClusterBackend,
+        settings: Settings,
+    ) -> None:
+        """Send ``launch`` to Ray, after the commit that made it (BackendUnavailable: the caller retries). When
+        its stored package is gone and Ray has no copy, the run fails (code_missing) instead."""
+        try:
+            launch.submit(backend, token, settings)
+        except CodeMissing as exc:
+            with sessions.begin() as session:
+                run = self.lock(session, launch.run_id)
+                if run is not None and run.submission_id == launch.submission_id and run.state in _NOT_STARTED:
+                    self.set_state(session, run, JobState.FAILED, CODE_MISSING, str(exc))
 
 
 JOBS = RunKind(

@@ -79,6 +79,8 @@ def _apply_trial(session: Session, sweep: Sweep, spec: SweepSpec, event: TrialEv
         changed = True
     if event.state in _TRIAL_TARGET:
         to_state, reason = _TRIAL_TARGET[event.state]
+        if event.state == "failed" and event.reason:
+            reason = event.reason  # classified as a job's would be (code_error, oom, ...)
         message = event.message
         if event.state == "stopped" and trial.iterations >= trial_spec(spec.base, trial.config).epochs:
             # A backstop: the driver judges by Tune's last result, and a restored trial whose Train run had

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.chaos.harness import kill, wait_until
+from tests.chaos.own_code import OWN_DIGITS, OWN_DIGITS_WORKLOAD, upload, zip_package
 from tests.chaos.recovery import (
     CHECKPOINT_INTERVAL,
     CheckpointWatcher,
@@ -68,3 +69,19 @@ def test_worker_kill_while_a_checkpoint_is_saved(service, reference):
     rec = assert_recovered(service, api, job_id, reference, kills, watcher.stop(), attempts=range(1, 2))
     assert ("RESTARTING", "worker_died", 1) in events_of(api, job_id)
     assert rec.resumed_from[0].path, f"no resume after the kill during the save of {saving}"
+
+
+def test_worker_kill_with_uploaded_code_resumes_with_its_code_still_there(service, reference):
+    # The scenario's digits job, its workload from an uploaded package (no node has it installed): after the
+    # kill the new worker group imports it again from the run's working_dir and resumes from its checkpoint.
+    api = service.api()
+    code_id = upload(api, zip_package(OWN_DIGITS))
+    job_id = api.submit(spec("own-code-worker-kill", workload=OWN_DIGITS_WORKLOAD, code={"id": code_id}))["id"]
+    watcher = CheckpointWatcher(api, job_id)
+    api.wait_for_step(job_id, 5 * CHECKPOINT_INTERVAL + 5)
+    victim = min(service.train_worker_pids())
+    kills = [inject(api, job_id, "worker", 1, lambda: kill(victim))]
+
+    rec = assert_recovered(service, api, job_id, reference, kills, watcher.stop(), attempts=range(1, 2))
+    assert ("RESTARTING", "worker_died", 1) in events_of(api, job_id)
+    assert rec.resumed_from[0].step > 0 and len(rec.resumes[1]) == 1, rec.resumes

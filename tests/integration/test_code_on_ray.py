@@ -80,3 +80,60 @@ def test_uploaded_code_trains_a_two_worker_job(member):
 
     package = member.http.get(f"/v1/code/{code_id}").json()
     assert package["last_used_at"] > package["created_at"]
+
+
+# A package whose build fails inside the user's own helper, at a line the test knows.
+TRAIN_BROKEN = """
+def check_config(config):
+    raise ValueError("mycode: points must be even, got " + str(config["points"]))
+
+
+def build(config, seed):
+    check_config(config)
+"""
+
+
+def _upload(member, files: dict[str, str]) -> str:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+    uploaded = member.http.post("/v1/code", files={"file": ("code.zip", buffer.getvalue())})
+    assert uploaded.status_code in (200, 201), uploaded.text
+    return uploaded.json()["id"]
+
+
+def _run_to_the_end(member, workload: str, code_id: str) -> dict:
+    response = member.submit(
+        name="code-error",
+        workload=workload,
+        code={"id": code_id},
+        config={"points": 7},
+        epochs=1,
+        scaling={"num_workers": 1},
+        retries={"max_worker_restarts": 2},
+    )
+    assert response.status_code == 201, response.text
+    return member.wait(response.json()["id"], {"FAILED"}, timeout_s=240)
+
+
+def test_an_exception_in_the_uploaded_code_fails_the_job_as_code_error_with_its_traceback(member):
+    code_id = _upload(member, {"train_broken.py": TRAIN_BROKEN})
+    job = _run_to_the_end(member, "train_broken:build", code_id)
+    message = job["message"]
+    assert job["reason"] == "code_error", message[-3000:]
+    assert message.startswith("your code raised an exception at "), message[:500]
+    assert "train_broken.py, line 3, in check_config" in message.splitlines()[0]
+    # The worker's traceback, with the user's file and line.
+    assert 'train_broken.py", line 3, in check_config' in message and "Traceback" in message
+    assert "ValueError: mycode: points must be even, got 7" in message
+    events = member.http.get(f"/v1/jobs/{job['id']}/events").json()
+    assert not [e for e in events if e["to_state"] == "RESTARTING"]  # retry_app_errors is off
+
+
+def test_a_function_the_package_lacks_fails_the_job_as_code_error_naming_it(member):
+    code_id = _upload(member, {"train_broken.py": TRAIN_BROKEN})
+    job = _run_to_the_end(member, "train_broken:fit", code_id)
+    assert job["reason"] == "code_error", job["message"][-3000:]
+    assert job["message"].startswith("the workload 'train_broken:fit' could not be loaded from your code")
+    assert "'train_broken' has no function 'fit'" in job["message"]

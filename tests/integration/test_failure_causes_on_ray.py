@@ -43,9 +43,11 @@ def _submissions(ray_cluster, job_id: str) -> list[str]:
 
 
 def test_an_exception_in_the_training_code_fails_at_once_with_its_traceback(member, ray_cluster):
-    job_id = _submit(member, "app-error", {"fail_after_samples": 100}, retries={"max_worker_restarts": 3})
+    job_id = _submit(member, "code-error", {"fail_after_samples": 100}, retries={"max_worker_restarts": 3})
     job = _wait_terminal(member, job_id)
-    assert (job["state"], job["reason"], job["attempt"]) == ("FAILED", "app_error", 1), job["message"][-2000:]
+    # Raised in the workload's own package (example_workloads), so the job's code's error, not ours.
+    assert (job["state"], job["reason"], job["attempt"]) == ("FAILED", "code_error", 1), job["message"][-2000:]
+    assert "example_workloads/faulty.py" in job["message"].splitlines()[0]
     assert "ValueError: faulty workload: a bug in the training code" in job["message"]
     assert "Traceback" in job["message"] and "retry_app_errors is off" in job["message"]
     assert not [h for h in _history(member, job_id) if h[0] == "RESTARTING"]  # not one restart spent on a bug
@@ -78,7 +80,7 @@ def test_a_transient_error_is_retried_when_the_spec_asks_for_it(member, ray_clus
     assert job["state"] == "SUCCEEDED", job["message"][-2000:]
     assert marker.exists()
     restarts = [h for h in _history(member, job_id) if h[0] == "RESTARTING"]
-    assert restarts == [("RESTARTING", "app_error", 1)] and job["attempt"] == 1
+    assert restarts == [("RESTARTING", "code_error", 1)] and job["attempt"] == 1
     # How the worker group was started again (workers.train.group_start): two groups of two workers, no idle
     # Ray Data actor with either, and each group's placement group placed on the GCS's first try (without
     # the wait for the first group's resources, the second one's first try fails and waits for a retry).

@@ -114,3 +114,19 @@ def test_projects_never_see_each_others_packages(client, app):
         owners = sorted(session.scalars(select(CodePackage.project_id)))
     assert owners == sorted([team_a, team_b])
     # A job of project b cannot name a package only project a has (checked in test_code_in_jobs.py too).
+
+
+def test_a_package_whose_zip_for_ray_is_past_rays_limit_is_a_413(client, app, monkeypatch):
+    # Ray's dashboard takes a package of at most 100 MiB in one body; a .tar.gz under the upload cap may repack
+    # into a larger zip (gzip compresses across files, a zip file by file). The limit is lowered here to
+    # show the check without 100 MB of test data.
+    from orchestrator.services import code as code_service
+
+    monkeypatch.setattr(code_service, "RAY_PACKAGE_MAX_BYTES", 200 * 1024)
+    _, keys = make_project(client, "team")
+    data = tar_files({"weights.bin": os.urandom(300 * 1024)})
+    assert len(data) < 512 * 1024
+    response = upload(client, keys["member"], data)
+    assert response.status_code == 413, response.text
+    assert "stored as a zip for Ray" in response.json()["detail"]
+    assert nothing_stored(app)

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from orchestrator.backend import RunStatus
 from orchestrator.code_storage import CodeStorage
 from orchestrator.db.models import CodePackage, utcnow
 from orchestrator.loops.code_gc import CodeCollector
 from orchestrator.services.launch import ray_package_uri
-from tests.unit.api_helpers import auth, make_project, tick
+from tests.unit.api_helpers import auth, make_project, reconcile, tick
 from tests.unit.code_archives import TRAIN_PY, zip_of
 from workers.contract.code import CodeSpec
 
@@ -180,3 +181,57 @@ def test_uploading_the_same_bytes_again_counts_as_a_use(client, app):
     collector = CodeCollector(service.sessions, service.code_storage, service.settings)
     assert collector.tick() == []
     assert client.get(f"/v1/code/{code_id}", headers=auth(keys["member"])).status_code == 200
+
+
+# --- a package gone while a run waits for it (deleted by hand) -----------------------------------------
+
+
+def _queued_job_with_code(client) -> tuple[str, str, str, str]:
+    project, keys = make_project(client, "a")
+    code_id = upload(client, keys["member"], {"train_mnist.py": TRAIN_PY})
+    spec = {**job_with_code(code_id), "scaling": {"num_workers": 1}}
+    response = client.post("/v1/jobs", json=spec, headers=auth(keys["member"]))
+    assert response.status_code == 201, response.text
+    return project, keys["member"], code_id, response.json()["id"]
+
+
+def _job(client, key: str, job_id: str) -> dict:
+    return client.get(f"/v1/jobs/{job_id}", headers=auth(key)).json()
+
+
+def test_a_queued_run_whose_package_row_was_deleted_fails_with_code_missing(client, app, backend):
+    _, key, code_id, job_id = _queued_job_with_code(client)
+    with app.state.service.sessions.begin() as session:
+        session.query(CodePackage).delete()
+    tick(app)
+    job = _job(client, key, job_id)
+    assert (job["state"], job["reason"]) == ("FAILED", "code_missing"), job
+    assert code_id in job["message"] and "upload it again" in job["message"]
+    tick(app)  # nothing is tried again
+    assert backend.submitted == [] and backend.packages == {}
+
+
+def test_a_queued_run_whose_stored_package_was_deleted_fails_with_code_missing(client, app, backend):
+    project, key, code_id, job_id = _queued_job_with_code(client)
+    CodeStorage(app.state.service.settings.storage_path).delete(project, code_id[7:])
+    tick(app)
+    job = _job(client, key, job_id)
+    assert (job["state"], job["reason"]) == ("FAILED", "code_missing"), job
+    assert code_id in job["message"] and "Ray has no copy" in job["message"]
+    assert backend.submitted == []
+    reconcile(app)  # a FAILED run is not resubmitted
+    assert backend.submitted == []
+
+
+def test_a_new_attempt_whose_package_is_gone_fails_with_code_missing(client, app, backend):
+    _, key, code_id, job_id = _queued_job_with_code(client)
+    tick(app)
+    assert [s[0] for s in backend.submitted] == [f"{job_id}-1"]
+    with app.state.service.sessions.begin() as session:
+        session.query(CodePackage).delete()
+    backend.runs[f"{job_id}-1"] = RunStatus.FAILED  # the driver died: the reconciler starts attempt 2
+    reconcile(app)
+    job = _job(client, key, job_id)
+    assert (job["state"], job["reason"], job["attempt"]) == ("FAILED", "code_missing", 2), job
+    assert code_id in job["message"]
+    assert [s[0] for s in backend.submitted] == [f"{job_id}-1"]

@@ -512,3 +512,25 @@ def test_sweeps_are_private_to_their_project(app, client):
     assert [s["id"] for s in client.get("/v1/sweeps", headers=auth(keys["viewer"])).json()] == [sweep["id"]]
     assert post_sweep(client, key=keys["viewer"]).status_code == 403
     assert client.post(f"/v1/sweeps/{sweep['id']}/cancel", headers=auth(keys["member"])).json()["state"] == "CANCELLED"
+
+
+def test_a_failed_trial_keeps_the_reason_its_driver_classified(app, client, backend):
+    sweep = post_sweep(client).json()
+    tick(app)
+    headers = driver_token(backend, f"{sweep['id']}-1")
+    events = [
+        {"type": "state", "state": "running"},
+        {"type": "trial", "trial": "a", "state": "running", "config": {"lr.base": 0.1}},
+        {"type": "trial", "trial": "b", "state": "running", "config": {"lr.base": 0.2}},
+        {"type": "trial", "trial": "a", "state": "failed", "reason": "code_error", "message": "Traceback ..."},
+        {"type": "trial", "trial": "b", "state": "failed", "message": "TuneError: ..."},
+    ]
+    response = client.post(
+        f"/internal/v1/sweeps/{sweep['id']}/events", json={"attempt": 1, "events": events}, headers=headers
+    )
+    assert response.status_code == 200, response.text
+    trials = client.get(f"/v1/sweeps/{sweep['id']}/trials", headers=auth(ADMIN)).json()
+    assert {t["tune_id"]: (t["state"], t["reason"]) for t in trials} == {
+        "a": ("FAILED", "code_error"),
+        "b": ("FAILED", "trial_error"),  # an error that is not a Train run's: the default
+    }

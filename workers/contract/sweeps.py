@@ -366,6 +366,9 @@ class TrialEvent(_Strict):
     metrics: dict[str, float] = Field(default_factory=dict)
     checkpoint_path: str | None = Field(None, max_length=4096)
     message: str = Field("", max_length=20_000)
+    reason: str = Field(
+        "", max_length=64, description="Why a failed trial failed, as a job's reason (code_error, ...)."
+    )
 
 
 SweepEvent = Annotated[StateEvent | TrialEvent, Field(discriminator="type")]

@@ -23,7 +23,7 @@ import ray
 from workers.contract.jobs import DriverAssignment, DriverExit, StateEvent
 from workers.runtime.reporter import EventReporter
 from workers.train.callbacks import checkpoint_event
-from workers.train.failures import APP_ERROR, OOM, WORKER_DIED, classify_training_error
+from workers.train.failures import APP_ERROR, CODE_ERROR, OOM, WORKER_DIED, FailureCause, classify_training_error
 from workers.train.trainer import build_trainer
 
 log = logging.getLogger("workers.train.driver")
@@ -104,13 +104,7 @@ def run_attempt(assignment: DriverAssignment, control_plane_url: str | None, tok
             )
             reporter.close()
             return DriverExit.CLUSTER_FAILED
-        summary = {
-            WORKER_DIED: f"the worker group failed after {spec.retries.max_worker_restarts} restart(s), its budget",
-            OOM: "out of memory (never retried: the same step would run out again)",
-            APP_ERROR: "the training code raised an exception"
-            + ("" if spec.retries.retry_app_errors else " (retries.retry_app_errors is off)"),
-        }[cause.reason]
-        message = f"{summary}\n{cause.detail[-MAX_MESSAGE_CHARS:]}"
+        message = f"{failure_summary(cause, spec)}\n{cause.detail[-MAX_MESSAGE_CHARS:]}"
         log.error(
             "job %s attempt %d failed (%s):\n%s\n%s", job_id, attempt, cause.reason, message, traceback.format_exc()
         )
@@ -137,6 +131,22 @@ def run_attempt(assignment: DriverAssignment, control_plane_url: str | None, tok
         exit_code = DriverExit.SUCCEEDED
     finish_reporting(reporter)
     return exit_code
+
+
+def failure_summary(cause: FailureCause, spec) -> str:
+    """The first line of a FAILED job's message: what failed, and why it was not retried."""
+    retries_off = "" if spec.retries.retry_app_errors else " (retries.retry_app_errors is off)"
+    if cause.reason == CODE_ERROR:
+        where = f" at {cause.where}" if cause.where else ""
+        if cause.permanent:
+            what = f"the workload {spec.workload!r}" if spec.workload else f"the entrypoint {spec.entrypoint!r}"
+            return f"{what} could not be loaded from your code{where} (never retried)"
+        return f"your code raised an exception{where}{retries_off}"
+    return {
+        WORKER_DIED: f"the worker group failed after {spec.retries.max_worker_restarts} restart(s), its budget",
+        OOM: "out of memory (never retried: the same step would run out again)",
+        APP_ERROR: f"the training code raised an exception{retries_off}",
+    }[cause.reason]
 
 
 def start_driver(

@@ -6,8 +6,11 @@ repeated until the budget is spent. ``CauseAwareFailurePolicy`` decides by cause
 
     worker_died  the worker process or its node went away (killed, node lost, health check failed,
                  or a collective broken because a peer did): restarted, up to ``retries.max_worker_restarts``
-    app_error    an exception raised by the training code: fails at once with its traceback, unless
-                 the spec sets ``retries.retry_app_errors``
+    code_error   an error in the job's own code (``workers.train.code_errors`` tells it from ours by the
+                 traceback's frames): its workload cannot be loaded (module or function missing, an
+                 ImportError, a SyntaxError), never restarted; or it raised while training, which fails
+                 at once with its traceback unless the spec sets ``retries.retry_app_errors``
+    app_error    any other exception raised in the training loop (a bug of ours): as a raised code_error
     oom          out of memory (torch or Python allocation failure, Ray's memory monitor): never
                  restarted, the same step would run out again
 
@@ -29,6 +32,7 @@ from ray.train.v2.api.exceptions import ControllerError, TrainingFailedError, Wo
 
 from workers.contract.jobs import StateEvent
 from workers.runtime.reporter import EventReporter
+from workers.train.code_errors import LOADING, code_error_of
 from workers.train.ray_internals import (
     DefaultFailurePolicy,
     FailureDecision,
@@ -38,7 +42,7 @@ from workers.train.ray_internals import (
     data_parallel_trainer,
 )
 
-WORKER_DIED, APP_ERROR, OOM = "worker_died", "app_error", "oom"
+WORKER_DIED, CODE_ERROR, APP_ERROR, OOM = "worker_died", "code_error", "app_error", "oom"
 # Ray's memory monitor kills a worker with "...killed due to the node running low on memory".
 _OOM_TEXT = re.compile(r"low on memory|out of memory|OutOfMemory|memory monitor", re.IGNORECASE)
 # A rank whose peer vanished fails inside a collective, often before Ray has noticed the dead worker
@@ -52,25 +56,36 @@ MAX_DETAIL_CHARS = 12_000
 
 @dataclass(frozen=True)
 class FailureCause:
-    reason: str  # WORKER_DIED, APP_ERROR or OOM
+    reason: str  # WORKER_DIED, CODE_ERROR, APP_ERROR or OOM
     detail: str  # the traceback of the training code, or what Ray said about the worker
     # False when the cluster itself failed under the driver (the head or the controller unreachable):
     # the driver cannot judge the run, so it leaves the next step to the control plane.
     conclusive: bool = True
+    # A code_error no retry can pass (the workload could not be loaded), and where in the job's code it was.
+    permanent: bool = False
+    where: str = ""
 
     def retryable(self, retry_app_errors: bool) -> bool:
-        return self.reason == WORKER_DIED or (self.reason == APP_ERROR and retry_app_errors)
+        if self.reason == WORKER_DIED:
+            return True
+        return self.reason in (CODE_ERROR, APP_ERROR) and retry_app_errors and not self.permanent
 
 
 def classify_worker_failures(failures: dict[int, BaseException]) -> FailureCause:
-    """One cause for a group: the worst wins (oom, then app_error), because when one rank fails the
-    others usually fail after it with collateral errors (a broken collective, a reset connection)."""
+    """One cause for a group: the worst wins (oom, then code_error, then app_error), because when one rank
+    fails the others usually fail after it with collateral errors (a broken collective, a reset connection)."""
     causes = {rank: _classify_one(exc) for rank, exc in failures.items()}
-    for reason in (OOM, APP_ERROR, WORKER_DIED):
+    for reason in (OOM, CODE_ERROR, APP_ERROR, WORKER_DIED):
         ranks = sorted(rank for rank, cause in causes.items() if cause == reason)
         if ranks:
             detail = "\n".join(f"rank {rank}: {_describe(failures[rank])}" for rank in ranks)
-            return FailureCause(reason, detail[-MAX_DETAIL_CHARS:])
+            marks = [code_error_of(_unwrapped(failures[rank])) for rank in ranks] if reason == CODE_ERROR else []
+            return FailureCause(
+                reason,
+                detail[-MAX_DETAIL_CHARS:],
+                permanent=any(mark and mark[0] == LOADING for mark in marks),
+                where=next((mark[1] for mark in marks if mark), ""),
+            )
     return FailureCause(WORKER_DIED, "the worker group failed without an error")
 
 
@@ -78,18 +93,34 @@ def classify_training_error(error: BaseException) -> FailureCause:
     """The cause of what ``TorchTrainer.fit()`` raised (or the controller's failure policy is shown)."""
     if isinstance(error, WorkerGroupError):
         # Ray's own text of a group error carries each distinct worker traceback.
-        return FailureCause(classify_worker_failures(error.worker_failures).reason, str(error)[-MAX_DETAIL_CHARS:])
+        cause = classify_worker_failures(error.worker_failures)
+        return FailureCause(cause.reason, str(error)[-MAX_DETAIL_CHARS:], permanent=cause.permanent, where=cause.where)
     if isinstance(error, ControllerError):
         return FailureCause(WORKER_DIED, f"Ray Train controller: {error.controller_failure!r}"[-MAX_DETAIL_CHARS:])
     reason = _classify_one(error)
     return FailureCause(reason, _describe(error)[-MAX_DETAIL_CHARS:], conclusive=reason != WORKER_DIED)
 
 
+def classify_trial_error(error: BaseException | None) -> str:
+    """The reason a sweep trial failed with, the same as a job's failing the same way; "" when Tune's error
+    is not a Train run's failure (an error it could not unpickle, say): the trial's default reason then."""
+    while isinstance(error, RayError) and isinstance(getattr(error, "cause", None), BaseException):
+        error = error.cause  # the trial's actor task failed with what fit() raised
+    if not isinstance(error, TrainingFailedError):
+        return ""
+    cause = classify_training_error(error)
+    return cause.reason if cause.conclusive else ""
+
+
+def _unwrapped(exc: BaseException) -> BaseException:
+    # Ray Train hands over what the training code raised as it is, or still wrapped in
+    # UserExceptionWithTraceback (whose str() is the worker's traceback).
+    return exc._base_exc if isinstance(exc, UserExceptionWithTraceback) else exc
+
+
 def _classify_one(exc: BaseException) -> str:
-    # Ray Train hands over what the training code raised as it is (sometimes still wrapped in
-    # UserExceptionWithTraceback); a dead worker shows up as one of Ray's own errors.
-    if isinstance(exc, UserExceptionWithTraceback):
-        exc = exc._base_exc
+    # A dead worker shows up as one of Ray's own errors.
+    exc = _unwrapped(exc)
     if isinstance(exc, (RayError, RayTrainError)):  # e.g. the controller unreachable from the training code
         if isinstance(exc, WorkerHealthCheckFailedError):
             exc = exc.health_check_failure
@@ -98,7 +129,7 @@ def _classify_one(exc: BaseException) -> str:
         return OOM
     if isinstance(exc, torch.distributed.DistError) or _PEER_LOST_TEXT.search(str(exc)):
         return WORKER_DIED
-    return APP_ERROR
+    return CODE_ERROR if code_error_of(exc) else APP_ERROR
 
 
 def _describe(exc: BaseException) -> str:

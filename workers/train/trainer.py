@@ -9,6 +9,7 @@ from ray.train.torch import TorchTrainer
 
 from workers.contract.jobs import JobSpec, TrainingPlan
 from workers.train.callbacks import RunEventForwarder
+from workers.train.code_errors import blame_user_code
 from workers.train.failures import CauseAwareFailurePolicy, failure_policy
 from workers.train.group_start import WaitForFreedResources, without_unused_datasets_callback
 from workers.train.ray_context import train_loop_per_worker
@@ -36,7 +37,7 @@ def build_trainer(
     if scaling.gpus_per_worker:
         resources["GPU"] = scaling.gpus_per_worker
     trainer = JobTrainer(
-        train_loop_per_worker,
+        blame_user_code(train_loop_per_worker),  # an error of the job's own code fails it as code_error
         train_loop_config={
             "job_id": job_id,
             "attempt": attempt,

@@ -47,6 +47,7 @@ from workers.contract.sweeps import (
 from workers.runtime.manifest import resolve
 from workers.runtime.reporter import EventReporter
 from workers.train.callbacks import POSITION_KEYS
+from workers.train.failures import classify_trial_error
 from workers.train.trainer import build_trainer
 
 log = logging.getLogger(__name__)
@@ -358,5 +359,11 @@ class TrialEventForwarder(tune.Callback):
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
         error = trial.get_pickled_error() or trial.get_error()
         self.reporter.emit(
-            TrialEvent(trial=trial.trial_id, state="failed", config=self._config(trial), message=str(error)[-15_000:])
+            TrialEvent(
+                trial=trial.trial_id,
+                state="failed",
+                config=self._config(trial),
+                message=str(error)[-15_000:],
+                reason=classify_trial_error(error),
+            )
         )
