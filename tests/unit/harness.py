@@ -137,7 +137,11 @@ def regression(config: dict, seed: int) -> Workload:
 def job_config(workload: str = MLP, *, workers: int = 2, strategy: str = "ddp", **spec_fields: Any) -> dict:
     """A loop config as the driver builds it; the plan is resolved as the control plane does."""
     spec = JobSpec(workload=workload, scaling={"num_workers": workers}, **spec_fields)
-    plan = TrainingPlan(strategy=strategy, global_batch=spec.global_batch, lr=spec.scaled_lr)
+    return loop_config(spec, TrainingPlan(strategy=strategy, global_batch=spec.global_batch, lr=spec.scaled_lr))
+
+
+def loop_config(spec: JobSpec, plan: TrainingPlan) -> dict:
+    """What the driver hands every worker for ``spec`` (a workload's or a training function's), reporting nowhere."""
     return {
         "job_id": "job-1",
         "attempt": 1,

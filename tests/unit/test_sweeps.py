@@ -442,16 +442,21 @@ def test_a_pbt_exploit_changes_the_trials_config_and_its_history_goes_on(app, cl
     assert [(p["epoch"], p["values"]["val_accuracy"]) for p in points] == [(1, 0.1), (2, 0.12), (3, 0.9)]
 
 
-def test_cancel_ends_the_sweep_and_its_open_trials(app, client, backend):
+def started_with_two_trials(app, client, backend) -> tuple[dict, dict, list[dict]]:
+    """A sweep whose driver runs; its token's headers and the events that start trials a and b."""
     sweep = post_sweep(client).json()
     tick(app)
-    headers = driver_token(backend, f"{sweep['id']}-1")
     events = [
         {"type": "state", "state": "running"},
         {"type": "trial", "trial": "a", "state": "running", "config": {"lr.base": 0.1}},
         {"type": "trial", "trial": "b", "state": "running", "config": {"lr.base": 0.2}},
-        {"type": "trial", "trial": "b", "state": "succeeded"},
     ]
+    return sweep, driver_token(backend, f"{sweep['id']}-1"), events
+
+
+def test_cancel_ends_the_sweep_and_its_open_trials(app, client, backend):
+    sweep, headers, events = started_with_two_trials(app, client, backend)
+    events.append({"type": "trial", "trial": "b", "state": "succeeded"})
     client.post(f"/internal/v1/sweeps/{sweep['id']}/events", json={"attempt": 1, "events": events}, headers=headers)
     response = client.post(f"/v1/sweeps/{sweep['id']}/cancel", headers=auth(ADMIN))
     assert response.json()["state"] == "CANCELLING" and backend.stopped == [f"{sweep['id']}-1"]
@@ -515,13 +520,8 @@ def test_sweeps_are_private_to_their_project(app, client):
 
 
 def test_a_failed_trial_keeps_the_reason_its_driver_classified(app, client, backend):
-    sweep = post_sweep(client).json()
-    tick(app)
-    headers = driver_token(backend, f"{sweep['id']}-1")
-    events = [
-        {"type": "state", "state": "running"},
-        {"type": "trial", "trial": "a", "state": "running", "config": {"lr.base": 0.1}},
-        {"type": "trial", "trial": "b", "state": "running", "config": {"lr.base": 0.2}},
+    sweep, headers, events = started_with_two_trials(app, client, backend)
+    events += [
         {"type": "trial", "trial": "a", "state": "failed", "reason": "code_error", "message": "Traceback ..."},
         {"type": "trial", "trial": "b", "state": "failed", "message": "TuneError: ..."},
     ]

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from orchestrator.db.models import Job
 from orchestrator.planner import plan_job
 from tests.unit.api_helpers import ADMIN, auth, make_project
-from tests.unit.harness import RecordingReporter, assert_same_state, run_on_ranks
+from tests.unit.harness import RecordingReporter, assert_same_state, loop_config, run_on_ranks
 from tests.unit.test_code_in_jobs import upload
 from tests.unit.test_deployments import app_of, deploy, finished_job, reconcile
 from workers.contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
@@ -117,15 +117,7 @@ def function_config(entrypoint: str = "train:main", world_size: int = 1, **field
         lr={"base": 0.03, "base_batch": 32},
         **fields,
     )
-    plan = TrainingPlan.fixed(spec)
-    return {
-        "job_id": "job-1",
-        "attempt": 1,
-        "control_plane_url": None,
-        "token": "",
-        "spec": spec.model_dump(mode="json"),
-        "plan": plan.model_dump(mode="json"),
-    }
+    return loop_config(spec, TrainingPlan.fixed(spec))
 
 
 @pytest.fixture
