@@ -325,7 +325,7 @@ def _started_job(app, client, backend) -> tuple[str, str]:
 
 def test_events_need_the_jobs_own_token(app, client, backend):
     job, token = _started_job(app, client, backend)
-    _other, other_token = _started_job(app, client, backend)
+    other, other_token = _started_job(app, client, backend)
     batch = {"attempt": 1, "events": [{"type": "state", "state": "running"}]}
     assert client.post(f"/internal/v1/jobs/{job}/events", json=batch).status_code == 401
     assert client.post(f"/internal/v1/jobs/{job}/events", json=batch, headers=auth(other_token)).status_code == 401
@@ -338,6 +338,14 @@ def test_events_need_the_jobs_own_token(app, client, backend):
     assert client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()["state"] == "RUNNING"
     assignment = client.get(f"/internal/v1/jobs/{job}/assignment", params={"attempt": 1}, headers=auth(token))
     assert assignment.status_code == 200 and assignment.json()["spec"]["workload"] == "digits"
+    # A run's token is no API key: it reads no run, its own or another's, and lists nothing (issue 17's trust
+    # model: user code on the cluster holds its job's token).
+    for path in (f"/v1/jobs/{job}", f"/v1/jobs/{other}", "/v1/jobs", "/v1/sweeps", "/v1/code", "/v1/deployments"):
+        assert client.get(path, headers=auth(token)).status_code == 401, path
+    assert (
+        client.get(f"/internal/v1/jobs/{other}/assignment", params={"attempt": 1}, headers=auth(token)).status_code
+        == 401
+    )
 
 
 def test_events_record_metrics_checkpoints_and_result_idempotently(app, client, backend):
