@@ -16,11 +16,8 @@ from orchestrator.errors import Invalid
 from orchestrator.services.submission import SpecRejected
 from orchestrator.settings import Settings
 from workers.contract.jobs import CheckpointEvent, EventBatch, MetricsEvent, StateEvent
-from workers.contract.metrics import metric_name_problem
+from workers.contract.metrics import POSITION_KEYS, metric_name_problem
 from workers.contract.sweeps import SweepEventBatch, TrialEvent
-
-# Not metric names: what record_metrics adds to latest_metrics itself.
-_POSITION = frozenset({"epoch", "step"})
 
 
 class OverLimit(Invalid):
@@ -58,7 +55,7 @@ def _check_count(names: set[str], settings: Settings, where: str) -> None:
 def check_job_batch(job: Job, batch: EventBatch, settings: Settings) -> None:
     """A job's distinct metric names (those it has, ``latest_metrics``, and the batch's) stay within the cap,
     every name within its length, a reported result within its size."""
-    names = set(job.latest_metrics or {}) - _POSITION
+    names = set(job.latest_metrics or {}) - POSITION_KEYS
     for event in batch.events:
         if isinstance(event, MetricsEvent):
             _check_names(event.values, settings, f"job {job.id}'s metrics")

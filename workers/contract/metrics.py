@@ -11,6 +11,8 @@ import re
 METRIC_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.:/-]*$"
 DEFAULT_MAX_METRIC_NAME_CHARS = 64
 DEFAULT_MAX_METRIC_NAMES = 64
+# Where a report stands, stored beside a checkpoint's metrics and in a job's latest metrics: never metric names.
+POSITION_KEYS = frozenset({"epoch", "step"})
 
 _NAME = re.compile(METRIC_NAME_PATTERN)
 

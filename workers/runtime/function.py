@@ -32,7 +32,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from workers.contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
-from workers.contract.metrics import DEFAULT_MAX_METRIC_NAMES, check_metric_name
+from workers.contract.metrics import DEFAULT_MAX_METRIC_NAMES, POSITION_KEYS, check_metric_name
 from workers.contract.workloads import load_entrypoint
 from workers.runtime.context import LoopContext
 from workers.runtime.distributed import unwrap
@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 
 # Rank 0 writes it into every checkpoint: where the context's counters stood, so a restore goes on from there.
 CONTEXT_FILE = "context.json"
-POSITION_KEYS = ("epoch", "step")  # stored beside a checkpoint's metrics: not metric names
 
 
 def run_function(config: dict, ctx: LoopContext, reporter: Reporter | None = None) -> dict[str, float]:

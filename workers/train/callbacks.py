@@ -9,14 +9,12 @@ import pyarrow.fs
 from ray.train import Checkpoint, UserCallback
 
 from workers.contract.jobs import CheckpointEvent
+from workers.contract.metrics import POSITION_KEYS
 from workers.runtime.manifest import verify_checkpoint
 from workers.runtime.reporter import EventReporter
 from workers.train.checkpoints import checkpoint_uri
 
 log = logging.getLogger(__name__)
-
-# Keys the loop adds to every checkpointed report next to its float metrics.
-POSITION_KEYS = ("epoch", "step")
 
 
 class RunEventForwarder(UserCallback):

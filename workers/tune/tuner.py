@@ -29,6 +29,7 @@ from ray.tune.search import BasicVariantGenerator, Searcher
 from ray.util.queue import Empty, Queue
 
 from workers.contract.jobs import JobSpec, TrainingPlan
+from workers.contract.metrics import POSITION_KEYS
 from workers.contract.sweeps import (
     TRIAL_DRIVER_CPU,
     AshaScheduler,
@@ -46,7 +47,6 @@ from workers.contract.sweeps import (
 )
 from workers.runtime.manifest import resolve
 from workers.runtime.reporter import EventReporter
-from workers.train.callbacks import POSITION_KEYS
 from workers.train.failures import classify_trial_error
 from workers.train.trainer import build_trainer
 
@@ -302,7 +302,7 @@ REPORTERS: dict[str, EventReporter] = {}
 
 
 # Not metrics: what Tune adds to a trial's result (its clock, counters, ids), and the epoch and step.
-TUNE_KEYS = frozenset(AUTO_RESULT_KEYS) | set(POSITION_KEYS)
+TUNE_KEYS = frozenset(AUTO_RESULT_KEYS) | POSITION_KEYS
 
 
 def run_metrics(result: dict[str, Any]) -> dict[str, float]:
