@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import time
 import zipfile
 from pathlib import Path
 
@@ -20,19 +19,20 @@ pytestmark = pytest.mark.integration
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "own_code" / "train_function"
 DEPLOYMENT = "circle-function"
-ENV_MARKER = "WORKER-ENVIRONMENT"
-DUMP_ENV = f'''
+DUMP_ENV = """
 import json
 import os
-import uuid
+import tempfile
 
 
 def main(ctx):
-    # Ray folds lines that differ only in their digits into one ("repeated 2x"): a random hex id keeps both.
-    line = {{"rank": ctx.rank, "line": uuid.uuid4().hex, "env": dict(os.environ)}}
-    print("{ENV_MARKER}", json.dumps(line), flush=True)
-    ctx.report({{"done": 1.0}})
-'''
+    # Into the run's checkpoint, each rank its own file: a worker's printed lines reach the job's logs through
+    # the driver, and a driver that ends first drops them.
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, f"env-rank-{ctx.rank}.json"), "w") as out:
+            json.dump(dict(os.environ), out)
+        ctx.report({"done": 1.0}, checkpoint_dir=folder)
+"""
 
 
 def zip_folder(folder: Path) -> bytes:
@@ -90,19 +90,10 @@ def test_the_example_function_trains_two_workers_is_deployed_and_answers(member,
 
 
 def worker_environments(member, job_id: str) -> list[dict]:
-    """Each rank's environment, from the job's logs. A worker's output reaches them through Ray's log monitor,
-    a moment after it is printed: the job may have ended before, so the logs are read again for a while."""
-    deadline = time.monotonic() + 30
-    while True:
-        logs = member.http.get(f"/v1/jobs/{job_id}/logs").text
-        lines = [line.split(ENV_MARKER, 1)[1] for line in logs.splitlines() if ENV_MARKER + " {" in line]
-        # Ray may show a worker's line more than once: one per rank.
-        by_rank = {e["rank"]: e["env"] for e in map(json.loads, lines)}
-        if sorted(by_rank) == [0, 1] or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    assert sorted(by_rank) == [0, 1], logs[-3000:]
-    return list(by_rank.values())
+    """Each rank's environment, from the files its run wrote into its checkpoint (local storage here)."""
+    (checkpoint,) = member.http.get(f"/v1/jobs/{job_id}/checkpoints").json()
+    folder = Path(checkpoint["path"])
+    return [json.loads((folder / f"env-rank-{rank}.json").read_text()) for rank in (0, 1)]
 
 
 def test_no_control_plane_secret_reaches_a_worker(member):
