@@ -54,3 +54,12 @@ def app(database_url, tmp_path, backend, settings_overrides):
 @pytest.fixture
 def client(app) -> TestClient:
     return app.state.client
+
+
+@pytest.fixture
+def live(tmp_path, backend, settings_overrides):
+    """The unit-test app over real HTTP (uvicorn in a thread, SQLite): what the SDK and CLI tests talk to."""
+    from tests.unit.live_server import serve
+
+    with serve(tmp_path, backend, **settings_overrides) as server:
+        yield server
