@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from api.errors import install_error_handler
 from api.limits import BodySizeLimit
 from api.openapi import document_error_shapes
+from api.request_id import RequestId
 from api.routers import code, deployments, health, internal, jobs, plan, projects, sweeps
 from orchestrator.backend import ClusterBackend
 from orchestrator.control_plane import ControlPlane
@@ -63,6 +64,8 @@ def create_app(
             ),
         },
     )
+    # Added last, so outermost: every answer carries X-Request-ID, the body-size middleware's 413 included.
+    app.add_middleware(RequestId)
     for router in (
         health.router,
         projects.router,
