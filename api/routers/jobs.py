@@ -6,6 +6,7 @@ from fastapi import APIRouter, Header, Query, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from api.deps import ControlPlaneDep, CurrentKey, SessionDep, WriterKey, target_project
+from api.filters import NamePrefix
 from api.paging import JobsPage, MetricsPage, Page
 from orchestrator.auth import Principal
 from orchestrator.db.models import Job, JobState
@@ -65,9 +66,10 @@ def list_jobs(
     label: Annotated[
         list[str] | None, Query(description="key=value; repeat to require several (ORCHESTRATOR_MAX_LABEL_FILTERS).")
     ] = None,
+    name_prefix: NamePrefix = None,
 ) -> JobPage:
-    """Newest first, filtered by state and labels; the next page's cursor is in the body (`next_cursor`) and
-    in the X-Next-Cursor header. 50 a page unless `limit` says otherwise."""
+    """Newest first, filtered by state, labels and the start of the name; the next page's cursor is in the
+    body (`next_cursor`) and in the X-Next-Cursor header. 50 a page unless `limit` says otherwise."""
     if len(label or []) > service.settings.max_label_filters:
         raise Invalid(
             f"{len(label or [])} label filters: at most {service.settings.max_label_filters} (ORCHESTRATOR_MAX_LABEL_FILTERS)",
@@ -79,7 +81,9 @@ def list_jobs(
             raise Invalid(f"label filter {item!r} must be key=value")
         labels[key] = value
     scope = principal.project_scope()
-    jobs = page.fetch(lambda cursor, limit: jobs_repo.list_jobs(session, scope, state, labels, cursor, limit))
+    jobs = page.fetch(
+        lambda cursor, limit: jobs_repo.list_jobs(session, scope, state, labels, cursor, limit, name_prefix)
+    )
     return JobPage(
         items=[JobOut.model_validate(j) for j in jobs], next_cursor=page.response.headers.get("X-Next-Cursor")
     )

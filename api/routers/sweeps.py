@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, status
 from fastapi.responses import PlainTextResponse
 
 from api.deps import ControlPlaneDep, CurrentKey, SessionDep, WriterKey, target_project
+from api.filters import NamePrefix
 from api.paging import MetricsPage, Page
 from api.views import sweep_out
 from orchestrator.auth import Principal
@@ -63,10 +64,12 @@ def list_sweeps(
     principal: CurrentKey,
     page: Page,
     state: Annotated[list[JobState] | None, Query(description="Repeat to match any of several.")] = None,
+    name_prefix: NamePrefix = None,
 ) -> list[SweepOut]:
-    """Newest first; paged (X-Next-Cursor)."""
+    """Newest first, filtered by state and the start of the name; paged (X-Next-Cursor)."""
     scope = principal.project_scope()
-    return [_out(session, s) for s in page.fetch(lambda c, n: sweeps_repo.list_sweeps(session, scope, state, c, n))]
+    rows = page.fetch(lambda c, n: sweeps_repo.list_sweeps(session, scope, state, c, n, name_prefix))
+    return [_out(session, s) for s in rows]
 
 
 @router.get("/{sweep_id}", summary="Get a sweep")

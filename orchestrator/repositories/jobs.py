@@ -7,6 +7,7 @@ from sqlalchemy import delete, or_, select
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import Checkpoint, Job, JobEvent, JobLabel, JobMetric, JobState
+from orchestrator.repositories.names import name_starts_with
 from orchestrator.repositories.paging import fetch_page
 from orchestrator.states.jobs import ACTIVE, record_job_created
 from workers.contract.jobs import JobSpec, TrainingPlan
@@ -52,6 +53,7 @@ def list_jobs(
     labels: dict[str, str] | None = None,
     cursor: str | None = None,
     limit: int = 50,
+    name_prefix: str | None = None,
 ) -> tuple[list[Job], str | None]:
     """Newest first. Returns a page and the cursor of the next page (None at the end)."""
     query = select(Job)
@@ -59,6 +61,8 @@ def list_jobs(
         query = query.where(Job.project_id == project_scope)
     if states:
         query = query.where(Job.state.in_(states))
+    if name_prefix:
+        query = query.where(name_starts_with(Job.name, name_prefix))
     for key, value in (labels or {}).items():
         query = query.where(Job.id.in_(select(JobLabel.job_id).where(JobLabel.key == key, JobLabel.value == value)))
     return fetch_page(session, query, (Job.created_at, Job.id), cursor, limit, descending=True)

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db.models import JobState, Sweep, SweepEvent, Trial, TrialEvent, TrialMetric, TrialState
 from orchestrator.repositories.jobs import runs_for_checkpoint_upkeep
+from orchestrator.repositories.names import name_starts_with
 from orchestrator.repositories.paging import fetch_page
 from orchestrator.states.jobs import ACTIVE
 from orchestrator.states.sweeps import record_sweep_created, record_trial_created
@@ -40,7 +41,12 @@ def get_sweep(session: Session, sweep_id: str, project_scope: str | None) -> Swe
 
 
 def list_sweeps(
-    session: Session, project_scope: str | None, states: list[JobState] | None, cursor: str | None, limit: int
+    session: Session,
+    project_scope: str | None,
+    states: list[JobState] | None,
+    cursor: str | None,
+    limit: int,
+    name_prefix: str | None = None,
 ) -> tuple[list[Sweep], str | None]:
     """Newest first: a page and the next page's cursor (None on the last)."""
     query = select(Sweep)
@@ -48,6 +54,8 @@ def list_sweeps(
         query = query.where(Sweep.project_id == project_scope)
     if states:
         query = query.where(Sweep.state.in_(states))
+    if name_prefix:
+        query = query.where(name_starts_with(Sweep.name, name_prefix))
     return fetch_page(session, query, (Sweep.created_at, Sweep.id), cursor, limit, descending=True)
 
 
