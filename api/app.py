@@ -10,7 +10,7 @@ from api.errors import install_error_handler
 from api.limits import BodySizeLimit
 from api.openapi import document_error_shapes
 from api.request_id import RequestId
-from api.routers import code, deployments, health, internal, jobs, plan, projects, sweeps
+from api.routers import code, deployments, health, identity, internal, jobs, plan, projects, sweeps
 from orchestrator.backend import ClusterBackend
 from orchestrator.control_plane import ControlPlane
 from orchestrator.settings import Settings
@@ -68,6 +68,7 @@ def create_app(
     app.add_middleware(RequestId)
     for router in (
         health.router,
+        identity.router,
         projects.router,
         jobs.router,
         code.router,

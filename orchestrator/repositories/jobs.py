@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, or_, select
+from sqlalchemy import delete, func, or_, select
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import Checkpoint, Job, JobEvent, JobLabel, JobMetric, JobState
@@ -75,6 +75,24 @@ def queued_jobs(session: Session) -> list[Job]:
             select(Job).where(Job.state == JobState.QUEUED).order_by(Job.priority.desc(), Job.created_at, Job.id)
         )
     )
+
+
+def count_by_state(session: Session, project_scope: str | None) -> dict[JobState, int]:
+    """How many jobs are in each state (every state, 0 included); ``project_scope`` None: every project."""
+    query = select(Job.state, func.count()).group_by(Job.state)
+    if project_scope is not None:
+        query = query.where(Job.project_id == project_scope)
+    counts = dict.fromkeys(JobState, 0)
+    counts.update({state: n for state, n in session.execute(query)})
+    return counts
+
+
+def queued_in_scope(session: Session, project_scope: str | None, limit: int) -> list[Job]:
+    """The first ``limit`` QUEUED jobs in admission order (``queued_jobs``'), of one project or of all."""
+    query = select(Job).where(Job.state == JobState.QUEUED)
+    if project_scope is not None:
+        query = query.where(Job.project_id == project_scope)
+    return list(session.scalars(query.order_by(Job.priority.desc(), Job.created_at, Job.id).limit(limit)))
 
 
 def active_jobs(session: Session) -> list[Job]:

@@ -76,6 +76,10 @@ def create_api_key(
     return key, secret
 
 
+def get_api_key(session: Session, key_id: str) -> ApiKey | None:
+    return session.get(ApiKey, key_id)
+
+
 def find_api_key(session: Session, secret: str) -> ApiKey | None:
     return session.scalars(select(ApiKey).where(ApiKey.key_hash == hash_secret(secret))).one_or_none()
 

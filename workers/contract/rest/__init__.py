@@ -6,6 +6,7 @@ Plain pydantic: no SQLAlchemy, Ray, PyTorch or FastAPI. Response models read dat
 name (``Model.model_validate(row)``), without importing the ORM.
 """
 
+from workers.contract.rest.cluster import ClusterStatus, QueuedJobOut, WhoAmI
 from workers.contract.rest.code import CodeFileOut, CodePackageOut, CodeUploaded
 from workers.contract.rest.deployments import DeploymentEventOut, DeploymentOut, DeploymentVersionOut, ReplicaOut
 from workers.contract.rest.errors import ErrorMessage, FieldError, FieldErrors
@@ -18,6 +19,7 @@ __all__ = [
     "BestTrialOut",
     "BytesPerParam",
     "CheckpointOut",
+    "ClusterStatus",
     "CodeFileOut",
     "CodePackageOut",
     "CodeUploaded",
@@ -39,6 +41,7 @@ __all__ = [
     "ProjectCreate",
     "ProjectOut",
     "ProjectPatch",
+    "QueuedJobOut",
     "ReplicaOut",
     "RunOut",
     "StrategyFit",
@@ -46,4 +49,5 @@ __all__ = [
     "TrialEventOut",
     "TrialMetricOut",
     "TrialOut",
+    "WhoAmI",
 ]

@@ -1,0 +1,55 @@
+"""Who the caller is and what the cluster is doing: ``GET /v1/whoami`` and ``GET /v1/cluster``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from workers.contract.base import FromAttributes
+from workers.contract.states import JobState, Role
+
+
+class WhoAmI(BaseModel):
+    """``GET /v1/whoami``: the key the request was made with. The environment's admin token
+    (ORCHESTRATOR_ADMIN_TOKEN) is no stored key: its key and project fields are null."""
+
+    key_id: str | None = Field(description="The key's id; null for the environment's admin token.")
+    key_name: str | None = Field(description="The key's label (may be empty); null for the environment's admin token.")
+    role: Role = Field(description="admin, member or viewer.")
+    project_id: str | None = Field(description="The project the key acts in; null for the environment's admin token.")
+    project_name: str | None = Field(description="That project's name; null for the environment's admin token.")
+    cluster_admin: bool = Field(description="Whether the key reaches every project and makes projects.")
+    expires_at: datetime | None = Field(None, description="When the key stops working (UTC); null: never.")
+
+
+class QueuedJobOut(FromAttributes):
+    """A job waiting to be admitted, and why it waits."""
+
+    id: str
+    name: str = Field(description="Its display name (may be empty).")
+    project_id: str
+    priority: int = Field(description="Higher is admitted first.")
+    reason: str = Field(
+        description="Why it waits, as a code (e.g. insufficient_resources); empty before the first try."
+    )
+    message: str = Field(description="Why it waits, for people (e.g. 'waiting for resources: needs 4 CPU, 2 free').")
+    created_at: datetime
+
+
+class ClusterStatus(BaseModel):
+    """``GET /v1/cluster``: the Ray cluster's resources (what the scheduler sees) and the jobs in the key's scope.
+    Answered (200) when Ray is down too: ``ray`` says so and the resources are empty."""
+
+    ray: Literal["ok", "unavailable"] = Field(description="Whether the Ray cluster answered.")
+    total: dict[str, float] = Field(description="What the cluster's alive nodes hold, e.g. {'CPU': 8, 'GPU': 2}.")
+    available: dict[str, float] = Field(
+        description="What is left for new jobs: the total less what running jobs, sweeps and deployments hold "
+        "(the scheduler's own reckoning)."
+    )
+    jobs: dict[JobState, int] = Field(description="How many jobs are in each state (every state, 0 included).")
+    queue: list[QueuedJobOut] = Field(
+        description="The QUEUED jobs in admission order (priority, then age), the first ``queue_limit``."
+    )
+    queue_limit: int = Field(description="The most jobs ``queue`` lists; ``jobs['QUEUED']`` counts them all.")
