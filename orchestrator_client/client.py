@@ -1,0 +1,91 @@
+"""``Client``: the SDK's entry point. It resolves where to connect (``orchestrator_client.config``), holds one
+HTTP connection pool (``orchestrator_client.transport``) and the API groups (``client.jobs``...)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from pydantic import BaseModel
+
+from orchestrator_client.config import resolve
+from orchestrator_client.resources.code import CodePackages
+from orchestrator_client.resources.deployments import Deployments
+from orchestrator_client.resources.jobs import Jobs
+from orchestrator_client.resources.projects import Projects
+from orchestrator_client.resources.sweeps import Sweeps, Trials
+from orchestrator_client.transport import Transport
+from workers.contract.rest import ClusterStatus, PlanRequest, PlanResponse, WhoAmI
+
+
+class Client:
+    """``Client(url=None, token=None, profile=None, timeout=30.0, retries=4)``.
+
+    url and token: the arguments, else ``ORCHESTRATOR_URL`` / ``ORCHESTRATOR_TOKEN``, else the profile
+    (``profile``, ``ORCHESTRATOR_PROFILE``, or the config file's default) that ``orch login`` saved; no url at
+    all: http://127.0.0.1:8000. ``retries``: extra tries of an idempotent call (0: none). Close it when done
+    (``with Client() as client:``)."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        profile: str | None = None,
+        timeout: float = 30.0,
+        retries: int = 4,
+        *,
+        http_transport: httpx.BaseTransport | None = None,
+        backoff: float = 0.5,
+    ) -> None:
+        resolved = resolve(url, token, profile)
+        self.url = resolved.url
+        self.token = resolved.token
+        self.profile = resolved.profile
+        self.transport = Transport(
+            self.url, self.token, timeout=timeout, retries=retries, backoff=backoff, http_transport=http_transport
+        )
+        self.jobs = Jobs(self.transport)
+        self.sweeps = Sweeps(self.transport)
+        self.trials = Trials(self.transport)
+        self.deployments = Deployments(self.transport)
+        self.code = CodePackages(self.transport)
+        self.projects = Projects(self.transport)
+
+    def __repr__(self) -> str:
+        return f"Client(url={self.url!r}, profile={self.profile!r})"
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def whoami(self) -> WhoAmI:
+        """The key this client uses: its id, name, role and project, and whether it is a cluster-wide admin."""
+        return WhoAmI.model_validate(self.transport.request("GET", "/v1/whoami").json())
+
+    def cluster(self) -> ClusterStatus:
+        """The cluster's resources (total, available), the key's jobs per state, and the queue with reasons."""
+        return ClusterStatus.model_validate(self.transport.request("GET", "/v1/cluster").json())
+
+    def ready(self) -> dict[str, Any]:
+        """``/readyz``: whether the database and Ray answer. A 503 is an answer here, not an error."""
+        response = self.transport.request("GET", "/readyz", ok=(503,))
+        return {"ready": response.status_code == 200, **response.json()}
+
+    def plan(self, request: dict[str, Any] | PlanRequest) -> PlanResponse:
+        """How a model fits and scales (``POST /v1/plan``): memory per GPU per strategy, the recommendation, the
+        global batch, the scaled learning rate and the all-reduce time."""
+        if isinstance(request, BaseModel):
+            body = request.model_dump(mode="json", exclude_unset=True)
+            if body.get("workload") is not None:
+                body.pop("params", None)  # the model filled it in from the workload: the server counts again
+        else:
+            body = dict(request)
+        # a plan changes nothing on the server: safe to retry like a GET
+        return PlanResponse.model_validate(
+            self.transport.request("POST", "/v1/plan", json=body, idempotent=True).json()
+        )

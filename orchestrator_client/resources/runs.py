@@ -1,0 +1,70 @@
+"""What jobs and sweeps share: both are runs (one Ray job per attempt) with the same lifecycle, logs and
+state history, and both are found by an id or a unique name prefix."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from orchestrator_client.errors import Conflict, NotFound
+from orchestrator_client.paging import Pager
+from orchestrator_client.transport import Transport
+from workers.contract.states import JobState
+
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+MAX_CANDIDATES = 10  # names an ambiguous prefix's Conflict lists
+
+R = TypeVar("R")
+
+
+def log_lines(
+    transport: Transport,
+    path: str,
+    *,
+    follow: bool = False,
+    attempt: int | None = None,
+    tail: int | None = None,
+    rank: int | None = None,
+) -> Iterator[str]:
+    """A run's output as lines without their newline. ``follow``: streamed as the run prints, until it ends."""
+    params = {"attempt": attempt, "tail": tail, "rank": rank}
+    if not follow:
+        text = transport.request("GET", path, params=params, headers={"Accept": "text/plain"}).text
+        yield from text.splitlines()
+        return
+    with transport.stream("GET", path, params={**params, "follow": True}) as response:
+        yield from response.iter_lines()
+
+
+def find_by_ref(
+    transport: Transport,
+    kind: str,
+    collection: str,
+    ref: str,
+    parse: Callable[[Any], R],
+    name_of: Callable[[R], str],
+    id_of: Callable[[R], str],
+) -> R:
+    """``ref`` as an id; else the one run whose name starts with it (``?name_prefix=``). None matching: the
+    404; several: Conflict listing them (``candidates``: their ids)."""
+    if not ref:
+        raise ValueError(f"a {kind} id or name prefix is required")
+    try:
+        return parse(transport.request("GET", f"{collection}/{quote(ref, safe='')}").json())
+    except NotFound as missing:
+        pager = Pager(transport, collection, parse, params={"name_prefix": ref}, limit=MAX_CANDIDATES + 1)
+        # the name check again, here: a server older than ?name_prefix= answers every run, unfiltered
+        matches = [run for run in pager if name_of(run).startswith(ref)]
+        if not matches:
+            missing.message = f"no {kind} with id {ref!r} or a name starting with it"
+            raise
+        if len(matches) > 1:
+            shown = ", ".join(f"{id_of(run)} ({name_of(run)})" for run in matches[:MAX_CANDIDATES])
+            more = " and more" if len(matches) > MAX_CANDIDATES else ""
+            raise Conflict(
+                f"{len(matches) if not more else 'several'} {kind}s have a name starting with {ref!r}: {shown}{more}; "
+                "give an id or a longer prefix",
+                candidates=[id_of(run) for run in matches],
+            ) from None
+        return matches[0]

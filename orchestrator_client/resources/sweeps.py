@@ -1,0 +1,157 @@
+"""Hyperparameter sweeps and their trials: ``client.sweeps``, ``client.trials``, ``Sweep`` and ``Trial``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from orchestrator_client.metrics_frame import metrics_frame
+from orchestrator_client.paging import Pager
+from orchestrator_client.resources.bound import Bound
+from orchestrator_client.resources.runs import TERMINAL_STATES, find_by_ref, log_lines
+from orchestrator_client.specs import load_spec
+from orchestrator_client.transport import Transport
+from orchestrator_client.waiting import poll_until
+from workers.contract.rest import JobEventOut, SweepOut, TrialEventOut, TrialMetricOut, TrialOut
+from workers.contract.states import JobState, TrialState
+
+Spec = Mapping[str, Any] | BaseModel | str | Path
+TRIAL_TERMINAL_STATES = frozenset({TrialState.SUCCEEDED, TrialState.STOPPED, TrialState.FAILED, TrialState.CANCELLED})
+
+
+class Trial(TrialOut, Bound):
+    """One trial of a sweep (every field of ``TrialOut``), with its metrics and history."""
+
+    @property
+    def done(self) -> bool:
+        return self.state in TRIAL_TERMINAL_STATES
+
+    def reload(self) -> Trial:
+        return self._refresh(self._http.request("GET", f"/v1/trials/{self.id}").json())
+
+    def metrics(self, limit: int | None = None, page_size: int | None = None) -> Pager[TrialMetricOut]:
+        """One point per epoch it ran (what the search compared), by epoch."""
+        return Pager(
+            self._http, f"/v1/trials/{self.id}/metrics", TrialMetricOut.model_validate, limit=limit, page_size=page_size
+        )
+
+    def metrics_df(self):
+        """The metrics as a pandas DataFrame (needs pandas)."""
+        return metrics_frame(self.metrics())
+
+    def events(self, limit: int | None = None, page_size: int | None = None) -> Pager[TrialEventOut]:
+        return Pager(
+            self._http, f"/v1/trials/{self.id}/events", TrialEventOut.model_validate, limit=limit, page_size=page_size
+        )
+
+
+class Sweep(SweepOut, Bound):
+    """A sweep (every field of ``SweepOut``: ``trials`` is the count per state, ``best_trial`` the best so
+    far); ``list_trials()`` iterates the trials themselves."""
+
+    @property
+    def done(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == JobState.SUCCEEDED
+
+    def reload(self) -> Sweep:
+        return self._refresh(self._http.request("GET", f"/v1/sweeps/{self.id}").json())
+
+    def wait(
+        self, timeout: float | None = None, poll: float = 2.0, on_change: Callable[[Sweep], None] | None = None
+    ) -> Sweep:
+        """Until the sweep ends; returns it. ``on_change(sweep)``: at the start and whenever its state or its
+        trial counts change. Past ``timeout`` s: ``WaitTimeout``."""
+        return poll_until(
+            self,
+            self.reload,
+            lambda sweep: sweep.done,
+            timeout=timeout,
+            poll=poll,
+            what=lambda sweep: sweep.state.value,
+            on_change=on_change,
+            change_key=lambda sweep: (sweep.state, sweep.reason, tuple(sorted(sweep.trials.items()))),
+        )
+
+    def list_trials(self, limit: int | None = None, page_size: int | None = None) -> Pager[Trial]:
+        """Its trials by number (not ``trials()``: ``trials`` is the API's field of counts per state)."""
+        return Pager(
+            self._http,
+            f"/v1/sweeps/{self.id}/trials",
+            lambda data: Trial.bind(data, self._http),
+            limit=limit,
+            page_size=page_size,
+        )
+
+    def logs(self, attempt: int | None = None, tail: int | None = None) -> Iterator[str]:
+        """The sweep driver's output (Ray Tune's progress and every trial's workers') as lines."""
+        return log_lines(self._http, f"/v1/sweeps/{self.id}/logs", attempt=attempt, tail=tail)
+
+    def events(self, limit: int | None = None, page_size: int | None = None) -> Pager[JobEventOut]:
+        return Pager(
+            self._http, f"/v1/sweeps/{self.id}/events", JobEventOut.model_validate, limit=limit, page_size=page_size
+        )
+
+    def cancel(self) -> Sweep:
+        """Stop the sweep and its running trials; a sweep that already ended: ``Conflict``."""
+        return self._refresh(self._http.request("POST", f"/v1/sweeps/{self.id}/cancel").json())
+
+
+class Sweeps:
+    """``client.sweeps``."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._http = transport
+
+    def _sweep(self, data: Any) -> Sweep:
+        return Sweep.bind(data, self._http)
+
+    def submit(self, spec: Spec, project_id: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Sweep:
+        """Start a sweep (a dict, a ``SweepSpec`` or a spec file). Not retried: the service takes no
+        Idempotency-Key for sweeps, so a retry could start two."""
+        body = load_spec(spec, overrides)
+        return self._sweep(
+            self._http.request("POST", "/v1/sweeps", json=body, params={"project_id": project_id}).json()
+        )
+
+    def get(self, ref: str) -> Sweep:
+        """A sweep by id, or by a prefix of its name that only one sweep's name starts with."""
+        return find_by_ref(self._http, "sweep", "/v1/sweeps", ref, self._sweep, lambda s: s.name, lambda s: s.id)
+
+    def list(
+        self,
+        state: JobState | str | list[JobState | str] | None = None,
+        name_prefix: str | None = None,
+        limit: int | None = None,
+        page_size: int | None = None,
+    ) -> Pager[Sweep]:
+        states = state if isinstance(state, list | tuple) else [state] if state is not None else []
+        params: list[tuple[str, Any]] = [("state", str(s)) for s in states]
+        params.append(("name_prefix", name_prefix))
+        return Pager(self._http, "/v1/sweeps", self._sweep, params=params, limit=limit, page_size=page_size)
+
+
+class Trials:
+    """``client.trials``."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._http = transport
+
+    def get(self, trial_id: str) -> Trial:
+        return Trial.bind(self._http.request("GET", f"/v1/trials/{trial_id}").json(), self._http)
+
+    def list(self, sweep_id: str, limit: int | None = None, page_size: int | None = None) -> Pager[Trial]:
+        """A sweep's trials by number (the same as ``sweep.list_trials()``)."""
+        return Pager(
+            self._http,
+            f"/v1/sweeps/{sweep_id}/trials",
+            lambda data: Trial.bind(data, self._http),
+            limit=limit,
+            page_size=page_size,
+        )
