@@ -1,0 +1,57 @@
+"""Options and steps several nouns share: spec files with --set, confirmations, 422s against the file."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from orchestrator_client.cli import exits, specfile
+from orchestrator_client.errors import ValidationFailed
+
+SpecOption = Annotated[Path, typer.Option("--file", "-f", help="The spec: a YAML or JSON file.", show_default=False)]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a field: key.sub=value (repeat). Values are read as YAML: 3, true, [1, 2]."),
+]
+YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do it without asking.")]
+TimeoutOption = Annotated[
+    float | None, typer.Option(help="Give up after this many seconds (exit 124); the job goes on.", min=0)
+]
+CancelOnInterruptOption = Annotated[
+    bool, typer.Option(help="Ctrl-C cancels the job too (by default it only stops following).")
+]
+
+
+def field_errors_exit(error: ValidationFailed, spec: specfile.SpecFile | None) -> typer.Exit:
+    """A 422: the server's field errors, one a line, each pointing at the key in the file; exit 2."""
+    typer.echo(f"error: the server refused the spec (422, request id {error.request_id}):", err=True)
+    lines = specfile.field_error_lines(spec, error.field_errors)
+    if not lines:  # a 422 with one message, not fields
+        lines = [str(error.detail)]
+    for line in lines:
+        typer.echo(f"  {line}", err=True)
+    return typer.Exit(exits.USAGE)
+
+
+def confirm(question: str) -> None:
+    """Ask (y/N) on a terminal; off one (a script, a pipe) refuse with exit 2: it must say -y."""
+    if not sys.stdin.isatty():
+        typer.echo(f"error: {question} Not asking: stdin is not a terminal. Pass -y to do it.", err=True)
+        raise typer.Exit(exits.USAGE)
+    if not typer.confirm(question, default=False):
+        typer.echo("not done", err=True)
+        raise typer.Exit(exits.FAILED)
+
+
+def labels(items: list[str] | None) -> dict[str, str]:
+    """``-l team=vision`` options as a mapping."""
+    result = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise specfile.SpecError(f"-l {item!r}: give key=value")
+        result[key] = value
+    return result

@@ -1,0 +1,144 @@
+"""``orch deployments``: create, list, get, update, rollback, delete, events, predict. By name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from orchestrator_client.cli import output, specfile
+from orchestrator_client.cli.common import SetOption, YesOption, confirm, field_errors_exit
+from orchestrator_client.cli.context import client
+from orchestrator_client.cli.output import OutputOption
+from orchestrator_client.errors import ValidationFailed
+
+app = typer.Typer(help="Models served over HTTP (Ray Serve), by name.", no_args_is_help=True)
+Name = Annotated[str, typer.Argument(help="The deployment's name.", show_default=False)]
+OptionalSpec = Annotated[
+    Path | None, typer.Option("--file", "-f", help="A YAML or JSON file with the fields.", show_default=False)
+]
+
+
+@app.command()
+def create(
+    ctx: typer.Context, file: OptionalSpec = None, set_: SetOption = None, fmt: OutputOption = output.Format.table
+) -> None:
+    """Deploy a checkpoint: -f deployment.yaml and/or --set name=digits --set source.job_id=ID."""
+    spec = _spec(file, set_)
+    try:
+        deployment = client(ctx).deployments.create(spec.data)
+    except ValidationFailed as error:
+        raise field_errors_exit(error, spec) from None
+    output.emit(deployment, fmt, lambda d: f"deployment {d.name} {d.state} (version {d.version}) at {d.url}")
+
+
+@app.command("list")
+def list_(ctx: typer.Context, fmt: OutputOption = output.Format.table) -> None:
+    """List deployments."""
+    output.emit(
+        list(client(ctx).deployments.list()),
+        fmt,
+        lambda ds: output.table(
+            ["NAME", "STATE", "REASON", "VERSION", "SERVING", "REPLICAS", "URL"],
+            ((d.name, d.state, d.reason, d.version, d.serving_version, len(d.replicas), d.url) for d in ds),
+        ),
+    )
+
+
+@app.command()
+def get(ctx: typer.Context, name: Name, fmt: OutputOption = output.Format.table) -> None:
+    """A deployment: state, URL, versions, replicas."""
+    output.emit(client(ctx).deployments.get(name), fmt, _detail)
+
+
+@app.command()
+def update(
+    ctx: typer.Context,
+    name: Name,
+    file: OptionalSpec = None,
+    set_: SetOption = None,
+    fmt: OutputOption = output.Format.table,
+) -> None:
+    """Change a deployment (a new version): -f changes.yaml and/or --set replicas=2."""
+    changes = _spec(file, set_)
+    deployment = client(ctx).deployments.get(name)
+    try:
+        deployment = deployment.update(changes.data)
+    except ValidationFailed as error:
+        raise field_errors_exit(error, changes) from None
+    output.emit(deployment, fmt, lambda d: f"deployment {d.name} {d.state} (version {d.version})")
+
+
+@app.command()
+def rollback(ctx: typer.Context, name: Name, fmt: OutputOption = output.Format.table) -> None:
+    """Roll back to the version before the newest (as a new version)."""
+    deployment = client(ctx).deployments.get(name).rollback()
+    output.emit(deployment, fmt, lambda d: f"deployment {d.name} {d.state} (version {d.version})")
+
+
+@app.command()
+def delete(ctx: typer.Context, name: Name, yes: YesOption = False, fmt: OutputOption = output.Format.table) -> None:
+    """Delete a deployment (asks first unless -y)."""
+    deployment = client(ctx).deployments.get(name)
+    if not yes:
+        confirm(f"Delete deployment {deployment.name} ({deployment.url})?")
+    deleted = deployment.delete()
+    output.emit(deleted if deleted is not None else deployment, fmt, lambda d: f"deployment {d.name} {d.state}")
+
+
+@app.command()
+def events(ctx: typer.Context, name: Name, fmt: OutputOption = output.Format.table) -> None:
+    """A deployment's state changes, oldest first."""
+    output.emit(
+        list(client(ctx).deployments.get(name).events()),
+        fmt,
+        lambda es: output.table(
+            ["AT", "FROM", "TO", "REASON", "VERSION", "MESSAGE"],
+            ((e.created_at, e.from_state, e.to_state, e.reason, e.version, e.message) for e in es),
+        ),
+    )
+
+
+@app.command()
+def predict(
+    ctx: typer.Context,
+    name: Name,
+    data: Annotated[
+        str, typer.Option("--data", "-d", help="The request body: JSON, or @file.json.", show_default=False)
+    ],
+) -> None:
+    """Send one request to a deployment's URL and print its JSON answer."""
+    payload = _payload(data)
+    answer = client(ctx).deployments.get(name).predict(payload)
+    typer.echo(json.dumps(output.data(answer), indent=2))
+
+
+def _payload(data: str) -> Any:
+    if data.startswith("@"):
+        path = Path(data[1:])
+        try:
+            data = path.read_text()
+        except OSError as error:
+            raise specfile.SpecError(f"-d {data}: cannot read {path}: {error.strerror or error}") from None
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as error:
+        raise specfile.SpecError(
+            f"-d: not valid JSON (line {error.lineno}, column {error.colno}): {error.msg}"
+        ) from None
+
+
+def _spec(file: Path | None, sets: list[str] | None) -> specfile.SpecFile:
+    if file is None and not sets:
+        raise specfile.SpecError("give -f FILE and/or --set key=value")
+    return specfile.load(file, sets) if file is not None else specfile.from_sets(sets or [])
+
+
+def _detail(deployment: Any):
+    return output.detail(
+        deployment,
+        ["name", "id", "project_id", "workload", "state", "reason", "message", "url", "auth", "version",
+         "serving_version", "serve_status", "replicas", "current", "created_at", "updated_at"],
+    )  # fmt: skip

@@ -1,0 +1,265 @@
+"""``orch jobs``: submit (and follow), list, get, events, metrics, checkpoints, logs, cancel, wait, follow.
+REF is a job's id or a unique prefix of its name (the SDK's ``jobs.get``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from orchestrator_client.cli import exits, follow, output, specfile
+from orchestrator_client.cli.common import (
+    CancelOnInterruptOption,
+    SetOption,
+    SpecOption,
+    TimeoutOption,
+    YesOption,
+    confirm,
+    field_errors_exit,
+    labels,
+)
+from orchestrator_client.cli.context import client
+from orchestrator_client.cli.output import OutputOption
+from orchestrator_client.errors import ValidationFailed, WaitTimeout
+
+app = typer.Typer(help="Training jobs.", no_args_is_help=True)
+Ref = Annotated[str, typer.Argument(help="The job's id or a unique prefix of its name.", show_default=False)]
+
+
+@app.command()
+def submit(
+    ctx: typer.Context,
+    file: SpecOption,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(help="Upload this folder (honouring .gitignore and .orchignore) as the job's code."),
+    ] = None,
+    set_: SetOption = None,
+    name: Annotated[str | None, typer.Option(help="The job's name (overrides the spec's).")] = None,
+    idempotency_key: Annotated[
+        str | None, typer.Option(help="Submitting again with the same key returns the first job.")
+    ] = None,
+    follow_: Annotated[bool, typer.Option("--follow", "-F", help="Stream logs and progress until it ends.")] = False,
+    timeout: TimeoutOption = None,
+    cancel_on_interrupt: CancelOnInterruptOption = False,
+    fmt: OutputOption = output.Format.table,
+) -> None:
+    """Submit a job from a spec file (YAML or JSON); with --follow, follow it to the end and exit with its result."""
+    spec = specfile.load(file, set_)
+    if name is not None:
+        spec.data["name"] = name
+    orch = client(ctx)
+    if workdir is not None:
+        uploaded = orch.code.upload(workdir)
+        spec.data["code"] = {**(spec.data.get("code") or {}), "id": uploaded.id}
+        output.note(f"uploaded {workdir} as {uploaded.id} ({uploaded.files} files, {uploaded.size} bytes)")
+    try:
+        job = orch.jobs.submit(spec.data, idempotency_key=idempotency_key)
+    except ValidationFailed as error:
+        raise field_errors_exit(error, spec) from None
+    if not follow_:
+        output.emit(job, fmt, lambda j: f"job {j.id} submitted ({j.state})")
+        return
+    output.note(f"job {job.id} submitted; following (Ctrl-C stops following, the job goes on)")
+    raise typer.Exit(follow.follow_job(job, timeout=timeout, cancel_on_interrupt=cancel_on_interrupt))
+
+
+@app.command("list")
+def list_(
+    ctx: typer.Context,
+    state: Annotated[list[str] | None, typer.Option(help="Only jobs in this state (repeat for several).")] = None,
+    label: Annotated[
+        list[str] | None, typer.Option("--label", "-l", help="key=value (repeat: all must match).")
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Only jobs whose name starts with this.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many (newest first).", min=1)] = 50,
+    fmt: OutputOption = output.Format.table,
+) -> None:
+    """List jobs, newest first."""
+    states = [s.upper() for s in state] if state else None
+    jobs = list(client(ctx).jobs.list(state=states, labels=labels(label) or None, name_prefix=name, limit=limit))
+    output.emit(jobs, fmt, jobs_table)
+
+
+@app.command()
+def get(ctx: typer.Context, ref: Ref, fmt: OutputOption = output.Format.table) -> None:
+    """A job: its state and why, attempt, plan, latest metrics and result."""
+    output.emit(client(ctx).jobs.get(ref), fmt, job_detail)
+
+
+@app.command()
+def events(ctx: typer.Context, ref: Ref, fmt: OutputOption = output.Format.table) -> None:
+    """A job's state changes, oldest first."""
+    output.emit(list(client(ctx).jobs.get(ref).events()), fmt, events_table)
+
+
+@app.command()
+def metrics(
+    ctx: typer.Context,
+    ref: Ref,
+    limit: Annotated[int | None, typer.Option(help="At most this many reports.", min=1)] = None,
+    fmt: OutputOption = output.Format.table,
+) -> None:
+    """A job's metrics reports, by attempt and step."""
+    rows = []
+    for report in client(ctx).jobs.get(ref).metrics():
+        rows.append(report)
+        if limit is not None and len(rows) >= limit:
+            break
+    output.emit(
+        rows,
+        fmt,
+        lambda ms: output.table(
+            ["ATTEMPT", "EPOCH", "STEP", "VALUES", "AT"],
+            ((m.attempt, m.epoch, m.step, output.metrics_text(m.values), m.created_at) for m in ms),
+        ),
+    )
+
+
+@app.command()
+def checkpoints(ctx: typer.Context, ref: Ref, fmt: OutputOption = output.Format.table) -> None:
+    """A job's committed checkpoints (those retention keeps)."""
+    output.emit(
+        list(client(ctx).jobs.get(ref).checkpoints()),
+        fmt,
+        lambda cs: output.table(
+            ["ID", "ATTEMPT", "EPOCH", "STEP", "SIZE", "METRICS", "PATH"],
+            (
+                (c.id, c.attempt, c.epoch, c.step, _size(c.size_bytes), output.metrics_text(c.metrics), c.path)
+                for c in cs
+            ),
+        ),
+    )
+
+
+@app.command()
+def logs(
+    ctx: typer.Context,
+    ref: Ref,
+    follow_: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    attempt: Annotated[int | None, typer.Option(help="An earlier attempt's output.", min=1)] = None,
+    tail: Annotated[int | None, typer.Option(help="Only the last N lines.", min=0)] = None,
+    rank: Annotated[int | None, typer.Option(help="Only the lines of this worker rank.", min=0)] = None,
+) -> None:
+    """A job's output (the driver's and its workers')."""
+    job = client(ctx).jobs.get(ref)
+    try:
+        for line in job.logs(follow=follow_, attempt=attempt, tail=tail, rank=rank):
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        raise typer.Exit(exits.INTERRUPTED) from None
+
+
+@app.command()
+def cancel(ctx: typer.Context, ref: Ref, yes: YesOption = False, fmt: OutputOption = output.Format.table) -> None:
+    """Cancel a job (asks first unless -y)."""
+    job = client(ctx).jobs.get(ref)
+    if not yes:
+        confirm(f"Cancel job {job.id} ({job.name or job.workload}, {job.state})?")
+    job = job.cancel()
+    output.emit(job, fmt, lambda j: f"job {j.id} {j.state}")
+
+
+@app.command()
+def wait(
+    ctx: typer.Context,
+    ref: Ref,
+    timeout: TimeoutOption = None,
+    follow_: Annotated[bool, typer.Option("--follow", "-F", help="Stream logs and progress while waiting.")] = False,
+    fmt: OutputOption = output.Format.table,
+) -> None:
+    """Wait until a job ends; exit with its result (0 SUCCEEDED, 1 FAILED, 3 CANCELLED, 124 timeout)."""
+    job = client(ctx).jobs.get(ref)
+    if follow_:
+        raise typer.Exit(follow.follow_job(job, timeout=timeout))
+    try:
+        job = job.wait(timeout=timeout)
+    except WaitTimeout:
+        typer.echo(f"timed out after {timeout:g} s: job {job.id} goes on", err=True)
+        raise typer.Exit(exits.TIMEOUT) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(exits.INTERRUPTED) from None
+    output.emit(job, fmt, _final_line)
+    raise typer.Exit(exits.for_state(job.state))
+
+
+@app.command("follow")
+def follow_command(
+    ctx: typer.Context,
+    ref: Ref,
+    timeout: TimeoutOption = None,
+    cancel_on_interrupt: CancelOnInterruptOption = False,
+) -> None:
+    """Follow a job: logs, state changes and progress until it ends; exit with its result."""
+    job = client(ctx).jobs.get(ref)
+    raise typer.Exit(follow.follow_job(job, timeout=timeout, cancel_on_interrupt=cancel_on_interrupt))
+
+
+def jobs_table(jobs: list[Any]):
+    return output.table(
+        ["ID", "NAME", "WORKLOAD", "STATE", "REASON", "ATTEMPT", "EPOCH", "CREATED"],
+        ((j.id, j.name, j.workload, j.state, j.reason, j.attempt, _epoch(j), j.created_at) for j in jobs),
+    )
+
+
+def job_detail(job: Any):
+    return output.detail(
+        job,
+        [
+            "id",
+            "name",
+            "project_id",
+            "workload",
+            "state",
+            "reason",
+            "message",
+            "attempt",
+            "priority",
+            "labels",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "latest_metrics",
+            "result",
+            "plan",
+        ],
+    )
+
+
+def events_table(events: list[Any]):
+    return output.table(
+        ["AT", "FROM", "TO", "REASON", "ATTEMPT", "MESSAGE"],
+        (
+            (
+                e.created_at,
+                e.from_state,
+                e.to_state,
+                e.reason,
+                e.attempt,
+                (e.message or "").splitlines()[0][:200] if e.message else "",
+            )
+            for e in events
+        ),
+    )
+
+
+def _final_line(job: Any) -> str:
+    if str(job.state) == "SUCCEEDED":
+        return f"job {job.id} SUCCEEDED {output.metrics_text((job.result or {}).get('metrics'))}".rstrip()
+    return f"job {job.id} {job.state} ({job.reason}): {job.message}"
+
+
+def _epoch(job: Any) -> str:
+    epoch = (job.latest_metrics or {}).get("epoch")
+    return "" if epoch is None else f"{epoch}/{(job.spec or {}).get('epochs', '?')}"
+
+
+def _size(size: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(size)

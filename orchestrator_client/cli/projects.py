@@ -1,0 +1,116 @@
+"""``orch projects`` (create, list, get, update) and ``orch keys`` (create, list, revoke): cluster and
+project admins."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from orchestrator_client.cli import output
+from orchestrator_client.cli.common import YesOption, confirm
+from orchestrator_client.cli.context import client
+from orchestrator_client.cli.output import OutputOption
+from orchestrator_client.errors import NotFound
+
+app = typer.Typer(help="Projects, the tenants (cluster-wide admins create and limit them).", no_args_is_help=True)
+keys_app = typer.Typer(help="A project's API keys (its admins).", no_args_is_help=True)
+ProjectRef = Annotated[str, typer.Argument(help="The project's id or name.", show_default=False)]
+ProjectOption = Annotated[str, typer.Option("--project", "-p", help="The project's id or name.", show_default=False)]
+MaxPriority = Annotated[
+    int | None, typer.Option(help="The highest priority the project's keys may give a job or sweep.")
+]
+
+
+def _projects_table(projects: list[Any]):
+    return output.table(
+        ["ID", "NAME", "MAX PRIORITY", "CREATED"], ((p.id, p.name, p.max_priority, p.created_at) for p in projects)
+    )
+
+
+@app.command()
+def create(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Lower-case letters, digits, '_' and '-'.", show_default=False)],
+    max_priority: MaxPriority = None,
+    fmt: OutputOption = output.Format.table,
+) -> None:
+    """Create a project."""
+    limits = {} if max_priority is None else {"max_priority": max_priority}
+    project = client(ctx).projects.create(name, **limits)
+    output.emit(project, fmt, lambda p: f"project {p.name} created: {p.id}")
+
+
+@app.command("list")
+def list_(ctx: typer.Context, fmt: OutputOption = output.Format.table) -> None:
+    """List projects (a project key sees its own)."""
+    output.emit(list(client(ctx).projects.list()), fmt, _projects_table)
+
+
+@app.command()
+def get(ctx: typer.Context, project: ProjectRef, fmt: OutputOption = output.Format.table) -> None:
+    """A project."""
+    output.emit(resolve(ctx, project), fmt, output.detail)
+
+
+@app.command()
+def update(
+    ctx: typer.Context, project: ProjectRef, max_priority: MaxPriority = None, fmt: OutputOption = output.Format.table
+) -> None:
+    """Set a project's limits."""
+    found = resolve(ctx, project)
+    updated = client(ctx).projects.update(found.id, max_priority=max_priority)
+    output.emit(updated, fmt, output.detail)
+
+
+def resolve(ctx: typer.Context, ref: str) -> Any:
+    """A project by id, else by its name (NotFound when neither)."""
+    orch = client(ctx)
+    try:
+        return orch.projects.get(ref)
+    except NotFound:
+        for project in orch.projects.list():
+            if project.name == ref:
+                return project
+        raise
+
+
+@keys_app.command("create")
+def create_key(
+    ctx: typer.Context,
+    project: ProjectOption,
+    role: Annotated[str, typer.Option(help="admin, member or viewer.")] = "member",
+    name: Annotated[str, typer.Option(help="A label for people.")] = "",
+    fmt: OutputOption = output.Format.table,
+) -> None:
+    """Make an API key; its secret is shown this once."""
+    key = client(ctx).projects.keys(resolve(ctx, project).id).create(role, name)
+    output.emit(key, fmt, lambda k: output.detail(k, ["id", "name", "role", "project_id", "expires_at", "key"]))
+
+
+@keys_app.command("list")
+def list_keys(ctx: typer.Context, project: ProjectOption, fmt: OutputOption = output.Format.table) -> None:
+    """A project's keys (never their secrets)."""
+    output.emit(
+        list(client(ctx).projects.keys(resolve(ctx, project).id).list()),
+        fmt,
+        lambda ks: output.table(
+            ["ID", "NAME", "ROLE", "PREFIX", "CREATED", "EXPIRES", "LAST USED"],
+            ((k.id, k.name, k.role, k.prefix, k.created_at, k.expires_at, k.last_used_at) for k in ks),
+        ),
+    )
+
+
+@keys_app.command()
+def revoke(
+    ctx: typer.Context,
+    key_id: Annotated[str, typer.Argument(help="The key's id (orch keys list).", show_default=False)],
+    project: ProjectOption,
+    yes: YesOption = False,
+) -> None:
+    """Revoke a key: it stops working at once (asks first unless -y)."""
+    project_id = resolve(ctx, project).id
+    if not yes:
+        confirm(f"Revoke key {key_id} of project {project_id}?")
+    client(ctx).projects.keys(project_id).revoke(key_id)
+    output.note(f"key {key_id} revoked")

@@ -1,0 +1,39 @@
+"""Helpers for the CLI's unit tests (tests/unit/test_cli_*.py): run ``orch`` in-process (typer's CliRunner)
+against the ``live`` server, and drive a job the way its driver and Ray would."""
+
+from __future__ import annotations
+
+import httpx
+from typer.testing import CliRunner
+
+from orchestrator.backend import RunStatus
+from orchestrator_client.cli import app
+from tests.unit.api_helpers import ADMIN, reconcile, tick
+
+
+def orch(live, *args: str, token: str | None = ADMIN, input: str | None = None):
+    """``orch --url <live> --token <token> ARGS...``; the result has exit_code, stdout, stderr, output."""
+    options = ["--url", live.url] + (["--token", token] if token else [])
+    return CliRunner().invoke(app, [*options, *args], input=input, catch_exceptions=False)
+
+
+def start(live, job_id: str) -> str:
+    """Admit the job (STARTING, attempt 1 submitted to the fake Ray); returns its run token."""
+    tick(live.app)
+    return next(env["ORCHESTRATOR_JOB_TOKEN"] for sid, _, env in live.backend.submitted if sid == f"{job_id}-1")
+
+
+def report(live, job_id: str, token: str, *events: dict) -> None:
+    """What the job's driver reports (state, metrics, checkpoints) over the internal route."""
+    response = httpx.post(
+        f"{live.url}/internal/v1/jobs/{job_id}/events",
+        json={"attempt": 1, "events": list(events)},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert response.status_code == 200, response.text
+
+
+def finish_run(live, job_id: str, status: RunStatus = RunStatus.SUCCEEDED) -> None:
+    """The Ray job ends (so a follow's stream ends), and the reconciler sees it."""
+    live.backend.runs[f"{job_id}-1"] = status
+    reconcile(live.app)
