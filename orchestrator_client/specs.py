@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import yaml
 from pydantic import BaseModel
 
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
+_NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")  # exponent forms PyYAML leaves as strings
 
 
 class SpecError(ValueError):
@@ -74,6 +76,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw  # not a YAML value (e.g. an unbalanced bracket): the text as it is
+    if isinstance(value, str) and value == raw.strip() and _NUMBER.match(value):  # unquoted
+        value = float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string; on a command line it is a number
     return path, value
 
 
