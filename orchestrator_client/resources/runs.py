@@ -46,8 +46,8 @@ def find_by_ref(
     name_of: Callable[[R], str],
     id_of: Callable[[R], str],
 ) -> R:
-    """``ref`` as an id; else the one run whose name starts with it (``?name_prefix=``). None matching: the
-    404; several: Conflict listing them (``candidates``: their ids)."""
+    """``ref`` as an id; else the one run whose name starts with it (``?name_prefix=``), or the one named exactly
+    ``ref``. None matching: the 404; several: Conflict listing them (``candidates``: their ids)."""
     if not ref:
         raise ValueError(f"a {kind} id or name prefix is required")
     try:
@@ -59,6 +59,9 @@ def find_by_ref(
         if not matches:
             missing.message = f"no {kind} with id {ref!r} or a name starting with it"
             raise
+        exact = [run for run in matches if name_of(run) == ref]
+        if len(exact) == 1:  # "resnet" names one job even while "resnet-2" exists
+            return exact[0]
         if len(matches) > 1:
             shown = ", ".join(f"{id_of(run)} ({name_of(run)})" for run in matches[:MAX_CANDIDATES])
             more = " and more" if len(matches) > MAX_CANDIDATES else ""

@@ -57,7 +57,11 @@ def test_get_by_id_or_unique_name_prefix(live):
     with pytest.raises(Conflict) as ambiguous:
         client.jobs.get("resnet")
     assert "resnet-alpha" in str(ambiguous.value) and "resnet-beta" in str(ambiguous.value)
-    assert len(ambiguous.value.candidates) == 2
+    assert (
+        len(ambiguous.value.candidates) == 2 and ambiguous.value.status_code is None
+    )  # decided here, not by the server
+    exact = client.jobs.submit({"workload": "digits", "name": "resnet"})
+    assert client.jobs.get("resnet").id == exact.id  # a whole name wins over the names it is a prefix of
     with pytest.raises(NotFound, match="no job with id 'vgg'"):
         client.jobs.get("vgg")
 
