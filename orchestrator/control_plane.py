@@ -58,6 +58,7 @@ class ControlPlane:
             self.log_archive,
             self.settings.max_log_follows_per_key,
             self.settings.log_follow_poll_s,
+            keep_ray_chatter=self.settings.log_ray_chatter,
         )
         scheduler = Scheduler(self.sessions, self.backend, self.settings)
         reconciler = Reconciler(self.sessions, self.backend, self.settings)

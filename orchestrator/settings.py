@@ -74,6 +74,12 @@ class Settings(BaseSettings):
     max_log_follows_per_key: int = Field(
         8, ge=1, le=10_000, description="Logs one key may follow (?follow=true) at once; past it a 429."
     )
+    log_ray_chatter: bool = Field(
+        False,
+        description="Serve Ray Train's per-report and per-checkpoint lines in job logs (\"Reporting training "
+        'result N: ...", "Checkpoint successfully created at: ..."); off, they are left out of what is served. '
+        "The archived copy keeps them either way.",
+    )
     log_follow_poll_s: float = Field(
         1.0, gt=0, description="How often a followed job's output is read again (once for all its followers)."
     )

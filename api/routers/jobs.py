@@ -14,6 +14,7 @@ from orchestrator.errors import Invalid, NotFound
 from orchestrator.limits import check_priority
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.services.cancellation import cancel_job
+from orchestrator.services.log_lines import view
 from orchestrator.services.logs import last_lines, read_logs
 from orchestrator.services.submission import check_code, check_runnable, pin_data_paths, submit_job
 from workers.contract.jobs import JobSpec
@@ -139,10 +140,21 @@ def logs(
     tail: Annotated[
         int | None, Query(ge=0, le=1_000_000, description="Only the last N lines (a follow: to start with).")
     ] = None,
+    rank: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            le=100_000,
+            description="Only this rank's lines: a training worker's, known by the line it prints first "
+            "('[rank N/W] training worker started (pid P, ...)'). Driver lines belong to no rank.",
+        ),
+    ] = None,
 ):
-    """Driver and worker output of an attempt, from Ray while it has it, else from durable storage;
-    `?follow=true` streams the current attempt's until the job ends, sending only what is new (at most
-    ORCHESTRATOR_MAX_LOG_FOLLOWS_PER_KEY follows per key at once: 429 past it)."""
+    """Driver and worker output of an attempt, from Ray while it has it, else from durable storage, without
+    terminal escape codes and without Ray Train's per-report and per-checkpoint lines (unless
+    ORCHESTRATOR_LOG_RAY_CHATTER); `?rank=N` keeps rank N's lines only, `tail` counts what is left.
+    `?follow=true` streams the current attempt's until the job ends, sending only what is new, line by line
+    (at most ORCHESTRATOR_MAX_LOG_FOLLOWS_PER_KEY follows per key at once: 429 past it)."""
     with service.sessions() as session:  # released before Ray is asked or the stream starts
         job = _job_or_404(session, job_id, principal)
     if attempt is not None and attempt > job.attempt:
@@ -150,6 +162,8 @@ def logs(
     if follow:
         if attempt is not None:
             raise Invalid("follow streams the current attempt: drop attempt")
-        stream = service.log_follows.start(job.id, principal.key_id or "environment-admin", tail)  # 429 past the cap
+        key = principal.key_id or "environment-admin"
+        stream = service.log_follows.start(job.id, key, tail, rank)  # 429 past the cap
         return StreamingResponse(stream, media_type="text/plain")
-    return PlainTextResponse(last_lines(read_logs(service.backend, service.log_archive, job, attempt), tail))
+    text = view(read_logs(service.backend, service.log_archive, job, attempt), service.settings.log_ray_chatter, rank)
+    return PlainTextResponse(last_lines(text, tail))

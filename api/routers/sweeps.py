@@ -17,6 +17,7 @@ from orchestrator.errors import NotFound
 from orchestrator.limits import check_priority
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.cancellation import cancel_run
+from orchestrator.services.log_lines import view
 from orchestrator.services.logs import last_lines, read_logs
 from orchestrator.services.runs import SWEEPS
 from orchestrator.services.submission import check_code, check_sweep_runnable
@@ -106,10 +107,12 @@ def logs(
     ] = None,
     tail: Annotated[int | None, Query(ge=0, le=1_000_000, description="Only the last N lines.")] = None,
 ):
-    """The sweep driver's output (Ray Tune's progress, every trial's workers' output) of an attempt."""
+    """The sweep driver's output (Ray Tune's progress, every trial's workers' output) of an attempt, without
+    escape codes or Ray Train's per-report lines (unless ORCHESTRATOR_LOG_RAY_CHATTER)."""
     with service.sessions() as session:  # released before Ray is asked
         sweep = _sweep_or_404(session, sweep_id, principal)
-    return PlainTextResponse(last_lines(read_logs(service.backend, service.log_archive, sweep, attempt), tail))
+    text = view(read_logs(service.backend, service.log_archive, sweep, attempt), service.settings.log_ray_chatter)
+    return PlainTextResponse(last_lines(text, tail))
 
 
 @router.post("/{sweep_id}/cancel", summary="Cancel a sweep")

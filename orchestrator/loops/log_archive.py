@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import Job, Sweep, utcnow
+from orchestrator.services.log_lines import strip_ansi
 from orchestrator.states.jobs import ACTIVE
 from orchestrator.storage import CheckpointStorage
 
@@ -99,7 +100,7 @@ class LogArchiver:
                 self._final.add(submission_id)
             return
         if len(text) != self._copied.get(submission_id):
-            self.archive.write(job_id, attempt, text)
+            self.archive.write(job_id, attempt, strip_ansi(text))  # stored plain; Ray's chatter kept (see log_lines)
             self._copied[submission_id] = len(text)
         if finished:
             self._final.add(submission_id)

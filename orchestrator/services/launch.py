@@ -25,6 +25,7 @@ from orchestrator.code_storage import CodeStorage
 from orchestrator.db.models import Job, Sweep
 from orchestrator.repositories import code as code_repo
 from orchestrator.settings import Settings
+from workers.contract.logs import DEDUP_ALLOW
 
 DRIVER_MODULE = "workers.train.driver"
 RAY_PACKAGE_PREFIX = "_ray_pkg_"  # Ray's own name for uploaded packages (ray/_private/runtime_env/packaging.py)
@@ -168,4 +169,9 @@ def driver_env(job_token: str, settings: Settings) -> dict[str, str]:
         "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(settings.train_poll_interval_s),
         # Its actor starts with every worker group, i.e. it competes for the CPU when a group restarts.
         "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "1" if settings.watch_preemption else "0",
+        # Each training worker's rank line, never held back by Ray's log deduplication (workers.contract.logs).
+        "RAY_DEDUP_LOGS_ALLOW_REGEX": DEDUP_ALLOW,
+        # Ray Train's print patch sends a worker's print() to its logger and, as Ray's workers' stdout is not
+        # sys.__stdout__, to stdout as well: every printed line reached the job's log twice. Off, print is print.
+        "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
     }

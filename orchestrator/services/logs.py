@@ -1,5 +1,6 @@
 """A job's output (Ray forwards every worker's output into its driver's), read or followed: Ray's live
-copy when Ray has it, else the durable one (``orchestrator.loops.log_archive``)."""
+copy when Ray has it, else the durable one (``orchestrator.loops.log_archive``), without terminal escape
+codes; what of it is shown (Ray's chatter, one rank) is ``orchestrator.services.log_lines``'s ``view``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import Job, Sweep, utcnow
 from orchestrator.errors import TooMany
 from orchestrator.loops.log_archive import LogArchive
+from orchestrator.services.log_lines import strip_ansi, view
 from orchestrator.states.jobs import TERMINAL
 
 # A driver reports the job's end, then shuts down (Ray Train's last lines, Ray's "[repeated Nx]" summary):
@@ -25,8 +27,8 @@ DRIVER_EXIT_GRACE_S = 30.0
 
 
 def read_logs(backend: ClusterBackend, archive: LogArchive, job: Job | Sweep, attempt: int | None = None) -> str:
-    """The output of one attempt (default: the current one) of a job or a sweep's driver; empty before it
-    has started."""
+    """The output of one attempt (default: the current one) of a job or a sweep's driver, without escape codes;
+    empty before it has started."""
     attempt = job.attempt if attempt is None else attempt
     if not 1 <= attempt <= job.attempt:
         return ""
@@ -40,7 +42,7 @@ def read_logs(backend: ClusterBackend, archive: LogArchive, job: Job | Sweep, at
         archived = None
     # Ray's copy is newer while the attempt runs; the archive is all there is once Ray lost it, and may
     # hold more than a resubmission of the same attempt on a new head.
-    candidates = [text for text in (live, archived) if text]
+    candidates = [strip_ansi(text) for text in (live, archived) if text]  # the archive's is already plain
     return max(candidates, key=len, default="")
 
 
@@ -78,8 +80,10 @@ class LogFollows:
         max_per_key: int,
         poll_s: float = 1.0,
         max_s: float = 24 * 3600,
+        keep_ray_chatter: bool = False,
     ):
         self.sessions, self.backend, self.archive = sessions, backend, archive
+        self.keep_ray_chatter = keep_ray_chatter
         self.max_per_key, self.poll_s, self.max_s = max_per_key, poll_s, max_s
         self._lock = threading.Lock()
         self._by_key: Counter[str] = Counter()
@@ -91,8 +95,9 @@ class LogFollows:
         with self._lock:
             return self._by_key[key]
 
-    def start(self, job_id: str, key: str, tail: int | None = None) -> AsyncIterator[str]:
-        """Claim a follow for ``key`` now (TooManyFollows past the cap) and return its stream."""
+    def start(self, job_id: str, key: str, tail: int | None = None, rank: int | None = None) -> AsyncIterator[str]:
+        """Claim a follow for ``key`` now (TooManyFollows past the cap) and return its stream: the log's
+        ``view`` (``rank``'s lines only, when given), whole lines as they come."""
         with self._lock:
             if self._by_key[key] >= self.max_per_key:
                 raise TooManyFollows(
@@ -101,9 +106,9 @@ class LogFollows:
                 )
             self._by_key[key] += 1
             self._by_job[job_id] += 1
-        return self._stream(job_id, key, tail)
+        return self._stream(job_id, key, tail, rank)
 
-    async def _stream(self, job_id: str, key: str, tail: int | None) -> AsyncIterator[str]:
+    async def _stream(self, job_id: str, key: str, tail: int | None, rank: int | None) -> AsyncIterator[str]:
         try:
             sent: int | None = None
             deadline = time.monotonic() + self.max_s
@@ -111,7 +116,9 @@ class LogFollows:
                 snapshot = await self._snapshot(job_id)
                 if snapshot is None:
                     return
-                text = snapshot.text
+                # Whole lines only until the end: a line is judged (chatter? whose?) once it is complete.
+                raw = snapshot.text if snapshot.finished else snapshot.text[: snapshot.text.rfind("\n") + 1]
+                text = view(raw, self.keep_ray_chatter, rank)
                 if sent is None:  # the first send: the last `tail` lines, or all of it
                     sent = len(text) - len(last_lines(text, tail))
                 if len(text) < sent:

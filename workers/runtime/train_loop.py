@@ -94,6 +94,14 @@ def rank0_reporter(config: dict, rank: int, reporter: Reporter | None = None) ->
                 reporter.close()
 
 
+def epoch_line(epoch: int, epochs: int, step: int, metrics: dict[str, float], throughput: tuple[int, float]) -> str:
+    """Rank 0's one line per epoch, what a person reads in the job's log:
+    ``epoch 2/5 step 44: train_loss 0.2369, val_loss 0.2026, val_accuracy 0.9389, 13277 samples/s``."""
+    samples, seconds = throughput
+    values = ", ".join(f"{name} {value:.4g}" for name, value in metrics.items())
+    return f"epoch {epoch}/{epochs} step {step}: {values}, {samples / max(seconds, 1e-9):.0f} samples/s"
+
+
 class _Loop:
     def __init__(
         self,
@@ -157,6 +165,8 @@ class _Loop:
         for epoch in range(self.position.epoch, spec.epochs + 1):
             self._train_epoch(epoch)
             metrics = self._epoch_metrics()
+            if self.ctx.rank == 0:
+                log.info("%s", epoch_line(epoch, spec.epochs, self.position.step, metrics, self.epoch_throughput[-1]))
             if self.reporter is not None:
                 self.reporter.emit(MetricsEvent(epoch=epoch, step=self.position.step, values=metrics))
             every_epochs, every_steps = spec.checkpoint.every_epochs, spec.checkpoint.every_steps

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 from collections.abc import Iterator
 from typing import Any
 
 import ray.train
 import ray.train.torch
 
+from workers.contract.logs import rank_marker
 from workers.runtime.context import rank0_choice
 from workers.runtime.function import run_function
 from workers.runtime.manifest import choose_resume_checkpoint, resolve
@@ -19,6 +22,8 @@ def train_loop_per_worker(config: dict) -> dict[str, float] | None:
     """Entry point handed to ``TorchTrainer``: the training loop for a workload, the user's function for an
     entrypoint. A function's last metrics are its return value (rank 0's is the run's ``return_value``)."""
     ctx = RayContext(config.get("start_from"))
+    # First, before any output of ours or the user's: the line that tells the log's readers this process's rank.
+    print(rank_marker(ctx.rank, ctx.world_size, os.getpid(), socket.gethostname()), flush=True)
     if config["spec"].get("entrypoint"):
         return run_function(config, ctx)
     run_training(config, ctx)
