@@ -8,6 +8,7 @@ records can name it.
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 
@@ -15,6 +16,8 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from orchestrator.request_context import request_id
+
+log = logging.getLogger(__name__)
 
 HEADER = "X-Request-ID"
 MAX_LENGTH = 128
@@ -58,6 +61,7 @@ class RequestId:
             # An unexpected error: Starlette's outermost middleware would answer a bare 500 without the id,
             # the one thing that lets the caller and the operator find it in the server's log. Answer it here
             # (the outer middleware sees a response already started and only re-raises, which logs it).
+            log.exception("request %s (%s %s) failed", rid, scope.get("method"), scope.get("path"))
             if not started:
                 await send_with_id(_internal_error_start())
                 await send_with_id({"type": "http.response.body", "body": _INTERNAL_ERROR_BODY})

@@ -37,7 +37,7 @@ def test_errors_carry_the_id_too(live):
             assert response.status_code >= 400 and HEX_ID.fullmatch(response.headers["X-Request-ID"]), response
 
 
-def test_an_unexpected_error_is_a_500_that_names_the_request(app, monkeypatch):
+def test_an_unexpected_error_is_a_500_that_names_the_request(app, monkeypatch, caplog):
     from fastapi.testclient import TestClient
 
     from orchestrator.repositories import jobs as jobs_repo
@@ -50,6 +50,7 @@ def test_an_unexpected_error_is_a_500_that_names_the_request(app, monkeypatch):
         response = client.get("/v1/jobs", headers={**auth(ADMIN), "X-Request-ID": "find-me"})
     assert response.status_code == 500 and response.headers["X-Request-ID"] == "find-me"
     assert response.json() == {"detail": "internal server error"}
+    assert any("request find-me (GET /v1/jobs) failed" in r.getMessage() and r.exc_info for r in caplog.records)
 
 
 def test_a_followed_log_streams_with_the_id(live):
