@@ -205,3 +205,24 @@ def test_cancel(live):
     with pytest.raises(Conflict):
         job.cancel()
     assert client.jobs.get(job.id).state == "CANCELLED"
+
+
+def test_logs_of_one_rank(live, monkeypatch):
+    client = sdk(live)
+    job = client.jobs.submit({"workload": "digits"})
+    token = start(live, job.id)
+    report(live, job.id, token, state("running"))
+    raw = (
+        "driver starting\n"
+        "(RayTrainWorker pid=11) [rank 0/2] training worker started (pid 11, host a)\n"
+        "(RayTrainWorker pid=12) [rank 1/2] training worker started (pid 12, host a)\n"
+        "\x1b[36m(RayTrainWorker pid=11)\x1b[0m loss 0.5\n"
+        "(RayTrainWorker pid=12) loss 0.6\n"
+    )
+    monkeypatch.setattr(live.backend, "logs", lambda submission_id: raw)
+    assert list(job.logs(rank=1)) == [
+        "(RayTrainWorker pid=12) [rank 1/2] training worker started (pid 12, host a)",
+        "(RayTrainWorker pid=12) loss 0.6",
+    ]
+    assert "(RayTrainWorker pid=11) loss 0.5" in list(job.logs())  # without its escape codes
+    assert list(job.logs(rank=0, tail=1)) == ["(RayTrainWorker pid=11) loss 0.5"]
