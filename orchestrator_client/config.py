@@ -140,4 +140,7 @@ def resolve(
             url = chosen.url
         if token is None and (chosen.url is None or _same_server(url, chosen.url)):
             token = chosen.token
-    return Resolved(url=(url or DEFAULT_URL).rstrip("/"), token=token, profile=chosen.name if chosen else None)
+    url = (url or DEFAULT_URL).rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"the service's url must start with http:// or https://, not {url!r}")
+    return Resolved(url=url, token=token, profile=chosen.name if chosen else None)

@@ -54,7 +54,8 @@ class _RetryableAnswer(Exception):
 
 
 def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, _RetryableAnswer | httpx.TransportError)
+    """An answer worth another try, or no answer for a reason that may pass (not a malformed URL, say)."""
+    return isinstance(exc, _RetryableAnswer | httpx.TimeoutException | httpx.NetworkError | httpx.RemoteProtocolError)
 
 
 class Transport:

@@ -69,3 +69,8 @@ def test_a_broken_file_says_where(tmp_path):
     path.write_text("this is [not toml")
     with pytest.raises(ConfigError, match=str(path)):
         Client()
+
+
+def test_a_url_without_its_scheme_is_refused():
+    with pytest.raises(ConfigError, match="http:// or https://"):
+        Client(url="127.0.0.1:8000")
