@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -22,7 +21,7 @@ from orchestrator_client.specs import SpecError
 class _Orch(TyperGroup):
     """The root command: an SDK error anywhere below becomes one line on stderr and its exit code."""
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: typer.Context):
         try:
             return super().invoke(ctx)
         except ValidationFailed as error:
