@@ -59,7 +59,10 @@ def test_the_client_installs_alone_without_the_servers_dependencies(tmp_path):
 
     # only the contract of workers/ comes with it, never the runtime, training or serving code
     site = next((venv / "lib").glob("python3*/site-packages"))
-    assert sorted(p.name for p in (site / "workers").iterdir() if p.name != "__pycache__") == ["__init__.py", "contract"]
+    assert sorted(p.name for p in (site / "workers").iterdir() if p.name != "__pycache__") == [
+        "__init__.py",
+        "contract",
+    ]
 
     help_text = subprocess.run([str(venv / "bin" / "orch"), "--help"], capture_output=True, text=True)
     assert help_text.returncode == 0, help_text.stderr
