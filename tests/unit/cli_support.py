@@ -3,6 +3,8 @@ against the ``live`` server, and drive a job the way its driver and Ray would.""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 from typer.testing import CliRunner
 
@@ -15,6 +17,20 @@ def orch(live, *args: str, token: str | None = ADMIN, input: str | None = None):
     """``orch --url <live> --token <token> ARGS...``; the result has exit_code, stdout, stderr, output."""
     options = ["--url", live.url] + (["--token", token] if token else [])
     return CliRunner().invoke(app, [*options, *args], input=input, catch_exceptions=False)
+
+
+def newest(live, kind: str = "jobs") -> str:
+    """The id of the newest job (or sweep), once there is one: for a thread that plays the driver while a
+    follow runs (over plain HTTP: CliRunner swaps sys.stdout, so only the test's thread may use it)."""
+    deadline = time.monotonic() + 10
+    while True:
+        response = httpx.get(f"{live.url}/v1/{kind}", headers={"Authorization": f"Bearer {ADMIN}"})
+        items = response.json()
+        items = items["items"] if isinstance(items, dict) else items
+        if items:
+            return items[0]["id"]
+        assert time.monotonic() < deadline, f"no {kind} submitted"
+        time.sleep(0.05)
 
 
 def start(live, job_id: str) -> str:

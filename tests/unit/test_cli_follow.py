@@ -8,11 +8,13 @@ import json
 import threading
 import time
 
+import httpx
 import pytest
 
 from orchestrator.backend import RunStatus
 from orchestrator_client.cli import follow
-from tests.unit.cli_support import finish_run, orch, report, start
+from tests.unit.api_helpers import ADMIN
+from tests.unit.cli_support import finish_run, newest, orch, report, start
 
 
 @pytest.fixture(autouse=True)
@@ -50,11 +52,7 @@ def _later(action) -> threading.Thread:
 
 
 def _the_job(live) -> str:
-    deadline = time.monotonic() + 10
-    while not (jobs := json.loads(orch(live, "jobs", "list", "-o", "json").stdout)):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    return jobs[0]["id"]
+    return newest(live)
 
 
 def test_follow_to_succeeded_shows_logs_progress_and_exits_0(live, spec_file):
@@ -77,7 +75,7 @@ def test_follow_to_succeeded_shows_logs_progress_and_exits_0(live, spec_file):
         finish_run(live, job_id)
 
     thread = _later(driver)
-    result = orch(live, "jobs", "submit", "-f", str(spec_file), "--follow")
+    result = orch(live, "jobs", "submit", "-f", str(spec_file), "--follow", "--timeout", "30")
     thread.join()
     assert result.exit_code == 0, result.output
     job_id = _the_job(live)
@@ -104,7 +102,7 @@ def test_a_failed_job_exits_1_with_its_reason_and_message(live, spec_file):
         finish_run(live, job_id, RunStatus.FAILED)
 
     thread = _later(driver)
-    result = orch(live, "jobs", "submit", "-f", str(spec_file), "--follow")
+    result = orch(live, "jobs", "submit", "-f", str(spec_file), "--follow", "--timeout", "30")
     thread.join()
     assert result.exit_code == 1, result.output
     assert "FAILED (code_error): ValueError: bad" in result.stderr
@@ -114,11 +112,12 @@ def test_a_job_cancelled_elsewhere_exits_3(live, spec_file):
     def canceller():
         job_id = _the_job(live)
         start(live, job_id)
-        assert orch(live, "jobs", "cancel", job_id, "-y").exit_code == 0
+        cancelled = httpx.post(f"{live.url}/v1/jobs/{job_id}/cancel", headers={"Authorization": f"Bearer {ADMIN}"})
+        assert cancelled.status_code == 200
         finish_run(live, job_id, RunStatus.STOPPED)
 
     thread = _later(canceller)
-    result = orch(live, "jobs", "submit", "-f", str(spec_file), "--follow")
+    result = orch(live, "jobs", "submit", "-f", str(spec_file), "--follow", "--timeout", "30")
     thread.join()
     assert result.exit_code == 3, result.output
     assert "CANCELLED" in result.stdout

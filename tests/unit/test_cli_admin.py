@@ -1,0 +1,68 @@
+"""``orch projects``, ``orch keys``, ``orch code`` and ``orch plan`` against the unit-test app over real HTTP."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tests.unit.cli_support import orch
+
+
+@pytest.fixture(autouse=True)
+def _own_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+
+def test_projects_and_keys(live):
+    created = orch(live, "projects", "create", "nlp", "--max-priority", "10", "-o", "json")
+    assert created.exit_code == 0, created.output
+    project = json.loads(created.stdout)
+    assert {"id", "name", "created_at", "max_priority"} <= project.keys() and project["max_priority"] == 10
+    assert "nlp" in orch(live, "projects", "list").stdout
+    assert json.loads(orch(live, "projects", "get", "nlp", "-o", "json").stdout)["id"] == project["id"]
+    updated = orch(live, "projects", "update", project["id"], "--max-priority", "5", "-o", "yaml")
+    assert yaml.safe_load(updated.stdout)["max_priority"] == 5
+    assert orch(live, "projects", "create", "nlp").exit_code == 2  # 409: the name is taken
+
+    key = json.loads(orch(live, "keys", "create", "-p", "nlp", "--role", "viewer", "--name", "ro", "-o", "json").stdout)
+    assert key["role"] == "viewer" and key["key"]
+    listed = json.loads(orch(live, "keys", "list", "-p", "nlp", "-o", "json").stdout)
+    assert [k["id"] for k in listed] == [key["id"]] and "key" not in listed[0]
+    assert "ro" in orch(live, "keys", "list", "-p", project["id"]).stdout
+    # a viewer may read, not create projects: 403 is exit 2
+    denied = orch(live, "projects", "create", "other", token=key["key"])
+    assert denied.exit_code == 2 and "403" in denied.stderr
+    assert orch(live, "keys", "revoke", key["id"], "-p", "nlp").exit_code == 2  # no terminal: -y needed
+    assert orch(live, "keys", "revoke", key["id"], "-p", "nlp", "-y").exit_code == 0
+    assert orch(live, "projects", "list", token=key["key"]).exit_code == 2  # revoked: 401
+
+
+def test_code_upload_list_get(live, tmp_path):
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "pkg" / "model.py").write_text("x = 1\n")
+    (code / "notes.log").write_text("left out\n")
+    (code / ".orchignore").write_text("*.log\n")
+    uploaded = json.loads(orch(live, "code", "upload", str(code), "-o", "json").stdout)
+    assert uploaded["id"].startswith("sha256:") and {"size", "files"} <= uploaded.keys()
+    package = json.loads(orch(live, "code", "get", uploaded["id"], "-o", "json").stdout)
+    paths = {f["path"] for f in package["file_list"]}
+    assert "pkg/model.py" in paths and "notes.log" not in paths
+    assert "pkg/model.py" in orch(live, "code", "get", uploaded["id"]).stdout
+    assert uploaded["id"] in orch(live, "code", "list").stdout
+    assert orch(live, "code", "upload", str(tmp_path / "missing")).exit_code == 2
+
+
+def test_plan(live, tmp_path):
+    request = tmp_path / "plan.yaml"
+    request.write_text("params: 7.0e9\ngpus: 8\ngpu_memory_gb: 80\nper_gpu_batch: 4\n")
+    answer = orch(live, "plan", "-f", str(request), "-o", "json")
+    assert answer.exit_code == 0, answer.output
+    body = json.loads(answer.stdout)
+    assert {"strategies", "recommended", "global_batch", "lr"} <= body.keys() and body["global_batch"] == 32
+    table = orch(live, "plan", "-f", str(request), "--set", "gpus=1")
+    assert "recommended" in table.stdout and "STRATEGY" in table.stdout
+    bad = orch(live, "plan", "-f", str(request), "--set", "gpu_memory_gb=-1")
+    assert bad.exit_code == 2 and "--set gpu_memory_gb=-1: gpu_memory_gb" in bad.stderr
