@@ -27,7 +27,8 @@ LOG_GRACE_S = 20.0
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 # Shown first when a job reports them; the rest of its own metrics come after, up to _MAX_SHOWN in all.
 _PREFERRED = ("train_loss", "val_loss", "val_accuracy")
-_NOT_SHOWN = frozenset({"epoch", "step", "samples_per_s", "lr"})
+POSITION = frozenset({"epoch", "step"})
+_NOT_SHOWN = POSITION | {"samples_per_s", "lr"}
 _MAX_SHOWN = 4
 
 
@@ -161,8 +162,7 @@ class JobFollow:
     def _ended(self) -> int:
         job, state = self.job, str(self.job.state)
         if state == "SUCCEEDED":
-            final = (job.result or {}).get("metrics") or {}
-            self.screen.note(f"job {job.id} SUCCEEDED {output.metrics_text(final)}".rstrip())
+            self.screen.note(f"job {job.id} SUCCEEDED {output.metrics_text(final_metrics(job))}".rstrip())
         elif state == "CANCELLED":
             self.screen.note(f"job {job.id} CANCELLED ({job.reason}) {job.message}".rstrip())
         else:
@@ -191,6 +191,13 @@ class JobFollow:
 
 def follow_job(job: Any, timeout: float | None = None, cancel_on_interrupt: bool = False) -> int:
     return JobFollow(job, timeout, cancel_on_interrupt).run()
+
+
+def final_metrics(job: Any) -> dict[str, Any]:
+    """The metrics the job ended with, the usual ones first; its position (epoch, step) left out."""
+    final = (job.result or {}).get("metrics") or {}
+    names = [n for n in _PREFERRED if n in final] + [n for n in final if n not in _PREFERRED and n not in POSITION]
+    return {name: final[name] for name in names}
 
 
 def event_line(event: Any) -> str:

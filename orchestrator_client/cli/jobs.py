@@ -248,7 +248,7 @@ def events_table(events: list[Any]):
 
 def _final_line(job: Any) -> str:
     if str(job.state) == "SUCCEEDED":
-        return f"job {job.id} SUCCEEDED {output.metrics_text((job.result or {}).get('metrics'))}".rstrip()
+        return f"job {job.id} SUCCEEDED {output.metrics_text(follow.final_metrics(job))}".rstrip()
     return f"job {job.id} {job.state} ({job.reason}): {job.message}"
 
 

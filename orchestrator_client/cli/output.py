@@ -110,8 +110,14 @@ def cell(value: Any) -> str:
 
 
 def metrics_text(values: dict[str, Any] | None) -> str:
-    """``name=value`` pairs, numbers to 4 significant digits."""
-    return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in (values or {}).items())
+    """``name=value`` pairs, numbers to 4 significant digits (no exponent for large ones: 12436 samples/s)."""
+    return " ".join(f"{k}={number(v)}" for k, v in (values or {}).items())
+
+
+def number(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.0f}" if abs(value) >= 1e4 and abs(value) < 1e15 else f"{value:.4g}"
+    return str(value)
 
 
 def _short_time(text: str) -> str:
