@@ -73,9 +73,14 @@ def note(text: str) -> None:
 
 
 def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None) -> Table:
-    result = Table(*columns, title=title, box=None, header_style="bold", pad_edge=False)
-    for row in rows:
-        result.add_row(*(cell(value) for value in row))
+    """A table of ``rows``; its first column (an id or a name, what people copy) is never cut short."""
+    cells = [[cell(value) for value in row] for row in rows]
+    result = Table(title=title, box=None, header_style="bold", pad_edge=False)
+    widest = max((len(row[0]) for row in cells if row), default=0)
+    for index, column in enumerate(columns):
+        result.add_column(column, no_wrap=index == 0, min_width=max(widest, len(column)) if index == 0 else None)
+    for row in cells:
+        result.add_row(*row)
     return result
 
 
