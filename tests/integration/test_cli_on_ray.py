@@ -71,7 +71,15 @@ def test_submit_follow_to_succeeded_exits_0_with_progress_and_the_loops_lines(en
     assert f"job {job['id']} attempt 1" in out  # the driver's
     final = next(line for line in out.splitlines() if line.startswith(f"==> job {job['id']} SUCCEEDED"))
     assert "val_accuracy=0.9" in final and "epoch=" not in final
-    assert "\x1b[" not in out  # no colour, no live display in a pipe
+    assert "\x1b[" not in out  # no colour, no live display in a pipe (and Ray's escape codes stripped)
+    assert "Reporting training result" not in out and "Checkpoint successfully created" not in out  # quiet chatter
+
+    # one rank's lines: rank 1's start line, and none of rank 0's per-epoch lines or the driver's
+    rank_1 = _orch(env, "jobs", "logs", "cli-ok", "--rank", "1")
+    assert rank_1.returncode == 0, rank_1.stderr
+    assert "[rank 1/2] training worker started" in rank_1.stdout
+    assert "[rank 0/2]" not in rank_1.stdout and "epoch 2/2 step" not in rank_1.stdout
+    assert "epoch 2/2 step 44" in _orch(env, "jobs", "logs", "cli-ok", "--rank", "0").stdout
 
 
 def test_a_failing_workload_exits_1_with_its_reason(env, member, tmp_path):
