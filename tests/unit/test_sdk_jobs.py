@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from orchestrator.backend import RunStatus
 from orchestrator_client import Conflict, Job, NotFound, WaitTimeout
 from tests.unit.sdk_helpers import checkpoint, metrics, report, sdk, start, state
 from workers.contract.jobs import JobSpec
@@ -98,6 +99,7 @@ def test_wait_past_its_timeout_raises_wait_timeout_with_the_last_state(live):
     assert timeout.value.status_code is None
 
 
+@pytest.mark.timeout(60)
 def test_logs_and_following_them_until_the_job_ends(live, monkeypatch):
     client = sdk(live)
     job = client.jobs.submit({"workload": "digits"})
@@ -108,12 +110,14 @@ def test_logs_and_following_them_until_the_job_ends(live, monkeypatch):
     assert list(job.logs()) == ["epoch 1 of 2"]
 
     def training() -> None:
-        time.sleep(0.3)
-        printed.append("epoch 2 of 2\n")
-        time.sleep(0.3)
-        printed.append("done\n")
-        report(live, job.id, token, state("succeeded"))
-        live.backend.runs[f"{job.id}-1"] = live.backend.runs[f"{job.id}-1"].__class__.SUCCEEDED  # the driver exits
+        try:
+            time.sleep(0.3)
+            printed.append("epoch 2 of 2\n")
+            time.sleep(0.3)
+            printed.append("done\n")
+        finally:  # the job ends whatever happens above: the follow below must end too
+            report(live, job.id, token, state("succeeded"))
+            live.backend.runs[f"{job.id}-1"] = RunStatus.SUCCEEDED  # the driver exits
 
     thread = threading.Thread(target=training)
     thread.start()
