@@ -99,6 +99,7 @@ class JobFollow:
         self.seen_events = 0
         self.waiting: tuple[str, str] | None = None
         self.shown_epoch: Any = None
+        self.told_broken = False
         self.started = time.monotonic()
         self.screen = Screen()
 
@@ -149,6 +150,9 @@ class JobFollow:
         if self.reader is None:
             time.sleep(max(0.0, until - time.monotonic()))
             return
+        if self.reader.broken is not None and not self.told_broken:
+            self.told_broken = True  # e.g. 429: the key follows as many logs as it may; the state still comes
+            self.screen.note(f"the log stream ended ({self.reader.broken}); following the job's state only")
         while True:
             remaining = until - time.monotonic()
             try:

@@ -202,3 +202,21 @@ def test_no_service_says_which_url_and_how_to_set_it(tmp_path):
     result = orch(Nowhere, "jobs", "list")
     assert result.exit_code == 1
     assert Nowhere.url in result.stderr and "--url" in result.stderr and "ORCHESTRATOR_URL" in result.stderr
+
+
+def test_logs_of_one_rank(live, spec_file):
+    job_id = _submit(live, spec_file)["id"]
+    start(live, job_id)
+    live.backend.logs = lambda submission_id: (
+        "driver line\n"
+        "(RayTrainWorker pid=11) [rank 0/2] training worker started (pid 11, host h)\n"
+        "(RayTrainWorker pid=12) [rank 1/2] training worker started (pid 12, host h)\n"
+        "(RayTrainWorker pid=11) epoch 1/3 step 5: train_loss 0.5\n"
+        "(RayTrainWorker pid=12) rank one says hello\n"
+    )
+    rank_1 = orch(live, "jobs", "logs", job_id, "--rank", "1")
+    assert rank_1.exit_code == 0, rank_1.output
+    assert "rank one says hello" in rank_1.stdout and "epoch 1/3" not in rank_1.stdout
+    assert "driver line" not in rank_1.stdout
+    everything = orch(live, "jobs", "logs", job_id).stdout
+    assert "driver line" in everything and "epoch 1/3" in everything
