@@ -64,7 +64,8 @@ def emit(obj: Any, fmt: Format, render: Callable[[Any], RenderableType]) -> None
     elif fmt is Format.yaml:
         typer.echo(yaml.safe_dump(data(obj), sort_keys=False, allow_unicode=True), nl=False)
     else:
-        console().print(render(obj))
+        rendered = render(obj)
+        console().print(Text(rendered) if isinstance(rendered, str) else rendered)  # never read as markup
 
 
 def note(text: str) -> None:
@@ -80,7 +81,7 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | No
     for index, column in enumerate(columns):
         result.add_column(column, no_wrap=index == 0, min_width=max(widest, len(column)) if index == 0 else None)
     for row in cells:
-        result.add_row(*row)
+        result.add_row(*(Text(text) for text in row))  # Text: a message's "[rank 0/2]" is not rich markup
     return result
 
 
@@ -93,7 +94,7 @@ def detail(obj: Any, fields: Sequence[str] | None = None) -> Table:
     grid.add_column(overflow="fold")
     for key in fields or list(values):
         if key in values:
-            grid.add_row(key, cell(values[key]))
+            grid.add_row(key, Text(cell(values[key])))
     return grid
 
 

@@ -97,7 +97,7 @@ def test_a_failed_job_exits_1_with_its_reason_and_message(live, spec_file):
             live,
             job_id,
             token,
-            {"type": "state", "state": "failed", "reason": "code_error", "message": "ValueError: bad"},
+            {"type": "state", "state": "failed", "reason": "code_error", "message": "ValueError: bad [rank 0/2] [/x]"},
         )
         finish_run(live, job_id, RunStatus.FAILED)
 
@@ -105,7 +105,9 @@ def test_a_failed_job_exits_1_with_its_reason_and_message(live, spec_file):
     result = orch(live, "jobs", "submit", "-f", str(spec_file), "--follow", "--timeout", "30")
     thread.join()
     assert result.exit_code == 1, result.output
-    assert "FAILED (code_error): ValueError: bad" in result.stderr
+    assert "FAILED (code_error): ValueError: bad [rank 0/2] [/x]" in result.stderr
+    # brackets in a message are text, not rich markup, in a table too
+    assert "ValueError: bad [rank 0/2] [/x]" in orch(live, "jobs", "get", "followed").stdout
 
 
 def test_a_job_cancelled_elsewhere_exits_3(live, spec_file):
