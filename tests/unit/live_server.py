@@ -30,14 +30,14 @@ class LiveServer:
 
 def serve(tmp_path: Path, backend: FakeBackend, **overrides):
     """A context manager: yields a ``LiveServer`` whose uvicorn answers on 127.0.0.1, stops it after."""
-    settings = Settings(
-        database_url=f"sqlite:///{tmp_path / 'orchestrator.db'}",
-        storage=str(tmp_path / "storage"),
-        var_dir=str(tmp_path / "var"),
-        admin_token=ADMIN,
-        workload_packages="allowed_pkg",
-        **overrides,
-    )
+    defaults = {
+        "database_url": f"sqlite:///{tmp_path / 'orchestrator.db'}",
+        "storage": str(tmp_path / "storage"),
+        "var_dir": str(tmp_path / "var"),
+        "admin_token": ADMIN,
+        "workload_packages": "allowed_pkg",
+    }
+    settings = Settings(**{**defaults, **overrides})  # a test's settings_overrides win
     app = create_app(settings, backend=backend, run_loops=False)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
