@@ -594,7 +594,7 @@ def test_the_image_runs_as_non_root_without_build_tools_and_checks_its_health():
     assert '--index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"' in dockerfile
     # Only the distribution's sources are copied: no tests, no virtualenv.
     copied = re.findall(r"^COPY (?!--from)(\S+)", dockerfile, flags=re.M)
-    assert set(copied) == {"pyproject.toml", "api", "orchestrator", "workers"}
+    assert set(copied) == {"pyproject.toml", "api", "orchestrator", "workers", "orchestrator_client"}
 
 
 # --------------------------------------------------------------------------------------------- compose
