@@ -18,11 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "dev-admin-token"  # the token the README's walkthrough starts the service with
 
 
-def readme_blocks(heading: str) -> list[str]:
-    """The bash blocks of the README's section ``heading``, as written."""
+def readme_blocks(heading: str, language: str = "bash") -> list[str]:
+    """The ``language`` blocks of the README's section ``heading``, as written."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)
 
 
 def walkthrough_blocks() -> list[str]:
@@ -34,11 +34,26 @@ def own_model_block() -> str:
     return block
 
 
+CLI_SECTION = "From the command line and Python"
+
+
+def cli_block() -> str:
+    (block,) = readme_blocks(CLI_SECTION)
+    return block
+
+
+def sdk_block() -> str:
+    (block,) = readme_blocks(CLI_SECTION, language="python")
+    return block
+
+
 def test_readme_walkthrough_is_what_the_test_runs():
     blocks = walkthrough_blocks()
     assert blocks[0].strip() == f"ORCHESTRATOR_ADMIN_TOKEN={ADMIN} make run"
     assert blocks[1].startswith("# terminal 2")
     assert own_model_block().startswith("# terminal 2, after the walkthrough")
+    assert cli_block().startswith("# terminal 2, after the walkthrough")
+    assert "from orchestrator_client import Client" in sdk_block()
 
 
 def _alive(pid: int) -> bool:
@@ -90,15 +105,17 @@ def test_make_run_then_the_walkthrough_then_ctrl_c(tmp_path):
         _wait_until(ready, 300, "make run to be ready")
         head_pid = int((var / "ray" / "head.pid").read_text())
 
-        # The walkthrough, then "Train your own model" in the same shell (it uses the walkthrough's KEY).
-        script = walkthrough_blocks()[1] + "\n" + own_model_block()
+        # The walkthrough, the same from orch, then "Train your own model", in the same shell (they use the
+        # walkthrough's variables). orch's profiles go to a config folder of the test's own.
+        script = walkthrough_blocks()[1] + "\n" + cli_block() + "\n" + own_model_block()
+        shell_env = {**env, "ORCH": base, "XDG_CONFIG_HOME": str(tmp_path / "config")}
         result = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", script],
             cwd=ROOT,
-            env={**env, "ORCH": base},
+            env=shell_env,
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=900,
         )
         assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
         out = result.stdout
@@ -119,6 +136,31 @@ def test_make_run_then_the_walkthrough_then_ctrl_c(tmp_path):
         assert own["state"] == "SUCCEEDED", own
         assert own["spec"]["entrypoint"] == "train:main" and own["spec"]["code"]["id"].startswith("sha256:")
         assert own["result"]["metrics"]["val_accuracy"] > 0.85, own["result"]
+
+        # The same from orch: a profile file only its owner reads, the followed job SUCCEEDED (exit 0, or the
+        # script had stopped), the bad spec named its field and exited 2.
+        config = tmp_path / "config" / "orchestrator" / "config.toml"
+        assert config.stat().st_mode & 0o777 == 0o600
+        assert "bob" in out and "nlp" in out  # orch whoami
+        (cli_job,) = admin.get("/v1/jobs", params={"name_prefix": "digits-cli"}).json()["items"]
+        assert cli_job["state"] == "SUCCEEDED" and cli_job["spec"]["epochs"] == 3, cli_job
+        assert "exit 2" in out and "epochs" in result.stderr
+        assert "Reporting training result" not in out  # Ray Train's per-report chatter stays quiet
+
+        # The Python block, with the profile orch login saved (bob's key, project nlp).
+        sdk = subprocess.run(
+            [str(ROOT / ".venv" / "bin" / "python"), "-c", sdk_block()],
+            cwd=tmp_path,
+            env={k: v for k, v in shell_env.items() if k != "ORCH"},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert sdk.returncode == 0, f"stdout:\n{sdk.stdout}\nstderr:\n{sdk.stderr}"
+        assert sdk.stdout.startswith("SUCCEEDED "), sdk.stdout
+        assert "digits-sdk SUCCEEDED" in sdk.stdout and "digits-cli SUCCEEDED" in sdk.stdout
+        (sdk_job,) = admin.get("/v1/jobs", params={"name_prefix": "digits-sdk"}).json()["items"]
+        assert sdk_job["project_id"] == cli_job["project_id"] != job["project_id"]
     finally:
         # Ctrl-C in the terminal: SIGINT to the foreground process group.
         os.killpg(service.pid, signal.SIGINT)
