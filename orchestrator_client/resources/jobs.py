@@ -3,77 +3,46 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
 
 from orchestrator_client.metrics_frame import metrics_frame
 from orchestrator_client.paging import Pager
-from orchestrator_client.resources.bound import Bound
-from orchestrator_client.resources.runs import TERMINAL_STATES, find_by_ref, log_lines
+from orchestrator_client.resources.runs import Run, find_by_ref, log_lines
 from orchestrator_client.specs import load_spec
 from orchestrator_client.transport import IDEMPOTENCY_HEADER, Transport
-from orchestrator_client.waiting import poll_until
 from workers.contract import workloads
-from workers.contract.rest import CheckpointOut, JobEventOut, JobOut, MetricOut
+from workers.contract.rest import CheckpointOut, JobOut, MetricOut
 from workers.contract.states import JobState
 
 Spec = Mapping[str, Any] | BaseModel | str | Path
 
 
-class Job(JobOut, Bound):
+class Job(JobOut, Run):
     """A training job (every field of the API's ``JobOut``) that can reload, wait, stream its logs, read its
-    metrics and checkpoints, and cancel itself."""
+    metrics and checkpoints, and cancel itself (``reload``, ``wait``, ``events``, ``cancel``: ``Run``'s)."""
 
-    @property
-    def done(self) -> bool:
-        """In a terminal state (SUCCEEDED, FAILED, CANCELLED)."""
-        return self.state in TERMINAL_STATES
+    _collection: ClassVar[str] = "/v1/jobs"
 
-    @property
-    def succeeded(self) -> bool:
-        return self.state == JobState.SUCCEEDED
+    def _progress_text(self) -> str:
+        return f"{self.state.value} ({self.reason})" if self.reason else self.state.value
 
-    def reload(self) -> Job:
-        """This job as the server has it now (updated in place; returns itself)."""
-        return self._refresh(self._http.request("GET", f"/v1/jobs/{self.id}").json())
-
-    def wait(
-        self, timeout: float | None = None, poll: float = 2.0, on_change: Callable[[Job], None] | None = None
-    ) -> Job:
-        """Until the job ends; returns it (whatever the end: check ``succeeded``). ``on_change(job)``: called
-        at the start and at every change of state, attempt or reason. Past ``timeout`` s: ``WaitTimeout``."""
-        return poll_until(
-            self,
-            self.reload,
-            lambda job: job.done,
-            timeout=timeout,
-            poll=poll,
-            what=lambda job: f"{job.state.value} ({job.reason})" if job.reason else job.state.value,
-            on_change=on_change,
-            change_key=lambda job: (job.state, job.attempt, job.reason),
-        )
+    def _progress_key(self) -> Hashable:
+        return (self.state, self.attempt, self.reason)
 
     def logs(
         self, follow: bool = False, attempt: int | None = None, tail: int | None = None, rank: int | None = None
     ) -> Iterator[str]:
         """Its output as lines (no newlines). ``follow``: streamed as it runs, until the job ends (the current
         attempt; ``tail`` lines to start with). ``attempt``: an earlier attempt's. ``rank``: one rank's lines."""
-        return log_lines(self._http, f"/v1/jobs/{self.id}/logs", follow=follow, attempt=attempt, tail=tail, rank=rank)
-
-    def events(self, limit: int | None = None, page_size: int | None = None) -> Pager[JobEventOut]:
-        """Its state history, oldest first."""
-        return Pager(
-            self._http, f"/v1/jobs/{self.id}/events", JobEventOut.model_validate, limit=limit, page_size=page_size
-        )
+        return log_lines(self._http, f"{self._path}/logs", follow=follow, attempt=attempt, tail=tail, rank=rank)
 
     def metrics(self, limit: int | None = None, page_size: int | None = None) -> Pager[MetricOut]:
         """Rank 0's metric reports, by attempt then step."""
-        return Pager(
-            self._http, f"/v1/jobs/{self.id}/metrics", MetricOut.model_validate, limit=limit, page_size=page_size
-        )
+        return Pager(self._http, f"{self._path}/metrics", MetricOut.model_validate, limit=limit, page_size=page_size)
 
     def metrics_df(self):  # -> pandas.DataFrame (pandas is optional: not named in the signature)
         """The metrics as a pandas DataFrame: one row per report, columns attempt, epoch, step, created_at and
@@ -82,7 +51,7 @@ class Job(JobOut, Bound):
 
     def checkpoints(self) -> list[CheckpointOut]:
         """Its committed checkpoints (the ones retention keeps), by step."""
-        return list(Pager(self._http, f"/v1/jobs/{self.id}/checkpoints", CheckpointOut.model_validate))
+        return list(Pager(self._http, f"{self._path}/checkpoints", CheckpointOut.model_validate))
 
     def best_checkpoint(
         self, metric: str | None = None, mode: Literal["max", "min"] | None = None
@@ -122,11 +91,6 @@ class Job(JobOut, Bound):
         if mode not in ("max", "min"):
             raise ValueError(f"mode is 'max' or 'min', not {mode!r}")
         return metric, mode
-
-    def cancel(self) -> Job:
-        """Cancel it (a queued job ends CANCELLED at once, a running one goes CANCELLING); returns it updated.
-        A job that already ended: ``Conflict``."""
-        return self._refresh(self._http.request("POST", f"/v1/jobs/{self.id}/cancel").json())
 
 
 class Jobs:

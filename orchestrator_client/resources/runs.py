@@ -3,19 +3,81 @@ state history, and both are found by an id or a unique name prefix."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any, ClassVar, Self, TypeVar
 from urllib.parse import quote
 
 from orchestrator_client.errors import Conflict, NotFound
 from orchestrator_client.paging import Pager
+from orchestrator_client.resources.bound import Bound
 from orchestrator_client.transport import Transport
+from orchestrator_client.waiting import poll_until
+from workers.contract.rest import JobEventOut
 from workers.contract.states import JobState
 
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 MAX_CANDIDATES = 10  # names an ambiguous prefix's Conflict lists
 
 R = TypeVar("R")
+
+
+class Run(Bound):
+    """What a ``Job`` and a ``Sweep`` do alike: reload, wait, read their state history, cancel. A base for
+    ``class Job(JobOut, Run)``: it declares no fields (``id``, ``state``, ``reason`` come from the contract's
+    ``RunOut`` beside it), so ``model_dump()`` stays exactly the API's JSON."""
+
+    _collection: ClassVar[str]  # "/v1/jobs": where this kind of run lives
+
+    @property
+    def done(self) -> bool:
+        """In a terminal state (SUCCEEDED, FAILED, CANCELLED)."""
+        return self.state in TERMINAL_STATES
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == JobState.SUCCEEDED
+
+    @property
+    def _path(self) -> str:
+        return f"{self._collection}/{self.id}"
+
+    def reload(self) -> Self:
+        """This run as the server has it now (updated in place; returns itself)."""
+        return self._refresh(self._http.request("GET", self._path).json())
+
+    def wait(
+        self, timeout: float | None = None, poll: float = 2.0, on_change: Callable[[Self], None] | None = None
+    ) -> Self:
+        """Until the run ends; returns it (whatever the end: check ``succeeded``). ``on_change(run)``: called
+        at the start and whenever its progress changes (a job's state, attempt or reason; a sweep's state,
+        reason or trial counts). Past ``timeout`` s: ``WaitTimeout``."""
+        return poll_until(
+            self,
+            self.reload,
+            lambda run: run.done,
+            timeout=timeout,
+            poll=poll,
+            what=lambda run: run._progress_text(),
+            on_change=on_change,
+            change_key=lambda run: run._progress_key(),
+        )
+
+    def _progress_text(self) -> str:
+        """How ``WaitTimeout`` names where the run was."""
+        return self.state.value
+
+    def _progress_key(self) -> Hashable:
+        """What counts as a change for ``wait(on_change=...)``."""
+        return (self.state, self.reason)
+
+    def events(self, limit: int | None = None, page_size: int | None = None) -> Pager[JobEventOut]:
+        """Its state history, oldest first."""
+        return Pager(self._http, f"{self._path}/events", JobEventOut.model_validate, limit=limit, page_size=page_size)
+
+    def cancel(self) -> Self:
+        """Cancel it; returns it updated (a queued job ends CANCELLED at once, a running job goes CANCELLING;
+        a sweep stops its running trials). A run that already ended: ``Conflict``."""
+        return self._refresh(self._http.request("POST", f"{self._path}/cancel").json())
 
 
 def log_lines(

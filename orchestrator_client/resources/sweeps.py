@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
 from orchestrator_client.metrics_frame import metrics_frame
 from orchestrator_client.paging import Pager
 from orchestrator_client.resources.bound import Bound
-from orchestrator_client.resources.runs import TERMINAL_STATES, find_by_ref, log_lines
+from orchestrator_client.resources.runs import Run, find_by_ref, log_lines
 from orchestrator_client.specs import load_spec
 from orchestrator_client.transport import Transport
-from orchestrator_client.waiting import poll_until
-from workers.contract.rest import JobEventOut, SweepOut, TrialEventOut, TrialMetricOut, TrialOut
+from workers.contract.rest import SweepOut, TrialEventOut, TrialMetricOut, TrialOut
 from workers.contract.states import JobState, TrialState
 
 Spec = Mapping[str, Any] | BaseModel | str | Path
@@ -48,59 +47,23 @@ class Trial(TrialOut, Bound):
         )
 
 
-class Sweep(SweepOut, Bound):
+class Sweep(SweepOut, Run):
     """A sweep (every field of ``SweepOut``: ``trials`` is the count per state, ``best_trial`` the best so
-    far); ``list_trials()`` iterates the trials themselves."""
+    far); ``list_trials()`` iterates the trials themselves (``reload``, ``wait``, ``events``, ``cancel``:
+    ``Run``'s)."""
 
-    @property
-    def done(self) -> bool:
-        return self.state in TERMINAL_STATES
+    _collection: ClassVar[str] = "/v1/sweeps"
 
-    @property
-    def succeeded(self) -> bool:
-        return self.state == JobState.SUCCEEDED
-
-    def reload(self) -> Sweep:
-        return self._refresh(self._http.request("GET", f"/v1/sweeps/{self.id}").json())
-
-    def wait(
-        self, timeout: float | None = None, poll: float = 2.0, on_change: Callable[[Sweep], None] | None = None
-    ) -> Sweep:
-        """Until the sweep ends; returns it. ``on_change(sweep)``: at the start and whenever its state or its
-        trial counts change. Past ``timeout`` s: ``WaitTimeout``."""
-        return poll_until(
-            self,
-            self.reload,
-            lambda sweep: sweep.done,
-            timeout=timeout,
-            poll=poll,
-            what=lambda sweep: sweep.state.value,
-            on_change=on_change,
-            change_key=lambda sweep: (sweep.state, sweep.reason, tuple(sorted(sweep.trials.items()))),
-        )
+    def _progress_key(self) -> Hashable:
+        return (self.state, self.reason, tuple(sorted(self.trials.items())))
 
     def list_trials(self, limit: int | None = None, page_size: int | None = None) -> Pager[Trial]:
         """Its trials by number (not ``trials()``: ``trials`` is the API's field of counts per state)."""
-        return Pager(
-            self._http,
-            f"/v1/sweeps/{self.id}/trials",
-            lambda data: Trial.bind(data, self._http),
-            limit=limit,
-            page_size=page_size,
-        )
+        return _trials(self._http, self.id, limit, page_size)
 
     def logs(self, attempt: int | None = None, tail: int | None = None) -> Iterator[str]:
         """The sweep driver's output (Ray Tune's progress and every trial's workers') as lines."""
-        return log_lines(self._http, f"/v1/sweeps/{self.id}/logs", attempt=attempt, tail=tail)
-
-    def events(self, limit: int | None = None, page_size: int | None = None) -> Pager[JobEventOut]:
-        return Pager(
-            self._http, f"/v1/sweeps/{self.id}/events", JobEventOut.model_validate, limit=limit, page_size=page_size
-        )
-
-    def cancel(self) -> Sweep:
-        """Stop the sweep and its running trials; a sweep that already ended: ``Conflict``."""
-        return self._refresh(self._http.request("POST", f"/v1/sweeps/{self.id}/cancel").json())
+        return log_lines(self._http, f"{self._path}/logs", attempt=attempt, tail=tail)
 
 
 class Sweeps:
@@ -148,10 +111,14 @@ class Trials:
 
     def list(self, sweep_id: str, limit: int | None = None, page_size: int | None = None) -> Pager[Trial]:
         """A sweep's trials by number (the same as ``sweep.list_trials()``)."""
-        return Pager(
-            self._http,
-            f"/v1/sweeps/{sweep_id}/trials",
-            lambda data: Trial.bind(data, self._http),
-            limit=limit,
-            page_size=page_size,
-        )
+        return _trials(self._http, sweep_id, limit, page_size)
+
+
+def _trials(transport: Transport, sweep_id: str, limit: int | None, page_size: int | None) -> Pager[Trial]:
+    return Pager(
+        transport,
+        f"/v1/sweeps/{sweep_id}/trials",
+        lambda data: Trial.bind(data, transport),
+        limit=limit,
+        page_size=page_size,
+    )
