@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from api.errors import install_error_handler
+from api.http_metrics import HttpMetrics
 from api.limits import BodySizeLimit
+from api.log_context import bind_log_context
 from api.openapi import document_error_shapes
 from api.request_id import RequestId
-from api.routers import code, deployments, health, identity, internal, jobs, plan, projects, sweeps
+from api.routers import code, deployments, health, identity, internal, jobs, metrics, plan, projects, sweeps
 from orchestrator.backend import ClusterBackend
 from orchestrator.control_plane import ControlPlane
 from orchestrator.settings import Settings
@@ -47,6 +49,8 @@ def create_app(
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
+        # Log records name the job, sweep, trial or deployment a route's path names (api/log_context.py).
+        dependencies=[Depends(bind_log_context)],
     )
     app.state.service = service
     settings = service.settings
@@ -64,6 +68,8 @@ def create_app(
             ),
         },
     )
+    # Outside the body cap, so its 413s count too; inside the request id, which answers an escaped error's 500.
+    app.add_middleware(HttpMetrics, metrics=service.metrics)
     # Added last, so outermost: every answer carries X-Request-ID, the body-size middleware's 413 included.
     app.add_middleware(RequestId)
     for router in (
@@ -80,6 +86,8 @@ def create_app(
         internal.sweeps_router,
     ):
         app.include_router(router)
+    if settings.metrics != "off":  # off: no such route, a 404 like any unknown path
+        app.include_router(metrics.router)
 
     install_error_handler(app)  # every domain error (orchestrator.errors) -> its status, in one table
     document_error_shapes(app)

@@ -15,7 +15,7 @@ import uuid
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from orchestrator.request_context import request_id
+from orchestrator.request_context import ENTITIES, request_id
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,8 @@ class RequestId:
             await send(message)
 
         token = request_id.set(rid)
+        # The entity ids a route binds (api/log_context.py) last as long as the request, no longer.
+        entity_tokens = [(var, var.set(None)) for var in ENTITIES.values()]
         try:
             await self.app(scope, receive, send_with_id)
         except Exception:
@@ -67,6 +69,8 @@ class RequestId:
                 await send_with_id({"type": "http.response.body", "body": _INTERNAL_ERROR_BODY})
             raise
         finally:
+            for var, entity_token in reversed(entity_tokens):
+                var.reset(entity_token)
             request_id.reset(token)
 
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import logging
-
 import typer
 import uvicorn
 
+from orchestrator.log_format import configure_logging
 from orchestrator.settings import Settings
 
 app = typer.Typer(help="Training orchestration service on Ray.", no_args_is_help=True)
@@ -21,9 +20,18 @@ def main() -> None:
 def serve() -> None:
     """Run the control plane in the foreground (configuration: ORCHESTRATOR_* environment variables)."""
     settings = Settings()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_format)
     # By import string: `orchestrator` never imports `api` (DESIGN.md); create_app reads Settings itself.
-    uvicorn.run("api.app:create_app", factory=True, host=settings.host, port=settings.port, log_level="info")
+    # JSON: uvicorn's own loggers (its access log included) go through our root handler, one format for all.
+    log_config = None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG
+    uvicorn.run(
+        "api.app:create_app",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        log_config=log_config,
+    )
 
 
 @app.command()
@@ -37,7 +45,7 @@ def migrate() -> None:
     from orchestrator.db.migrate import upgrade_head
 
     settings = Settings()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_format)
     engine = make_engine(settings.database_url)
     try:
         upgrade_head(engine)

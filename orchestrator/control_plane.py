@@ -7,6 +7,7 @@ import logging
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import ClusterBackend
+from orchestrator.backend.metered import MeteredBackend
 from orchestrator.code_storage import CodeStorage
 from orchestrator.db.engine import make_engine, make_session_factory
 from orchestrator.db.migrate import upgrade_head
@@ -18,6 +19,7 @@ from orchestrator.loops.retention import CheckpointJanitor
 from orchestrator.loops.runner import Loop
 from orchestrator.loops.scheduler import Scheduler
 from orchestrator.loops.serving import ServingReconciler
+from orchestrator.metrics import Metrics
 from orchestrator.repositories import projects as projects_repo
 from orchestrator.services.logs import LogFollows
 from orchestrator.services.runs import revoke_driver_tokens
@@ -32,6 +34,9 @@ class ControlPlane:
         self.settings = settings
         self.engine = make_engine(settings.database_url)
         self.sessions: sessionmaker[Session] = make_session_factory(self.engine)
+        # GET /metrics: this control plane's own registry, which its sessions name for the state engine.
+        self.metrics = Metrics()
+        self.metrics.watch_database(self.sessions)
         self._backend = backend
         self.run_loops = run_loops
         self.local_cluster = None
@@ -52,6 +57,8 @@ class ControlPlane:
         self._bootstrap_keys()
         if self._backend is None:
             self._backend = self._connect_ray()
+        # Every Ray call counted by method and outcome, whoever makes it (loops, services, routes).
+        self._backend = MeteredBackend(self._backend, self.metrics.ray_calls)
         self.log_follows = LogFollows(
             self.sessions,
             self.backend,
@@ -62,35 +69,41 @@ class ControlPlane:
         )
         scheduler = Scheduler(self.sessions, self.backend, self.settings)
         reconciler = Reconciler(self.sessions, self.backend, self.settings)
+        last_success = self.metrics.loop_last_success
+        reconcile = Loop("reconciler", reconciler.tick, self.settings.reconciler_interval_s, last_success)
         # Adopt what is already running before admitting anything new.
-        try:
-            reconciler.tick()
-        except Exception:
-            log.exception("the first reconcile failed; the loop will try again")
+        if not reconcile.run_once():
+            log.error("the first reconcile failed; the loop will try again")
         if self.run_loops:
+            # The names are the `loop` label of orchestrator_loop_last_success_timestamp_seconds.
             self.loops = [
-                Loop("reconciler", reconciler.tick, self.settings.reconciler_interval_s),
-                Loop("scheduler", scheduler.tick, self.settings.scheduler_interval_s),
-                Loop("checkpoints", self.checkpoints.tick, self.settings.checkpoint_sweep_interval_s),
+                reconcile,
+                Loop("scheduler", scheduler.tick, self.settings.scheduler_interval_s, last_success),
+                Loop("retention", self.checkpoints.tick, self.settings.checkpoint_sweep_interval_s, last_success),
                 # Re-applies every live deployment's Serve config after a Ray or control-plane restart.
                 Loop(
                     "serving",
                     ServingReconciler(self.sessions, self.backend, self.settings).tick,
                     self.settings.serve_reconciler_interval_s,
+                    last_success,
                 ),
                 Loop(
-                    "code-gc",
+                    "code_gc",
                     CodeCollector(self.sessions, self.code_storage, self.settings).tick,
                     self.settings.code_gc_interval_s,
+                    last_success,
                 ),
                 Loop(
-                    "log-archive",
+                    "log_archive",
                     LogArchiver(self.sessions, self.backend, self.log_archive).tick,
                     self.settings.log_archive_interval_s,
+                    last_success,
                 ),
             ]
             if self.local_cluster is not None:  # ours to keep alive; a RAY_ADDRESS cluster is its owner's
-                self.loops.append(Loop("ray-head", self._keep_local_head, self.settings.reconciler_interval_s))
+                self.loops.append(
+                    Loop("ray_head", self._keep_local_head, self.settings.reconciler_interval_s, last_success)
+                )
             for loop in self.loops:
                 loop.start()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -106,6 +107,18 @@ class Settings(BaseSettings):
     )
     log_archive_interval_s: float = Field(
         5.0, gt=0, description="How often running jobs' output is copied to <storage>/<job>/logs/."
+    )
+    # --- operations: metrics and logs (docs/operations.md) ---
+    metrics: Literal["off", "open", "admin"] = Field(
+        "admin",
+        description="GET /metrics (Prometheus text format): 'admin' needs a cluster-wide admin key (a bearer "
+        "token the scraper sends), 'open' needs none (for a port only the scraper reaches), 'off' answers 404.",
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="The control plane's log lines: 'text' for people, 'json' for a log pipeline (one JSON "
+        "object a line: time, level, logger, message, and request_id, job_id, sweep_id, trial_id, deployment "
+        "where known).",
     )
 
     @cached_property

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend, RunInfo, RunStatus
 from orchestrator.db.models import JobState, utcnow
+from orchestrator.request_context import log_context
 from orchestrator.services.launch import Launch, new_job_token
 from orchestrator.services.runs import KINDS, Run, RunKind
 from orchestrator.settings import Settings
@@ -45,17 +46,18 @@ class Reconciler:
         with self.sessions() as session:
             active = [(kind, run.id, run.attempt, run.submission_id) for kind in KINDS for run in kind.active(session)]
         for kind, run_id, attempt, submission_id in active:
-            try:
-                info = self.backend.info(submission_id)
-            except BackendUnavailable as exc:
-                log.warning("reconciler: Ray unreachable, will retry: %s", exc)
-                return
-            try:
-                if info.status == RunStatus.FAILED:  # read the driver's output now, not under the lock
-                    info = replace(info, message=_failure_message(info, self.backend, submission_id))
-                self._reconcile(kind, run_id, attempt, info)
-            except BackendUnavailable as exc:
-                log.warning("reconciler: %s %s: %s", kind.name, run_id, exc)
+            with log_context(**{f"{kind.name}_id": run_id}):  # log lines name the job or sweep
+                try:
+                    info = self.backend.info(submission_id)
+                except BackendUnavailable as exc:
+                    log.warning("reconciler: Ray unreachable, will retry: %s", exc)
+                    return
+                try:
+                    if info.status == RunStatus.FAILED:  # read the driver's output now, not under the lock
+                        info = replace(info, message=_failure_message(info, self.backend, submission_id))
+                    self._reconcile(kind, run_id, attempt, info)
+                except BackendUnavailable as exc:
+                    log.warning("reconciler: %s %s: %s", kind.name, run_id, exc)
 
     def _reconcile(self, kind: RunKind, run_id: str, attempt: int, info: RunInfo) -> None:
         # Sent to Ray after the commit: a Ray call must not hold the row (on SQLite, the database) locked.

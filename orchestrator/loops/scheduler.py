@@ -11,6 +11,7 @@ from orchestrator.admission import ClusterCapacity, Demand, free_of, never_fits,
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import JobState
 from orchestrator.loops.serving import serving_reservation
+from orchestrator.request_context import log_context
 from orchestrator.services.launch import new_job_token
 from orchestrator.services.runs import QueuedRun, RunKind, active_demands, queued_runs
 from orchestrator.settings import Settings
@@ -43,10 +44,11 @@ class Scheduler:
         for run in queued:
             request = run.demand.total
             missing = shortfall(request, free)
-            if missing is None and self._admit(run.kind, run.id):
-                free = {r: free[r] - request[r] for r in free}
-            elif missing is not None:
-                self._wait_or_fail(run.kind, run.id, run.demand, capacity, missing)
+            with log_context(**{f"{run.kind.name}_id": run.id}):  # log lines name the job or sweep
+                if missing is None and self._admit(run.kind, run.id):
+                    free = {r: free[r] - request[r] for r in free}
+                elif missing is not None:
+                    self._wait_or_fail(run.kind, run.id, run.demand, capacity, missing)
 
     def _admit(self, kind: RunKind, run_id: str) -> bool:
         with self.sessions.begin() as session:

@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.backend import BackendUnavailable, ClusterBackend, ServeApp, ServeConfigRejected, ServeStatus
 from orchestrator.db.models import ApiKey, Deployment, DeploymentState, DeploymentVersion, utcnow
 from orchestrator.repositories import deployments as deployments_repo
+from orchestrator.request_context import log_context
 from orchestrator.services.deployments import SERVE_HOOK_KEY
 from orchestrator.services.launch import CodeMount, package_mount
 from orchestrator.settings import Settings
@@ -251,7 +252,8 @@ class ServingReconciler:
                 self.settings.serve_port,
             )
         for snapshot in snapshots:
-            self._reconcile(snapshot, status.apps.get(snapshot.name))
+            with log_context(deployment=snapshot.name):  # log lines name the deployment
+                self._reconcile(snapshot, status.apps.get(snapshot.name))
 
     def _snapshot(self, session: Session, deployment: Deployment, key_hashes: list[str]) -> _Snapshot:
         version = applied_version(deployment)

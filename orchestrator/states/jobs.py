@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db.models import Job, JobEvent, JobState
 from orchestrator.states.core import Change, Lifecycle, Rule, allowed, lock_row, record_creation, transition
+from orchestrator.states.job_metrics import count_change, count_submitted
 
 S = JobState
 TERMINAL: frozenset[JobState] = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
@@ -82,7 +83,9 @@ JOBS = Lifecycle(
     terminal=TERMINAL,
     history=_job_history,
     before=(attempt_before,),
-    after=(attempt_after, lifecycle_times),
+    # count_change last: it reads the times lifecycle_times sets.
+    after=(attempt_after, lifecycle_times, count_change),
+    on_create=(count_submitted,),
     attempts=True,
 )
 

@@ -1,0 +1,48 @@
+"""HTTP request counts and latency (``orchestrator.metrics``), labelled by the route's TEMPLATE
+(``/v1/jobs/{job_id}``), never the raw path, so a label set stays as small as the API itself.
+
+A pure ASGI middleware, like ``api/request_id.py``: it only reads the response's status as it passes and
+times the whole answer, a streamed body included. The template is what FastAPI's router matched (it puts the
+route in the scope); a path no route matched is ``unmatched``.
+"""
+
+from __future__ import annotations
+
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from orchestrator.metrics import Metrics
+
+UNMATCHED = "unmatched"
+
+
+def route_template(scope: Scope) -> str:
+    route = scope.get("route")
+    return getattr(route, "path", None) or UNMATCHED
+
+
+class HttpMetrics:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # what an exception that escapes becomes (api/request_id.py answers it)
+
+        async def send_noting_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_noting_status)
+        finally:
+            method, route = scope["method"], route_template(scope)
+            self.metrics.http_requests.labels(method, route, f"{status // 100}xx").inc()
+            self.metrics.http_duration.labels(method, route).observe(time.perf_counter() - started)
