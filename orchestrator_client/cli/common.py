@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -23,6 +25,22 @@ TimeoutOption = Annotated[
 CancelOnInterruptOption = Annotated[
     bool, typer.Option(help="Ctrl-C cancels the job too (by default it only stops following).")
 ]
+
+
+def file_or_sets(file: Path | None, sets: list[str] | None, usage: str) -> specfile.SpecFile:
+    """-f FILE with its --set overrides, or the --set options alone; neither: a SpecError saying ``usage``."""
+    if file is None and not sets:
+        raise specfile.SpecError(usage)
+    return specfile.load(file, sets) if file is not None else specfile.from_sets(sets or [])
+
+
+@contextmanager
+def spec_refusal(spec: specfile.SpecFile | None) -> Iterator[None]:
+    """Around a call that sends ``spec``: a 422 exits 2 with its field errors (``field_errors_exit``)."""
+    try:
+        yield
+    except ValidationFailed as error:
+        raise field_errors_exit(error, spec) from None
 
 
 def field_errors_exit(error: ValidationFailed, spec: specfile.SpecFile | None) -> typer.Exit:

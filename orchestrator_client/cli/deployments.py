@@ -9,13 +9,13 @@ from typing import Annotated, Any
 import typer
 
 from orchestrator_client.cli import output, specfile
-from orchestrator_client.cli.common import SetOption, YesOption, confirm, field_errors_exit
+from orchestrator_client.cli.common import SetOption, YesOption, confirm, file_or_sets, spec_refusal
 from orchestrator_client.cli.context import client
 from orchestrator_client.cli.output import OutputOption
-from orchestrator_client.errors import ValidationFailed
 
 app = typer.Typer(help="Models served over HTTP (Ray Serve), by name.", no_args_is_help=True)
 Name = Annotated[str, typer.Argument(help="The deployment's name.", show_default=False)]
+_USAGE = "give -f FILE and/or --set key=value"
 OptionalSpec = Annotated[
     Path | None, typer.Option("--file", "-f", help="A YAML or JSON file with the fields.", show_default=False)
 ]
@@ -26,11 +26,9 @@ def create(
     ctx: typer.Context, file: OptionalSpec = None, set_: SetOption = None, fmt: OutputOption = output.Format.table
 ) -> None:
     """Deploy a checkpoint: -f deployment.yaml and/or --set name=digits --set source.job_id=ID."""
-    spec = _spec(file, set_)
-    try:
+    spec = file_or_sets(file, set_, _USAGE)
+    with spec_refusal(spec):
         deployment = client(ctx).deployments.create(spec.data)
-    except ValidationFailed as error:
-        raise field_errors_exit(error, spec) from None
     output.emit(deployment, fmt, lambda d: f"deployment {d.name} {d.state} (version {d.version}) at {d.url}")
 
 
@@ -62,12 +60,10 @@ def update(
     fmt: OutputOption = output.Format.table,
 ) -> None:
     """Change a deployment (a new version): -f changes.yaml and/or --set replicas=2."""
-    changes = _spec(file, set_)
+    changes = file_or_sets(file, set_, _USAGE)
     deployment = client(ctx).deployments.get(name)
-    try:
+    with spec_refusal(changes):
         deployment = deployment.update(changes.data)
-    except ValidationFailed as error:
-        raise field_errors_exit(error, changes) from None
     output.emit(deployment, fmt, lambda d: f"deployment {d.name} {d.state} (version {d.version})")
 
 
@@ -128,12 +124,6 @@ def _payload(data: str) -> Any:
         raise specfile.SpecError(
             f"-d: not valid JSON (line {error.lineno}, column {error.colno}): {error.msg}"
         ) from None
-
-
-def _spec(file: Path | None, sets: list[str] | None) -> specfile.SpecFile:
-    if file is None and not sets:
-        raise specfile.SpecError("give -f FILE and/or --set key=value")
-    return specfile.load(file, sets) if file is not None else specfile.from_sets(sets or [])
 
 
 def _detail(deployment: Any):

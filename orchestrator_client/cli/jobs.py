@@ -3,26 +3,23 @@ REF is a job's id or a unique prefix of its name (the SDK's ``jobs.get``)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from orchestrator_client.cli import exits, follow, output, specfile
+from orchestrator_client.cli import follow, output, runs
 from orchestrator_client.cli.common import (
     CancelOnInterruptOption,
     SetOption,
     SpecOption,
     TimeoutOption,
     YesOption,
-    confirm,
-    field_errors_exit,
     labels,
+    spec_refusal,
 )
 from orchestrator_client.cli.context import client
 from orchestrator_client.cli.output import OutputOption
-from orchestrator_client.errors import ValidationFailed, WaitTimeout
 
 app = typer.Typer(help="Training jobs.", no_args_is_help=True)
 Ref = Annotated[str, typer.Argument(help="The job's id or a unique prefix of its name.", show_default=False)]
@@ -47,18 +44,14 @@ def submit(
     fmt: OutputOption = output.Format.table,
 ) -> None:
     """Submit a job from a spec file (YAML or JSON); with --follow, follow it to the end and exit with its result."""
-    spec = specfile.load(file, set_)
-    if name is not None:
-        spec.data["name"] = name
+    spec = runs.load_spec(file, set_, name)
     orch = client(ctx)
     if workdir is not None:
         uploaded = orch.code.upload(workdir)
         spec.data["code"] = {**(spec.data.get("code") or {}), "id": uploaded.id}
         output.note(f"uploaded {workdir} as {uploaded.id} ({uploaded.files} files, {uploaded.size} bytes)")
-    try:
+    with spec_refusal(spec):
         job = orch.jobs.submit(spec.data, idempotency_key=idempotency_key)
-    except ValidationFailed as error:
-        raise field_errors_exit(error, spec) from None
     if not follow_:
         output.emit(job, fmt, lambda j: f"job {j.id} submitted ({j.state})")
         return
@@ -92,7 +85,7 @@ def get(ctx: typer.Context, ref: Ref, fmt: OutputOption = output.Format.table) -
 @app.command()
 def events(ctx: typer.Context, ref: Ref, fmt: OutputOption = output.Format.table) -> None:
     """A job's state changes, oldest first."""
-    output.emit(list(client(ctx).jobs.get(ref).events()), fmt, events_table)
+    runs.show_events(client(ctx).jobs.get(ref), fmt)
 
 
 @app.command()
@@ -144,23 +137,13 @@ def logs(
     rank: Annotated[int | None, typer.Option(help="Only the lines of this worker rank.", min=0)] = None,
 ) -> None:
     """A job's output (the driver's and its workers')."""
-    job = client(ctx).jobs.get(ref)
-    try:
-        for line in job.logs(follow=follow_, attempt=attempt, tail=tail, rank=rank):
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()
-    except KeyboardInterrupt:
-        raise typer.Exit(exits.INTERRUPTED) from None
+    runs.print_logs(client(ctx).jobs.get(ref).logs(follow=follow_, attempt=attempt, tail=tail, rank=rank))
 
 
 @app.command()
 def cancel(ctx: typer.Context, ref: Ref, yes: YesOption = False, fmt: OutputOption = output.Format.table) -> None:
     """Cancel a job (asks first unless -y)."""
-    job = client(ctx).jobs.get(ref)
-    if not yes:
-        confirm(f"Cancel job {job.id} ({job.name or job.workload}, {job.state})?")
-    job = job.cancel()
-    output.emit(job, fmt, lambda j: f"job {j.id} {j.state}")
+    runs.cancel("job", client(ctx).jobs.get(ref), yes=yes, fmt=fmt)
 
 
 @app.command()
@@ -175,15 +158,7 @@ def wait(
     job = client(ctx).jobs.get(ref)
     if follow_:
         raise typer.Exit(follow.follow_job(job, timeout=timeout))
-    try:
-        job = job.wait(timeout=timeout)
-    except WaitTimeout:
-        typer.echo(f"timed out after {timeout:g} s: job {job.id} goes on", err=True)
-        raise typer.Exit(exits.TIMEOUT) from None
-    except KeyboardInterrupt:
-        raise typer.Exit(exits.INTERRUPTED) from None
-    output.emit(job, fmt, _final_line)
-    raise typer.Exit(exits.for_state(job.state))
+    runs.wait("job", job, timeout=timeout, fmt=fmt, final_line=_final_line)
 
 
 @app.command("follow")
@@ -226,23 +201,6 @@ def job_detail(job: Any):
             "result",
             "plan",
         ],
-    )
-
-
-def events_table(events: list[Any]):
-    return output.table(
-        ["AT", "FROM", "TO", "REASON", "ATTEMPT", "MESSAGE"],
-        (
-            (
-                e.created_at,
-                e.from_state,
-                e.to_state,
-                e.reason,
-                e.attempt,
-                (e.message or "").splitlines()[0][:200] if e.message else "",
-            )
-            for e in events
-        ),
     )
 
 

@@ -7,11 +7,10 @@ from typing import Annotated
 
 import typer
 
-from orchestrator_client.cli import output, specfile
-from orchestrator_client.cli.common import SetOption, field_errors_exit
+from orchestrator_client.cli import output
+from orchestrator_client.cli.common import SetOption, file_or_sets, spec_refusal
 from orchestrator_client.cli.context import client
 from orchestrator_client.cli.output import OutputOption
-from orchestrator_client.errors import ValidationFailed
 
 
 def register(app: typer.Typer) -> None:
@@ -27,13 +26,9 @@ def plan(
     fmt: OutputOption = output.Format.table,
 ) -> None:
     """Which strategy fits (DDP, FSDP...), per-GPU memory, global batch, scaled LR, all-reduce time."""
-    if file is None and not set_:
-        raise specfile.SpecError("give -f request.yaml and/or --set params=1e9 --set gpu_memory_gb=80")
-    request = specfile.load(file, set_) if file is not None else specfile.from_sets(set_ or [])
-    try:
+    request = file_or_sets(file, set_, "give -f request.yaml and/or --set params=1e9 --set gpu_memory_gb=80")
+    with spec_refusal(request):
         answer = client(ctx).plan(request.data)
-    except ValidationFailed as error:
-        raise field_errors_exit(error, request) from None
     output.emit(answer, fmt, _render)
 
 

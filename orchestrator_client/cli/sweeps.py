@@ -3,26 +3,22 @@ trials, best. REF is a sweep's id or a unique prefix of its name."""
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated, Any
 
 import typer
 
-from orchestrator_client.cli import exits, follow, output, specfile
+from orchestrator_client.cli import exits, follow, output, runs
 from orchestrator_client.cli.common import (
     CancelOnInterruptOption,
     SetOption,
     SpecOption,
     TimeoutOption,
     YesOption,
-    confirm,
-    field_errors_exit,
+    spec_refusal,
 )
 from orchestrator_client.cli.context import client
-from orchestrator_client.cli.jobs import events_table
 from orchestrator_client.cli.output import OutputOption
 from orchestrator_client.cli.trials import trials_table
-from orchestrator_client.errors import ValidationFailed, WaitTimeout
 
 app = typer.Typer(help="Hyperparameter sweeps (Ray Tune) and their trials.", no_args_is_help=True)
 Ref = Annotated[str, typer.Argument(help="The sweep's id or a unique prefix of its name.", show_default=False)]
@@ -40,13 +36,9 @@ def submit(
     fmt: OutputOption = output.Format.table,
 ) -> None:
     """Start a sweep from a spec file; with --follow, watch its trials and exit with its result."""
-    spec = specfile.load(file, set_)
-    if name is not None:
-        spec.data["name"] = name
-    try:
+    spec = runs.load_spec(file, set_, name)
+    with spec_refusal(spec):
         sweep = client(ctx).sweeps.submit(spec.data)
-    except ValidationFailed as error:
-        raise field_errors_exit(error, spec) from None
     if not follow_:
         output.emit(sweep, fmt, lambda s: f"sweep {s.id} submitted ({s.state}, {s.total_trials} trials)")
         return
@@ -95,7 +87,7 @@ def get(ctx: typer.Context, ref: Ref, fmt: OutputOption = output.Format.table) -
 @app.command()
 def events(ctx: typer.Context, ref: Ref, fmt: OutputOption = output.Format.table) -> None:
     """A sweep's state changes, oldest first."""
-    output.emit(list(client(ctx).sweeps.get(ref).events()), fmt, events_table)
+    runs.show_events(client(ctx).sweeps.get(ref), fmt)
 
 
 @app.command()
@@ -106,23 +98,13 @@ def logs(
     tail: Annotated[int | None, typer.Option(help="Only the last N lines.", min=0)] = None,
 ) -> None:
     """The sweep driver's output."""
-    sweep = client(ctx).sweeps.get(ref)
-    try:
-        for line in sweep.logs(attempt=attempt, tail=tail):
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()
-    except KeyboardInterrupt:
-        raise typer.Exit(exits.INTERRUPTED) from None
+    runs.print_logs(client(ctx).sweeps.get(ref).logs(attempt=attempt, tail=tail))
 
 
 @app.command()
 def cancel(ctx: typer.Context, ref: Ref, yes: YesOption = False, fmt: OutputOption = output.Format.table) -> None:
     """Cancel a sweep and its running trials (asks first unless -y)."""
-    sweep = client(ctx).sweeps.get(ref)
-    if not yes:
-        confirm(f"Cancel sweep {sweep.id} ({sweep.name or sweep.workload}, {sweep.state})?")
-    sweep = sweep.cancel()
-    output.emit(sweep, fmt, lambda s: f"sweep {s.id} {s.state}")
+    runs.cancel("sweep", client(ctx).sweeps.get(ref), yes=yes, fmt=fmt)
 
 
 @app.command()
@@ -137,15 +119,9 @@ def wait(
     sweep = client(ctx).sweeps.get(ref)
     if follow_:
         raise typer.Exit(follow.SweepFollow(sweep, timeout).run())
-    try:
-        sweep = sweep.wait(timeout=timeout)
-    except WaitTimeout:
-        typer.echo(f"timed out after {timeout:g} s: sweep {sweep.id} goes on", err=True)
-        raise typer.Exit(exits.TIMEOUT) from None
-    except KeyboardInterrupt:
-        raise typer.Exit(exits.INTERRUPTED) from None
-    output.emit(sweep, fmt, lambda s: f"sweep {s.id} {s.state} {_best(s)}".rstrip())
-    raise typer.Exit(exits.for_state(sweep.state))
+    runs.wait(
+        "sweep", sweep, timeout=timeout, fmt=fmt, final_line=lambda s: f"sweep {s.id} {s.state} {_best(s)}".rstrip()
+    )
 
 
 @app.command()
