@@ -108,7 +108,7 @@ class Settings(BaseSettings):
     log_archive_interval_s: float = Field(
         5.0, gt=0, description="How often running jobs' output is copied to <storage>/<job>/logs/."
     )
-    # --- operations: metrics and logs (docs/operations.md) ---
+    # --- operations: metrics and logs (docs/deploy.md#metrics-and-logs-for-operators) ---
     metrics: Literal["off", "open", "admin"] = Field(
         "admin",
         description="GET /metrics (Prometheus text format): 'admin' needs a cluster-wide admin key (a bearer "

@@ -29,7 +29,7 @@ router = APIRouter(tags=["health"])
 )
 def metrics(service: ControlPlaneDep) -> Response:
     """Jobs submitted, finished and by state, queue waits and run durations, restarts by reason, Ray calls by
-    outcome, each background loop's last good tick, and HTTP requests by route template ([operations.md]
-    lists every metric). Needs a cluster-wide admin key unless ORCHESTRATOR_METRICS=open; absent (404) when
-    ORCHESTRATOR_METRICS=off."""
+    outcome, each background loop's last good tick, and HTTP requests by route template (every metric and its
+    labels: docs/deploy.md, "Metrics and logs for operators"). Needs a cluster-wide admin key unless
+    ORCHESTRATOR_METRICS=open; absent (404) when ORCHESTRATOR_METRICS=off."""
     return Response(service.metrics.exposition(), media_type=CONTENT_TYPE)

@@ -466,6 +466,80 @@ def test_the_network_policy_lets_only_ray_pods_and_the_control_plane_reach_rays_
     assert not [o for o in off if o["kind"] == "NetworkPolicy"]
 
 
+# ------------------------------------------------------------------------------------- metrics (issue 19)
+
+SCRAPE = {"prometheus.io/scrape": "true", "prometheus.io/port": "8000", "prometheus.io/path": "/metrics"}
+
+
+def with_metrics(**metrics: Any) -> list[dict]:
+    return render(values_file("external-db-values.yaml") | {"metrics": {"access": "admin", **metrics}})
+
+
+def test_the_control_planes_service_and_pods_carry_scrape_annotations(rendered):
+    _, _values, objects = rendered
+    deployment = one(objects, "Deployment")
+    service = one(objects, "Service", deployment["metadata"]["name"])
+    assert SCRAPE.items() <= service["metadata"]["annotations"].items()
+    assert SCRAPE.items() <= deployment["spec"]["template"]["metadata"]["annotations"].items()
+    assert one(objects, "ConfigMap")["data"]["ORCHESTRATOR_METRICS"] == "admin"
+    # The port is the pod's, where a Prometheus that discovers by annotation sends the scrape.
+    port = deployment["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
+    assert service["metadata"]["annotations"]["prometheus.io/port"] == str(port)
+
+
+def test_a_service_annotation_of_the_user_sits_beside_the_scrape_annotations():
+    values = values_file("external-db-values.yaml") | {
+        "service": {"type": "ClusterIP", "port": 8000, "annotations": {"team": "ml"}}
+    }
+    objects = render(values)
+    service = one(objects, "Service", one(objects, "Deployment")["metadata"]["name"])
+    assert service["metadata"]["annotations"] == {**SCRAPE, "team": "ml"}
+
+
+def test_metrics_off_means_no_scrape_annotations_and_the_setting_off():
+    objects = with_metrics(access="off")
+    deployment = one(objects, "Deployment")
+    assert "annotations" not in one(objects, "Service", deployment["metadata"]["name"])["metadata"]
+    assert "prometheus.io/scrape" not in deployment["spec"]["template"]["metadata"]["annotations"]
+    assert one(objects, "ConfigMap")["data"]["ORCHESTRATOR_METRICS"] == "off"
+    with pytest.raises(helm.HelmRenderError, match="metrics.serviceMonitor.enabled needs metrics.access"):
+        with_metrics(access="off", serviceMonitor={"enabled": True})
+
+
+def test_there_is_no_servicemonitor_by_default(rendered):
+    _, _, objects = rendered
+    assert not [o for o in objects if o["kind"] == "ServiceMonitor"]
+
+
+@pytest.mark.parametrize("access", ["admin", "open"])
+def test_an_enabled_servicemonitor_scrapes_the_api_service(access):
+    objects = with_metrics(
+        access=access, serviceMonitor={"enabled": True, "interval": "15s", "labels": {"release": "kps"}}
+    )
+    monitor = one(objects, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    service = one(objects, "Service", one(objects, "Deployment")["metadata"]["name"])
+    # It selects the API's Service (and no other: PostgreSQL's has another component).
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == "http" and endpoint["path"] == "/metrics" and endpoint["interval"] == "15s"
+    assert [p["name"] for p in service["spec"]["ports"]] == ["http"]
+    if access == "admin":  # the chart's admin token, a cluster-wide admin key, as the bearer token
+        secret = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+        admin_ref = next(e for e in secret if e["name"] == "ORCHESTRATOR_ADMIN_TOKEN")["valueFrom"]["secretKeyRef"]
+        assert endpoint["authorization"] == {"type": "Bearer", "credentials": admin_ref}
+    else:
+        assert "authorization" not in endpoint
+
+
+def test_the_log_format_is_a_value():
+    values = values_file("external-db-values.yaml")
+    assert one(render(values), "ConfigMap")["data"]["ORCHESTRATOR_LOG_FORMAT"] == "text"
+    json_values = values | {"controlPlane": {"settings": {"logFormat": "json"}}}
+    assert one(render(json_values), "ConfigMap")["data"]["ORCHESTRATOR_LOG_FORMAT"] == "json"
+
+
 def test_notes_tell_how_to_reach_the_api_and_get_the_admin_token():
     text = notes(values_file("external-db-values.yaml"))
     assert f"kubectl -n {NAMESPACE} port-forward svc/{RELEASE}-orchestrator 8000:8000" in text
@@ -494,6 +568,12 @@ BAD_VALUES = {
     "storage URI without a scheme": ("storage:\n  uri: bucket/prefix\n", "/storage/uri"),
     "ingress without a host": ("ingress:\n  enabled: true\n  host: ''\n", "/ingress/host"),
     "ingress path without a slash": ("ingress:\n  enabled: true\n  paths: [v1]\n", "/ingress/paths/0"),
+    "unknown metrics access": ("metrics:\n  access: public\n", "/metrics/access"),
+    "scrape interval without a unit": (
+        "metrics:\n  serviceMonitor:\n    enabled: true\n    interval: '30'\n",
+        "/metrics/serviceMonitor/interval",
+    ),
+    "unknown log format": ("controlPlane:\n  settings:\n    logFormat: xml\n", "/controlPlane/settings/logFormat"),
 }
 
 

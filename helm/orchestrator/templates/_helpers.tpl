@@ -156,3 +156,12 @@ upgrade keeps generated tokens), else a new random one. Call with (list $ "key" 
   mountPath: {{ .Values.storage.mountPath }}
 {{- end }}
 {{- end -}}
+
+{{/* prometheus.io/* scrape annotations of the control plane's Service and pods (metrics.annotations). */}}
+{{- define "orchestrator.metrics.annotations" -}}
+{{- if and .Values.metrics.annotations (ne .Values.metrics.access "off") -}}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .Values.controlPlane.port | quote }}
+prometheus.io/path: /metrics
+{{- end -}}
+{{- end -}}
