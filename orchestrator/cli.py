@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 import uvicorn
 
-from orchestrator.log_format import configure_logging
+from orchestrator.log_format import configure_logging, uvicorn_log_config
 from orchestrator.settings import Settings
 
 app = typer.Typer(help="Training orchestration service on Ray.", no_args_is_help=True)
@@ -22,15 +22,13 @@ def serve() -> None:
     settings = Settings()
     configure_logging(settings.log_format)
     # By import string: `orchestrator` never imports `api` (DESIGN.md); create_app reads Settings itself.
-    # JSON: uvicorn's own loggers (its access log included) go through our root handler, one format for all.
-    log_config = None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG
     uvicorn.run(
         "api.app:create_app",
         factory=True,
         host=settings.host,
         port=settings.port,
         log_level="info",
-        log_config=log_config,
+        log_config=uvicorn_log_config(settings.log_format),
     )
 
 

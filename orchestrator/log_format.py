@@ -49,6 +49,14 @@ def log_handler(log_format: str, stream=None) -> logging.Handler:
     return handler
 
 
+def uvicorn_log_config(log_format: str) -> dict | None:
+    """What ``uvicorn.run(log_config=...)`` gets: its own handlers for text; none for json, so its loggers (the
+    access log included, which then carries the request id) go through the root handler, one format for all."""
+    import uvicorn.config
+
+    return None if log_format == "json" else uvicorn.config.LOGGING_CONFIG
+
+
 def configure_logging(log_format: str, level: int = logging.INFO) -> None:
     """The root logger's one handler, in ``log_format``."""
     logging.basicConfig(level=level, handlers=[log_handler(log_format)], force=True)

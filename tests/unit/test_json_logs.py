@@ -6,13 +6,19 @@ from __future__ import annotations
 import io
 import json
 import logging
+import threading
+import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
+import uvicorn
 
-from orchestrator.log_format import JsonFormatter, configure_logging, log_handler
+from api.app import create_app
+from orchestrator.log_format import JsonFormatter, configure_logging, log_handler, uvicorn_log_config
 from orchestrator.request_context import log_context, request_id
 from orchestrator.settings import Settings
+from tests.conftest import free_port
 from tests.unit.api_helpers import ADMIN, auth, submit, tick
 
 
@@ -85,6 +91,38 @@ def test_a_request_about_a_job_logs_its_request_id_and_job_id(app, client, backe
 
     logging.getLogger("after").info("no request any more")  # the ids ended with the request
     assert set(parsed(json_lines)[-1]) == {"time", "level", "logger", "message"}
+
+
+def test_over_real_http_the_access_log_is_json_with_the_request_and_the_job(tmp_path, backend, json_lines):
+    """As `orchestrator serve` runs it with the json format: uvicorn's access log through the root handler."""
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'o.db'}",
+        storage=str(tmp_path / "storage"),
+        var_dir=str(tmp_path / "var"),
+        admin_token=ADMIN,
+    )
+    app = create_app(settings, backend=backend, run_loops=False)
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="info", log_config=uvicorn_log_config("json"))
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        job = httpx.post(f"{url}/v1/jobs", json={"workload": "digits"}, headers=auth(ADMIN)).json()["id"]
+        answer = httpx.get(f"{url}/v1/jobs/{job}", headers={**auth(ADMIN), "X-Request-ID": "look-7"})
+        assert answer.status_code == 200 and answer.headers["X-Request-ID"] == "look-7"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+    access = [line for line in parsed(json_lines) if line["logger"] == "uvicorn.access"]
+    [look] = [line for line in access if line.get("request_id") == "look-7"]
+    assert look["job_id"] == job and f"GET /v1/jobs/{job}" in look["message"] and look["level"] == "INFO"
+    [post] = [line for line in access if "POST /v1/jobs" in line["message"]]
+    assert post["request_id"] and "job_id" not in post  # a fresh id; no job in its path
 
 
 def test_text_stays_the_default_and_json_is_chosen_by_the_setting(monkeypatch):
