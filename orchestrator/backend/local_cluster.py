@@ -4,6 +4,12 @@ The head runs as ``ray start --head --block`` in its own process group: SIGTERM 
 process it started (Ctrl-C of the service), and a service that is killed leaves it running. A head
 this service started earlier (its pid file is in the var dir and its dashboard answers) is adopted
 instead of starting a second cluster.
+
+A pid in the pid file is only believed while it is still that head: the pid file has a companion with the
+process's start time (``head.started``: ``/proc/<pid>/stat``'s start time, or ``ps -o lstart=`` where there is no
+``/proc``), and a process with that pid but another start time (the head died, the machine restarted, the
+system gave the pid to someone else) is neither adopted nor ever signalled. A pid file an older version wrote
+without a companion is believed only when the process's command line is ``ray start --head`` on our GCS port.
 """
 
 from __future__ import annotations
@@ -86,7 +92,8 @@ class LocalRayCluster:
         self.num_cpus = num_cpus
         self.num_gpus = num_gpus
         self.token_path = self.dir / "auth_token"
-        self.pid_path = self.dir / "head.pid"
+        self.pid_path = self.dir / "head.pid"  # the pid alone (tests and scripts read it as an int)
+        self.started_path = self.dir / "head.started"  # that process's start time: see the module docstring
         self.log_path = self.dir / "head.log"
         self._process: subprocess.Popen | None = None
 
@@ -120,12 +127,34 @@ class LocalRayCluster:
             return False
 
     def _recorded_pid(self) -> int | None:
+        """The pid in the pid file while that process still runs and is the head this service started; None
+        otherwise (no pid file, the process is gone, or the pid now belongs to another process)."""
         try:
             pid = int(self.pid_path.read_text())
-            os.kill(pid, 0)
-            return pid
         except (OSError, ValueError):
             return None
+        return pid if self._is_recorded_head(pid) else None
+
+    def _is_recorded_head(self, pid: int) -> bool:
+        started = process_start_time(pid)
+        if started is None:
+            return False  # gone
+        try:
+            recorded = self.started_path.read_text().strip()
+        except OSError:
+            recorded = ""
+        if recorded:
+            ours = recorded == started
+        else:  # a pid file from a version that recorded no start time
+            ours = is_ray_head_command(process_command(pid), self.gcs_port)
+        if not ours:
+            log.warning(
+                "pid %d in %s is no longer the Ray head this service started (another process has that pid): "
+                "not adopting it, not signalling it",
+                pid,
+                self.pid_path,
+            )
+        return ours
 
     def start(self, timeout_s: float = 90) -> None:
         self._ensure_token()
@@ -173,6 +202,7 @@ class LocalRayCluster:
             self._process = subprocess.Popen(
                 command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
+        self.started_path.write_text(process_start_time(self._process.pid) or "")
         self.pid_path.write_text(str(self._process.pid))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -201,10 +231,12 @@ class LocalRayCluster:
         self.start()
 
     def stop(self, timeout_s: float = 30) -> None:
-        """Stop the head this service started or adopted (SIGTERM stops all its Ray processes)."""
+        """Stop the head this service started or adopted (SIGTERM stops all its Ray processes). A pid file
+        whose pid now names another process is left alone: that process is never signalled."""
         pid = self._process.pid if self._process else self._recorded_pid()
         if pid is None:
             return
+        started = None if self._process else process_start_time(pid)
         log.info("stopping the local Ray cluster (pid %d)", pid)
         try:
             os.kill(pid, signal.SIGTERM)
@@ -215,7 +247,7 @@ class LocalRayCluster:
             if self._process is not None:
                 if self._process.poll() is not None:
                     break
-            elif not _alive(pid):
+            elif process_start_time(pid) != started:  # gone, or its pid already given to another process
                 break
             time.sleep(0.2)
         else:
@@ -225,6 +257,7 @@ class LocalRayCluster:
             except ProcessLookupError:
                 pass
         self.pid_path.unlink(missing_ok=True)
+        self.started_path.unlink(missing_ok=True)
 
 
 def _free_port() -> int:
@@ -240,9 +273,48 @@ def _free_ports(count: int) -> list[int]:
         return [probe.getsockname()[1] for probe in probes]
 
 
-def _alive(pid: int) -> bool:
+def process_start_time(pid: int) -> str | None:
+    """When process ``pid`` started, as text that differs between two processes that had the same pid; None when
+    no process has it (or only a zombie). Linux: the start time in clock ticks after boot (``/proc/<pid>/stat``, field 22); elsewhere
+    ``ps -o lstart=``."""
     try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return None  # a Linux without that pid
+        return _ps(pid, "lstart=")
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: count fields after its last ')'.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return None if fields[0] in ("Z", "X") else fields[19]  # a zombie has exited: only its parent's wait is left
+
+
+def process_command(pid: int) -> list[str]:
+    """Process ``pid``'s command line ([] when it is gone or unreadable)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+    except FileNotFoundError:
+        if Path("/proc/self/cmdline").exists():
+            return []
+        return (_ps(pid, "args=") or "").split()
+    except OSError:
+        return []
+
+
+def is_ray_head_command(command: list[str], gcs_port: int) -> bool:
+    """``... ray start --head ... --port <gcs_port>``: the command ``LocalRayCluster.start`` runs."""
+    ray_at = next((i for i, arg in enumerate(command) if Path(arg).name == "ray"), None)
+    if ray_at is None or command[ray_at + 1 : ray_at + 3] != ["start", "--head"]:
         return False
+    return any(command[i : i + 2] == ["--port", str(gcs_port)] for i in range(ray_at, len(command) - 1))
+
+
+def _ps(pid: int, field: str) -> str | None:
+    try:
+        done = subprocess.run(["ps", "-o", field, "-p", str(pid)], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
