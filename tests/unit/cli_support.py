@@ -6,11 +6,20 @@ from __future__ import annotations
 import time
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from orchestrator.backend import RunStatus
-from orchestrator_client.cli import app
+from orchestrator_client.cli import app, follow
 from tests.unit.api_helpers import ADMIN, reconcile, tick
+
+
+@pytest.fixture(autouse=True)
+def quick_follow(tmp_path, monkeypatch):
+    """For every test of a module that names it (``_own_config = cli_support.quick_follow``): its own config
+    folder (no profile leaks between tests), and a follow that polls every 0.1 s."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setattr(follow, "POLL_S", 0.1)
 
 
 def orch(live, *args: str, token: str | None = ADMIN, input: str | None = None):
@@ -37,6 +46,13 @@ def start(live, job_id: str) -> str:
     """Admit the job (STARTING, attempt 1 submitted to the fake Ray); returns its run token."""
     tick(live.app)
     return next(env["ORCHESTRATOR_JOB_TOKEN"] for sid, _, env in live.backend.submitted if sid == f"{job_id}-1")
+
+
+def running(live, job_id: str) -> str:
+    """Admit the job and report it RUNNING, as its driver does first; returns its run token."""
+    token = start(live, job_id)
+    report(live, job_id, token, {"type": "state", "state": "running"})
+    return token
 
 
 def report(live, job_id: str, token: str, *events: dict) -> None:

@@ -31,6 +31,13 @@ def report(live, job_id: str, token: str, *events: dict, attempt: int = 1) -> No
     assert response.status_code == 200, response.text
 
 
+def running(live, job_id: str, *events: dict) -> str:
+    """Admit the job and report it RUNNING, then ``events`` (metrics, checkpoints); returns its run token."""
+    token = start(live, job_id)
+    report(live, job_id, token, state("running"), *events)
+    return token
+
+
 def state(name: str, **extra) -> dict:
     return {"type": "state", "state": name, **extra}
 

@@ -13,14 +13,11 @@ import pytest
 
 from orchestrator.backend import RunStatus
 from orchestrator_client.cli import follow
+from tests.unit import cli_support
 from tests.unit.api_helpers import ADMIN
-from tests.unit.cli_support import finish_run, newest, orch, report, start
+from tests.unit.cli_support import finish_run, newest, orch, report, running, start
 
-
-@pytest.fixture(autouse=True)
-def _quick(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setattr(follow, "POLL_S", 0.1)
+_own_config = cli_support.quick_follow
 
 
 @pytest.fixture
@@ -51,15 +48,10 @@ def _later(action) -> threading.Thread:
     return thread
 
 
-def _the_job(live) -> str:
-    return newest(live)
-
-
 def test_follow_to_succeeded_shows_logs_progress_and_exits_0(live, spec_file):
     def driver():
-        job_id = _the_job(live)
-        token = start(live, job_id)
-        report(live, job_id, token, {"type": "state", "state": "running"})
+        job_id = newest(live)
+        token = running(live, job_id)
         report(
             live,
             job_id,
@@ -78,7 +70,7 @@ def test_follow_to_succeeded_shows_logs_progress_and_exits_0(live, spec_file):
     result = orch(live, "jobs", "submit", "-f", str(spec_file), "--follow", "--timeout", "30")
     thread.join()
     assert result.exit_code == 0, result.output
-    job_id = _the_job(live)
+    job_id = newest(live)
     out = result.stdout
     assert f"log of {job_id}-1" in out  # the job's own output
     assert "==> QUEUED -> STARTING" in out and "==> STARTING -> RUNNING" in out and "==> RUNNING -> SUCCEEDED" in out
@@ -90,9 +82,8 @@ def test_follow_to_succeeded_shows_logs_progress_and_exits_0(live, spec_file):
 
 def test_a_failed_job_exits_1_with_its_reason_and_message(live, spec_file):
     def driver():
-        job_id = _the_job(live)
-        token = start(live, job_id)
-        report(live, job_id, token, {"type": "state", "state": "running"})
+        job_id = newest(live)
+        token = running(live, job_id)
         report(
             live,
             job_id,
@@ -112,7 +103,7 @@ def test_a_failed_job_exits_1_with_its_reason_and_message(live, spec_file):
 
 def test_a_job_cancelled_elsewhere_exits_3(live, spec_file):
     def canceller():
-        job_id = _the_job(live)
+        job_id = newest(live)
         start(live, job_id)
         cancelled = httpx.post(f"{live.url}/v1/jobs/{job_id}/cancel", headers={"Authorization": f"Bearer {ADMIN}"})
         assert cancelled.status_code == 200

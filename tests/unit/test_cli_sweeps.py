@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from orchestrator.backend import RunStatus
-from orchestrator_client.cli import follow
+from tests.unit import cli_support
 from tests.unit.api_helpers import reconcile, tick
 from tests.unit.cli_support import newest, orch
 
@@ -33,10 +33,7 @@ metric: val_loss
 """
 
 
-@pytest.fixture(autouse=True)
-def _own_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setattr(follow, "POLL_S", 0.1)
+_own_config = cli_support.quick_follow
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from orchestrator_client import (
     Unauthenticated,
     ValidationFailed,
 )
-from tests.unit.sdk_helpers import report, sdk, start, state
+from tests.unit.sdk_helpers import report, running, sdk, state
 
 
 @pytest.fixture
@@ -79,8 +79,7 @@ def test_422_with_a_message_has_no_field_errors(live):
 def test_429_past_the_log_follow_cap_with_its_retry_after(live):
     client = sdk(live)
     job = client.jobs.submit({"workload": "digits"})
-    token = start(live, job.id)
-    report(live, job.id, token, state("running"))
+    token = running(live, job.id)
     following = job.logs(follow=True)
     assert next(following) == f"log of {job.id}-1"  # the one follow this key may hold is open
     try:

@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.backend import RunStatus
 from orchestrator_client import Conflict, Job, NotFound, WaitTimeout
-from tests.unit.sdk_helpers import checkpoint, metrics, report, sdk, start, state
+from tests.unit.sdk_helpers import checkpoint, metrics, report, running, sdk, start, state
 from workers.contract.jobs import JobSpec
 
 
@@ -73,8 +73,7 @@ def test_wait_returns_the_ended_job_and_reports_each_change(live):
 
     def driver() -> None:
         time.sleep(0.3)
-        token = start(live, job.id)
-        report(live, job.id, token, state("running"))
+        token = running(live, job.id)
         time.sleep(0.3)
         report(live, job.id, token, state("succeeded", result={"metrics": {"val_accuracy": 0.9}}))
 
@@ -103,8 +102,7 @@ def test_wait_past_its_timeout_raises_wait_timeout_with_the_last_state(live):
 def test_logs_and_following_them_until_the_job_ends(live, monkeypatch):
     client = sdk(live)
     job = client.jobs.submit({"workload": "digits"})
-    token = start(live, job.id)
-    report(live, job.id, token, state("running"))
+    token = running(live, job.id)
     printed = ["epoch 1 of 2\n"]
     monkeypatch.setattr(live.backend, "logs", lambda submission_id: "".join(printed))
     assert list(job.logs()) == ["epoch 1 of 2"]
@@ -132,12 +130,9 @@ def test_logs_and_following_them_until_the_job_ends(live, monkeypatch):
 def test_metrics_and_metrics_df(live):
     client = sdk(live)
     job = client.jobs.submit({"workload": "digits"})
-    token = start(live, job.id)
-    report(
+    running(
         live,
         job.id,
-        token,
-        state("running"),
         metrics(1, 10, train_loss=0.9, val_accuracy=0.7),
         metrics(2, 20, train_loss=0.5, val_accuracy=0.8),
         metrics(3, 30, train_loss=0.3),
@@ -170,12 +165,9 @@ def test_metrics_df_without_pandas_says_how_to_get_it(live, monkeypatch):
 def test_best_checkpoint_defaults_like_the_server(live):
     client = sdk(live)
     job = client.jobs.submit({"workload": "digits", "checkpoint": {"keep": 5}})
-    token = start(live, job.id)
-    report(
+    running(
         live,
         job.id,
-        token,
-        state("running"),
         checkpoint(live, job.id, 1, 10, val_accuracy=0.8, val_loss=0.5),
         checkpoint(live, job.id, 2, 20, val_accuracy=0.95, val_loss=0.4),
         checkpoint(live, job.id, 3, 30, val_accuracy=0.95, val_loss=0.6),
@@ -214,8 +206,7 @@ def test_cancel(live):
 def test_logs_of_one_rank(live, monkeypatch):
     client = sdk(live)
     job = client.jobs.submit({"workload": "digits"})
-    token = start(live, job.id)
-    report(live, job.id, token, state("running"))
+    running(live, job.id)
     raw = (
         "driver starting\n"
         "(RayTrainWorker pid=11) [rank 0/2] training worker started (pid 11, host a)\n"
