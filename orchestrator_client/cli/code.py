@@ -31,13 +31,11 @@ def upload(
 @app.command("list")
 def list_(ctx: typer.Context, fmt: OutputOption = output.Format.table) -> None:
     """The project's code packages."""
-    output.emit(
-        list(client(ctx).code.list()),
+    output.emit_rows(
+        client(ctx).code.list(),
         fmt,
-        lambda ps: output.table(
-            ["ID", "SIZE", "FILES", "CREATED", "LAST USED"],
-            ((p.id, p.size, p.files, p.created_at, p.last_used_at) for p in ps),
-        ),
+        ["ID", "SIZE", "FILES", "CREATED", "LAST USED"],
+        lambda p: (p.id, p.size, p.files, p.created_at, p.last_used_at),
     )
 
 

@@ -35,13 +35,11 @@ def create(
 @app.command("list")
 def list_(ctx: typer.Context, fmt: OutputOption = output.Format.table) -> None:
     """List deployments."""
-    output.emit(
-        list(client(ctx).deployments.list()),
+    output.emit_rows(
+        client(ctx).deployments.list(),
         fmt,
-        lambda ds: output.table(
-            ["NAME", "STATE", "REASON", "VERSION", "SERVING", "REPLICAS", "URL"],
-            ((d.name, d.state, d.reason, d.version, d.serving_version, len(d.replicas), d.url) for d in ds),
-        ),
+        ["NAME", "STATE", "REASON", "VERSION", "SERVING", "REPLICAS", "URL"],
+        lambda d: (d.name, d.state, d.reason, d.version, d.serving_version, len(d.replicas), d.url),
     )
 
 
@@ -87,13 +85,11 @@ def delete(ctx: typer.Context, name: Name, yes: YesOption = False, fmt: OutputOp
 @app.command()
 def events(ctx: typer.Context, name: Name, fmt: OutputOption = output.Format.table) -> None:
     """A deployment's state changes, oldest first."""
-    output.emit(
-        list(client(ctx).deployments.get(name).events()),
+    output.emit_rows(
+        client(ctx).deployments.get(name).events(),
         fmt,
-        lambda es: output.table(
-            ["AT", "FROM", "TO", "REASON", "VERSION", "MESSAGE"],
-            ((e.created_at, e.from_state, e.to_state, e.reason, e.version, e.message) for e in es),
-        ),
+        ["AT", "FROM", "TO", "REASON", "VERSION", "MESSAGE"],
+        lambda e: (e.created_at, e.from_state, e.to_state, e.reason, e.version, e.message),
     )
 
 

@@ -3,6 +3,7 @@ REF is a job's id or a unique prefix of its name (the SDK's ``jobs.get``)."""
 
 from __future__ import annotations
 
+from itertools import islice
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -96,34 +97,22 @@ def metrics(
     fmt: OutputOption = output.Format.table,
 ) -> None:
     """A job's metrics reports, by attempt and step."""
-    rows = []
-    for report in client(ctx).jobs.get(ref).metrics():
-        rows.append(report)
-        if limit is not None and len(rows) >= limit:
-            break
-    output.emit(
-        rows,
+    output.emit_rows(
+        islice(client(ctx).jobs.get(ref).metrics(), limit),  # stops paging at the limit
         fmt,
-        lambda ms: output.table(
-            ["ATTEMPT", "EPOCH", "STEP", "VALUES", "AT"],
-            ((m.attempt, m.epoch, m.step, output.metrics_text(m.values), m.created_at) for m in ms),
-        ),
+        ["ATTEMPT", "EPOCH", "STEP", "VALUES", "AT"],
+        lambda m: (m.attempt, m.epoch, m.step, output.metrics_text(m.values), m.created_at),
     )
 
 
 @app.command()
 def checkpoints(ctx: typer.Context, ref: Ref, fmt: OutputOption = output.Format.table) -> None:
     """A job's committed checkpoints (those retention keeps)."""
-    output.emit(
-        list(client(ctx).jobs.get(ref).checkpoints()),
+    output.emit_rows(
+        client(ctx).jobs.get(ref).checkpoints(),
         fmt,
-        lambda cs: output.table(
-            ["ID", "ATTEMPT", "EPOCH", "STEP", "SIZE", "METRICS", "PATH"],
-            (
-                (c.id, c.attempt, c.epoch, c.step, _size(c.size_bytes), output.metrics_text(c.metrics), c.path)
-                for c in cs
-            ),
-        ),
+        ["ID", "ATTEMPT", "EPOCH", "STEP", "SIZE", "METRICS", "PATH"],
+        lambda c: (c.id, c.attempt, c.epoch, c.step, _size(c.size_bytes), output.metrics_text(c.metrics), c.path),
     )
 
 

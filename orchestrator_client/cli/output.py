@@ -68,6 +68,11 @@ def emit(obj: Any, fmt: Format, render: Callable[[Any], RenderableType]) -> None
         console().print(Text(rendered) if isinstance(rendered, str) else rendered)  # never read as markup
 
 
+def emit_rows(items: Iterable[Any], fmt: Format, columns: Sequence[str], row: Callable[[Any], Sequence[Any]]) -> None:
+    """A list: as json/yaml, or for people as a table of ``row(item)`` under ``columns``."""
+    emit(list(items), fmt, lambda rows: table(columns, (row(item) for item in rows)))
+
+
 def note(text: str) -> None:
     """One of orch's own lines for people (on stderr, so stdout stays the data)."""
     console(stderr=True).print(Text(text))

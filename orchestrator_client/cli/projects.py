@@ -91,13 +91,11 @@ def create_key(
 @keys_app.command("list")
 def list_keys(ctx: typer.Context, project: ProjectOption, fmt: OutputOption = output.Format.table) -> None:
     """A project's keys (never their secrets)."""
-    output.emit(
-        list(client(ctx).projects.keys(resolve(ctx, project).id).list()),
+    output.emit_rows(
+        client(ctx).projects.keys(resolve(ctx, project).id).list(),
         fmt,
-        lambda ks: output.table(
-            ["ID", "NAME", "ROLE", "PREFIX", "CREATED", "EXPIRES", "LAST USED"],
-            ((k.id, k.name, k.role, k.prefix, k.created_at, k.expires_at, k.last_used_at) for k in ks),
-        ),
+        ["ID", "NAME", "ROLE", "PREFIX", "CREATED", "EXPIRES", "LAST USED"],
+        lambda k: (k.id, k.name, k.role, k.prefix, k.created_at, k.expires_at, k.last_used_at),
     )
 
 

@@ -56,17 +56,11 @@ def list_(
 ) -> None:
     """List sweeps, newest first."""
     states = [s.upper() for s in state] if state else None
-    sweeps = list(client(ctx).sweeps.list(state=states, name_prefix=name, limit=limit))
-    output.emit(
-        sweeps,
+    output.emit_rows(
+        client(ctx).sweeps.list(state=states, name_prefix=name, limit=limit),
         fmt,
-        lambda ss: output.table(
-            ["ID", "NAME", "STATE", "REASON", "TRIALS", "METRIC", "BEST", "CREATED"],
-            (
-                (s.id, s.name, s.state, s.reason, _trial_counts(s), f"{s.metric} ({s.mode})", _best(s), s.created_at)
-                for s in ss
-            ),
-        ),
+        ["ID", "NAME", "STATE", "REASON", "TRIALS", "METRIC", "BEST", "CREATED"],
+        lambda s: (s.id, s.name, s.state, s.reason, _trial_counts(s), f"{s.metric} ({s.mode})", _best(s), s.created_at),
     )
 
 

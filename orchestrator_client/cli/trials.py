@@ -26,26 +26,22 @@ def get(ctx: typer.Context, trial_id: TrialId, fmt: OutputOption = output.Format
 @app.command()
 def metrics(ctx: typer.Context, trial_id: TrialId, fmt: OutputOption = output.Format.table) -> None:
     """A trial's metrics, one row an epoch."""
-    output.emit(
-        list(client(ctx).trials.get(trial_id).metrics()),
+    output.emit_rows(
+        client(ctx).trials.get(trial_id).metrics(),
         fmt,
-        lambda ms: output.table(
-            ["EPOCH", "STEP", "VALUES", "CHECKPOINT"],
-            ((m.epoch, m.step, output.metrics_text(m.values), m.checkpoint_path) for m in ms),
-        ),
+        ["EPOCH", "STEP", "VALUES", "CHECKPOINT"],
+        lambda m: (m.epoch, m.step, output.metrics_text(m.values), m.checkpoint_path),
     )
 
 
 @app.command()
 def events(ctx: typer.Context, trial_id: TrialId, fmt: OutputOption = output.Format.table) -> None:
     """A trial's state changes, oldest first."""
-    output.emit(
-        list(client(ctx).trials.get(trial_id).events()),
+    output.emit_rows(
+        client(ctx).trials.get(trial_id).events(),
         fmt,
-        lambda es: output.table(
-            ["AT", "FROM", "TO", "REASON", "MESSAGE"],
-            ((e.created_at, e.from_state, e.to_state, e.reason, e.message) for e in es),
-        ),
+        ["AT", "FROM", "TO", "REASON", "MESSAGE"],
+        lambda e: (e.created_at, e.from_state, e.to_state, e.reason, e.message),
     )
 
 
