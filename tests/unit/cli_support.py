@@ -48,10 +48,10 @@ def start(live, job_id: str) -> str:
     return next(env["ORCHESTRATOR_JOB_TOKEN"] for sid, _, env in live.backend.submitted if sid == f"{job_id}-1")
 
 
-def running(live, job_id: str) -> str:
-    """Admit the job and report it RUNNING, as its driver does first; returns its run token."""
+def running(live, job_id: str, *events: dict) -> str:
+    """Admit the job and report it RUNNING, then ``events``, as its driver does first; returns its run token."""
     token = start(live, job_id)
-    report(live, job_id, token, {"type": "state", "state": "running"})
+    report(live, job_id, token, {"type": "state", "state": "running"}, *events)
     return token
 
 

@@ -51,11 +51,9 @@ def _later(action) -> threading.Thread:
 def test_follow_to_succeeded_shows_logs_progress_and_exits_0(live, spec_file):
     def driver():
         job_id = newest(live)
-        token = running(live, job_id)
-        report(
+        token = running(
             live,
             job_id,
-            token,
             {"type": "metrics", "epoch": 1, "step": 7, "values": {"train_loss": 0.61, "samples_per_s": 900.0}},
         )
         time.sleep(0.4)
@@ -83,11 +81,9 @@ def test_follow_to_succeeded_shows_logs_progress_and_exits_0(live, spec_file):
 def test_a_failed_job_exits_1_with_its_reason_and_message(live, spec_file):
     def driver():
         job_id = newest(live)
-        token = running(live, job_id)
-        report(
+        running(
             live,
             job_id,
-            token,
             {"type": "state", "state": "failed", "reason": "code_error", "message": "ValueError: bad [rank 0/2] [/x]"},
         )
         finish_run(live, job_id, RunStatus.FAILED)
