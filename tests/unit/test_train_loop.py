@@ -7,6 +7,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,6 +22,7 @@ from workers.contract.jobs import DriverAssignment, JobSpec, MetricsEvent, State
 from workers.runtime import torchrun
 from workers.runtime.context import LocalContext
 from workers.runtime.reporter import EventReporter
+from workers.runtime.retry import RetryPolicy
 from workers.runtime.train_loop import run_training
 from workers.train import driver
 from workers.train.callbacks import checkpoint_event
@@ -328,14 +330,49 @@ def test_reporter_waits_for_a_control_plane_that_is_down():
     reporter = fast_reporter(f"http://127.0.0.1:{port}")
     reporter.emit(metrics_event(1))
     assert not reporter.flush(0.3)  # nothing listens yet
+    for epoch in range(2, 2001):  # more than one batch (1000 events at most) waits for it
+        reporter.emit(metrics_event(epoch))
 
     plane = FakeControlPlane(port=port)
     try:
         assert reporter.flush(5)
-        assert [event["epoch"] for event in plane.delivered_events()] == [1]
+        assert [event["epoch"] for event in plane.delivered_events()] == list(range(1, 2001))  # all, in order
+        assert reporter.dropped == 0
     finally:
         reporter.close()
         plane.stop()
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_reporter_does_not_retry_a_refused_token(plane_factory, status):
+    plane = plane_factory(statuses=[status])
+    reporter = fast_reporter(plane.url)
+    reporter.emit(metrics_event(1))
+    assert reporter.flush(5)
+    reporter.close()
+    assert len(plane.requests) == 1
+    assert reporter.dropped == 1
+
+
+def test_reporter_retries_408_and_429(plane_factory):
+    plane = plane_factory(statuses=[429, 408])
+    reporter = fast_reporter(plane.url)
+    reporter.emit(metrics_event(1))
+    assert reporter.flush(5)
+    reporter.close()
+    assert len(plane.requests) == 3
+    assert reporter.dropped == 0
+
+
+def test_reporter_close_ends_the_retries_of_a_batch(plane_factory):
+    plane = plane_factory(statuses=[503] * 1000)
+    reporter = EventReporter(plane.url, "job-1", 2, "secret", backoff_min_s=5, backoff_max_s=5)
+    reporter.emit(metrics_event(1))
+    assert plane.received.wait(5)
+    started = time.monotonic()
+    reporter.close()  # during the 5 s wait
+    assert time.monotonic() - started < 2
+    assert len(plane.requests) == 1
 
 
 def test_reporter_drops_a_batch_the_control_plane_refuses(plane_factory):
@@ -381,7 +418,7 @@ def test_reporter_without_url_only_logs(caplog):
 
 
 def test_driver_fetches_its_assignment_through_5xx(plane_factory, monkeypatch):
-    monkeypatch.setattr(driver, "FETCH_BACKOFF_S", (0.01, 0.05))
+    monkeypatch.setattr(driver, "FETCH_RETRY", RetryPolicy(first_delay_s=0.01, cap_s=0.05, max_tries=5))
     spec = JobSpec(workload="digits")
     assignment = DriverAssignment(job_id="job-1", attempt=2, spec=spec, plan=plan_for(spec), storage_path="/data/runs")
     plane = plane_factory(statuses=[502, 503], get_body=assignment.model_dump(mode="json"))
@@ -394,8 +431,20 @@ def test_driver_fetches_its_assignment_through_5xx(plane_factory, monkeypatch):
 
 
 def test_driver_does_not_retry_a_refused_assignment(plane_factory, monkeypatch):
-    monkeypatch.setattr(driver, "FETCH_BACKOFF_S", (0.01, 0.05))
+    monkeypatch.setattr(driver, "FETCH_RETRY", RetryPolicy(first_delay_s=0.01, cap_s=0.05, max_tries=5))
     plane = plane_factory(statuses=[401], get_body={"detail": "bad token"})
     with pytest.raises(httpx.HTTPStatusError):
         driver.fetch_assignment(plane.url, "job-1", 2, "wrong")
     assert len(plane.requests) == 1
+
+
+def test_driver_gives_up_on_the_assignment_after_its_tries(plane_factory, monkeypatch):
+    monkeypatch.setattr(driver, "FETCH_RETRY", RetryPolicy(first_delay_s=0.01, cap_s=0.05, max_tries=3))
+    plane = plane_factory(statuses=[503] * 10, get_body={"detail": "restarting"})
+    with pytest.raises(RuntimeError, match="after 3 tries: HTTP 503"):
+        driver.fetch_assignment(plane.url, "job-1", 2, "secret")
+    assert len(plane.requests) == 3
+
+
+def test_the_driver_fetch_keeps_its_bounds():
+    assert (driver.FETCH_RETRY.max_tries, driver.FETCH_RETRY.first_delay_s, driver.FETCH_RETRY.cap_s) == (5, 1.0, 10.0)

@@ -4,6 +4,13 @@
 ``POST {url}/internal/v1/jobs/{job_id}/events`` (a sweep driver's: ``/internal/v1/sweeps/...``) and keeps retrying while the control plane is down,
 so an outage of a minute or two loses nothing. The server treats events idempotently, so a batch
 that is re-sent after a timeout (delivered, but the answer was lost) does no harm.
+
+Bounds (``workers.runtime.retry``): a batch is retried after a transport error, a 5xx, a 408 or a 429 (any
+answer but a 2xx or another 4xx), with jittered exponential waits from ``BACKOFF_MIN_S`` up to ``BACKOFF_MAX_S``
+(each in [0, BACKOFF_MAX_S]), for as long as the reporter is open: no count or deadline, since ``close`` ends
+it (the drivers and the training loop call ``flush`` with ``FINAL_FLUSH_TIMEOUT_S``, 60 s, first). Meanwhile at
+most ``MAX_QUEUED_EVENTS`` wait (the oldest go first) and each request gets ``REQUEST_TIMEOUT_S``. Any other 4xx (a run's token refused: 401/403; a batch
+the server will never accept) drops the batch at once, logged and counted in ``dropped``, never retried.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import threading
 import httpx
 
 from workers.contract.jobs import CheckpointEvent, MetricsEvent, StateEvent
+from workers.runtime.retry import RetryableStatus, RetryPolicy, Stopped, raise_if_retryable
 
 log = logging.getLogger(__name__)
 # httpx logs every request at INFO: one line per event batch would drown the job's own output.
@@ -26,8 +34,6 @@ MAX_BATCH_EVENTS = 1000  # EventBatch.events allows at most 1000
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 10.0
 REQUEST_TIMEOUT_S = 10.0
-# 408 and 429 mean "try again later"; every other 4xx says the batch itself is unacceptable.
-RETRYABLE_4XX = {408, 429}
 
 
 class EventReporter:
@@ -50,7 +56,8 @@ class EventReporter:
         self._endpoint = f"{url.rstrip('/')}/internal/v1/{collection}/{job_id}/events" if url else None
         self._headers = {"Authorization": f"Bearer {token}"}
         self._max_queued = max_queued
-        self._backoff = (backoff_min_s, backoff_max_s)
+        # Unbounded in tries and time: `close` (its stop event) is what ends a batch's retries.
+        self._retry = RetryPolicy(first_delay_s=backoff_min_s, cap_s=backoff_max_s)
         self._queue: collections.deque[dict] = collections.deque()
         self._in_flight = 0  # events taken off the queue and not yet acknowledged or dropped
         self._overflowing = False  # warn once per overflow episode, not once per dropped event
@@ -130,34 +137,27 @@ class EventReporter:
     def _send(self, client: httpx.Client, batch: list[dict]) -> bool:
         """Post one batch until it is accepted (True) or refused for good (False). Returns early on close."""
         body = {"attempt": self.attempt, "events": batch}
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                response = client.post(self._endpoint, json=body)
-            except httpx.HTTPError as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-            else:
-                if response.is_success:
-                    return True
-                if 400 <= response.status_code < 500 and response.status_code not in RETRYABLE_4XX:
-                    log.error(
-                        "control plane refused %d events for job %s (HTTP %d: %s); dropping them",
-                        len(batch),
-                        self.job_id,
-                        response.status_code,
-                        response.text[:500],
-                    )
-                    return False
-                problem = f"HTTP {response.status_code}"
-            delay = min(self._backoff[1], self._backoff[0] * 2**failures)
-            failures += 1
-            log.warning(
-                "sending %d events for job %s failed (%s); retry %d in %.1fs",
-                len(batch),
-                self.job_id,
-                problem,
-                failures,
-                delay,
+
+        def post() -> httpx.Response:
+            return raise_if_retryable(client.post(self._endpoint, json=body))
+
+        try:
+            response = self._retry.call(
+                post,
+                retry_on=(httpx.HTTPError, RetryableStatus),
+                what=f"sending {len(batch)} events for job {self.job_id}",
+                stop=self._stop,
+                logger=log,
             )
-            self._stop.wait(delay)
+        except Stopped:
+            return False
+        if response.is_success:
+            return True
+        log.error(
+            "control plane refused %d events for job %s (HTTP %d: %s); dropping them",
+            len(batch),
+            self.job_id,
+            response.status_code,
+            response.text[:500],
+        )
         return False

@@ -14,7 +14,6 @@ import argparse
 import logging
 import os
 import sys
-import time
 import traceback
 
 import httpx
@@ -22,14 +21,16 @@ import ray
 
 from workers.contract.jobs import DriverAssignment, DriverExit, StateEvent
 from workers.runtime.reporter import EventReporter
+from workers.runtime.retry import RetryableStatus, RetryPolicy, raise_if_retryable
 from workers.train.callbacks import checkpoint_event
 from workers.train.failures import APP_ERROR, CODE_ERROR, OOM, WORKER_DIED, FailureCause, classify_training_error
 from workers.train.trainer import build_trainer
 
 log = logging.getLogger("workers.train.driver")
 
-FETCH_TRIES = 5
-FETCH_BACKOFF_S = (1.0, 10.0)  # first delay, cap
+# The assignment fetch: at most 5 tries, waits of about 1, 2, 4, 8 s (jittered, each at most 10 s; about 15 s in
+# all, at most 20.5), each request at most FETCH_TIMEOUT_S; then the attempt fails and the control plane decides.
+FETCH_RETRY = RetryPolicy(first_delay_s=1.0, cap_s=10.0, max_tries=5)
 FETCH_TIMEOUT_S = 10.0
 # Long enough to ride out a short control plane restart: after this the outcome only exists in Ray.
 FINAL_FLUSH_TIMEOUT_S = 60.0
@@ -40,24 +41,22 @@ def fetch_assignment(
     url: str, job_id: str, attempt: int, token: str, collection: str = "jobs", model: type = DriverAssignment
 ):
     """``GET /internal/v1/jobs/{job_id}/assignment?attempt=N`` (a sweep's: ``collection="sweeps"``, ``model``
-    ``SweepAssignment``), retried while the control plane is away."""
+    ``SweepAssignment``), retried while the control plane is away (``FETCH_RETRY``: a transport error, a 5xx,
+    408 or 429, see ``workers.runtime.retry``). Any other 4xx (a refused token, an unknown job) will not pass by waiting: ``HTTPStatusError``
+    at once. ``RuntimeError`` when the tries run out."""
     endpoint = f"{url.rstrip('/')}/internal/v1/{collection}/{job_id}/assignment"
     headers = {"Authorization": f"Bearer {token}"}
-    for try_number in range(1, FETCH_TRIES + 1):
-        try:
-            response = httpx.get(endpoint, params={"attempt": attempt}, headers=headers, timeout=FETCH_TIMEOUT_S)
-            # 5xx, 408 and 429 may pass; any other 4xx (bad token, unknown job) will not.
-            if response.status_code < 500 and response.status_code not in (408, 429):
-                response.raise_for_status()
-                break
-            problem = f"HTTP {response.status_code}"
-        except httpx.TransportError as exc:
-            problem = f"{type(exc).__name__}: {exc}"
-        if try_number == FETCH_TRIES:
-            raise RuntimeError(f"no assignment from {endpoint} after {FETCH_TRIES} tries: {problem}")
-        delay = min(FETCH_BACKOFF_S[1], FETCH_BACKOFF_S[0] * 2 ** (try_number - 1))
-        log.warning("fetching the assignment failed (%s); retrying in %.0fs", problem, delay)
-        time.sleep(delay)
+
+    def get() -> httpx.Response:
+        response = httpx.get(endpoint, params={"attempt": attempt}, headers=headers, timeout=FETCH_TIMEOUT_S)
+        return raise_if_retryable(response).raise_for_status()
+
+    try:
+        response = FETCH_RETRY.call(
+            get, retry_on=(httpx.TransportError, RetryableStatus), what="fetching the assignment", logger=log
+        )
+    except (httpx.TransportError, RetryableStatus) as exc:
+        raise RuntimeError(f"no assignment from {endpoint} after {FETCH_RETRY.max_tries} tries: {exc}") from exc
     assignment = model.model_validate(response.json())
     got = (getattr(assignment, f"{collection[:-1]}_id"), assignment.attempt)
     if got != (job_id, attempt):
