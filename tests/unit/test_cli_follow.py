@@ -36,8 +36,9 @@ def spec_file(tmp_path):
     return path
 
 
-def _later(action) -> threading.Thread:
-    """Run ``action`` in a thread once the follow has started (the job is submitted by then)."""
+def _submit_following(live, spec_file, action):
+    """``orch jobs submit --follow`` while ``action`` runs in a thread once the follow has started (the job is
+    submitted by then): it plays the job's driver or someone else."""
 
     def run():
         time.sleep(0.5)
@@ -45,7 +46,9 @@ def _later(action) -> threading.Thread:
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    return thread
+    result = orch(live, "jobs", "submit", "-f", str(spec_file), "--follow", "--timeout", "30")
+    thread.join()
+    return result
 
 
 def test_follow_to_succeeded_shows_logs_progress_and_exits_0(live, spec_file):
@@ -64,9 +67,7 @@ def test_follow_to_succeeded_shows_logs_progress_and_exits_0(live, spec_file):
         )
         finish_run(live, job_id)
 
-    thread = _later(driver)
-    result = orch(live, "jobs", "submit", "-f", str(spec_file), "--follow", "--timeout", "30")
-    thread.join()
+    result = _submit_following(live, spec_file, driver)
     assert result.exit_code == 0, result.output
     job_id = newest(live)
     out = result.stdout
@@ -88,9 +89,7 @@ def test_a_failed_job_exits_1_with_its_reason_and_message(live, spec_file):
         )
         finish_run(live, job_id, RunStatus.FAILED)
 
-    thread = _later(driver)
-    result = orch(live, "jobs", "submit", "-f", str(spec_file), "--follow", "--timeout", "30")
-    thread.join()
+    result = _submit_following(live, spec_file, driver)
     assert result.exit_code == 1, result.output
     assert "FAILED (code_error): ValueError: bad [rank 0/2] [/x]" in result.stderr
     # brackets in a message are text, not rich markup, in a table too
@@ -105,9 +104,7 @@ def test_a_job_cancelled_elsewhere_exits_3(live, spec_file):
         assert cancelled.status_code == 200
         finish_run(live, job_id, RunStatus.STOPPED)
 
-    thread = _later(canceller)
-    result = orch(live, "jobs", "submit", "-f", str(spec_file), "--follow", "--timeout", "30")
-    thread.join()
+    result = _submit_following(live, spec_file, canceller)
     assert result.exit_code == 3, result.output
     assert "CANCELLED" in result.stdout
 
