@@ -8,6 +8,8 @@ Layout
     ``sweeps``       sweeps (the run lifecycle again) and trials; ``set_sweep_state``, ``set_trial_state``,
                      ``record_sweep_created``, ``record_trial_created``
     ``deployments``  ``set_deployment_state``, ``record_deployment_created``
+    ``job_metrics``  the jobs' metric hooks (``orchestrator.metrics``): submitted, finished by state, restarts by
+                     reason, queue wait and run duration, each counted when the caller's transaction commits
 
 Every writer (the API, the scheduler, the reconciler, the serving reconciler, the events endpoints) loads
 the row locked (``lock_job``, ``lock_sweep``, ``lock_deployment``; a trial under its sweep's lock) and calls
