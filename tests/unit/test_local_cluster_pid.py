@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,6 +41,10 @@ def spawn() -> Iterator:
 
     def start(*command: str) -> subprocess.Popen:
         started.append(POPEN(list(command)))
+        # Until the child has exec'd, /proc shows an empty or the parent's command line.
+        deadline = time.monotonic() + 10
+        while process_command(started[-1].pid) != list(command) and time.monotonic() < deadline:
+            time.sleep(0.01)
         return started[-1]
 
     yield start
