@@ -67,15 +67,27 @@ def is_ready(ready: dict) -> bool:
 
 def _render(url, ready, cluster):
     from rich.console import Group
+    from rich.text import Text
 
+    # The headline on a line of its own: as a table's title it would wrap to the narrow table's width.
+    checks = ", ".join(f"{name} {value}" for name, value in ready.items() if name != "ready")
+    headline = Text(f"{url}: {'ready' if is_ready(ready) else 'NOT READY'} ({checks}); Ray {cluster.ray}")
     resources = output.table(
         ["RESOURCE", "AVAILABLE", "TOTAL"],
         ((name, cluster.available.get(name, 0), total) for name, total in sorted(cluster.total.items())),
-        title=f"{url}: {'ready' if is_ready(ready) else 'NOT READY'} ({output.metrics_text(ready)}), Ray {cluster.ray}",
     )
-    jobs = output.table(["STATE", "JOBS"], sorted(cluster.jobs.items()))
-    queue = output.table(
-        ["QUEUED", "NAME", "PRIORITY", "REASON", "MESSAGE"],
-        ((q.id, q.name, q.priority, q.reason, q.message) for q in cluster.queue),
-    )
-    return Group(resources, jobs, queue) if cluster.queue else Group(resources, jobs)
+    jobs = output.table(["STATE", "JOBS"], ((state, n) for state, n in sorted(cluster.jobs.items()) if n))
+    parts = [
+        headline,
+        Text(""),
+        resources,
+        Text(""),
+        jobs if cluster.jobs and any(cluster.jobs.values()) else Text("no jobs"),
+    ]
+    if cluster.queue:
+        queue = output.table(
+            ["QUEUED", "NAME", "PRIORITY", "REASON", "MESSAGE"],
+            ((q.id, q.name, q.priority, q.reason, q.message) for q in cluster.queue),
+        )
+        parts += [Text(""), queue]
+    return Group(*parts)
