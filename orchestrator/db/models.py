@@ -89,7 +89,17 @@ class Job(Base):
     __table_args__ = (
         UniqueConstraint("project_id", "idempotency_key", name="uq_jobs_project_idempotency_key"),
         Index("ix_jobs_state_priority", "state", "priority", "created_at"),
-        Index("ix_jobs_project_created", "project_id", "created_at"),
+        # The list's keyset order (created_at, id), newest first: in a project, across projects (admins),
+        # and for a state filter in either; name prefixes (LIKE 'p%') need the pattern operator class on
+        # PostgreSQL whatever the database's collation (SQLite ignores it); label filters use job_labels'.
+        Index("ix_jobs_project_created", "project_id", "created_at", "id"),
+        Index("ix_jobs_created", "created_at", "id"),
+        Index("ix_jobs_project_state_created", "project_id", "state", "created_at", "id"),
+        Index("ix_jobs_state_created", "state", "created_at", "id"),
+        Index("ix_jobs_project_name", "project_id", "name", postgresql_ops={"name": "varchar_pattern_ops"}),
+        Index("ix_jobs_name", "name", postgresql_ops={"name": "varchar_pattern_ops"}),
+        # Checkpoint upkeep's "finished since" and history retention's "ended before".
+        Index("ix_jobs_finished_at", "finished_at"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
@@ -157,17 +167,21 @@ class JobEvent(_StateHistory, Base):
     """State history: one row per transition, written by the one transition function."""
 
     __tablename__ = "job_events"
+    # Pages are by id within a job (and the last transition is the highest id).
+    __table_args__ = (Index("ix_job_events_job_id_id", "job_id", "id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
 
 
 class JobMetric(Base):
     __tablename__ = "job_metrics"
+    # Also the index of a job's pages (job_id, then attempt and step: their keyset order): no job_id index
+    # of its own on the biggest table.
     __table_args__ = (UniqueConstraint("job_id", "attempt", "step", name="uq_job_metrics_point"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     attempt: Mapped[int] = mapped_column(Integer)
     epoch: Mapped[int] = mapped_column(Integer)
     step: Mapped[int] = mapped_column(Integer)
@@ -177,10 +191,13 @@ class JobMetric(Base):
 
 class Checkpoint(Base):
     __tablename__ = "checkpoints"
-    __table_args__ = (UniqueConstraint("job_id", "path", name="uq_checkpoints_job_path"),)
+    __table_args__ = (
+        UniqueConstraint("job_id", "path", name="uq_checkpoints_job_path"),
+        Index("ix_checkpoints_job_step", "job_id", "step", "id"),  # a job's pages: by step, then id
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     attempt: Mapped[int] = mapped_column(Integer)
     epoch: Mapped[int] = mapped_column(Integer)
     step: Mapped[int] = mapped_column(Integer)
@@ -211,7 +228,7 @@ class Deployment(Base):
             sqlite_where=text(_LIVE),
             postgresql_where=text(_LIVE),
         ),
-        Index("ix_deployments_project_created", "project_id", "created_at"),
+        Index("ix_deployments_project_created", "project_id", "created_at", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
@@ -263,9 +280,10 @@ class DeploymentEvent(Base):
     """State history of a deployment, written by its one transition function."""
 
     __tablename__ = "deployment_events"
+    __table_args__ = (Index("ix_deployment_events_deployment_id_id", "deployment_id", "id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    deployment_id: Mapped[str] = mapped_column(ForeignKey("deployments.id", ondelete="CASCADE"), index=True)
+    deployment_id: Mapped[str] = mapped_column(ForeignKey("deployments.id", ondelete="CASCADE"))
     from_state: Mapped[DeploymentState | None] = mapped_column(_enum(DeploymentState), default=None)
     to_state: Mapped[DeploymentState] = mapped_column(_enum(DeploymentState))
     reason: Mapped[str] = mapped_column(String(64), default="")
@@ -284,7 +302,8 @@ class Sweep(Base):
     __tablename__ = "sweeps"
     __table_args__ = (
         Index("ix_sweeps_state_priority", "state", "priority", "created_at"),
-        Index("ix_sweeps_project_created", "project_id", "created_at"),
+        Index("ix_sweeps_project_created", "project_id", "created_at", "id"),
+        Index("ix_sweeps_created", "created_at", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
@@ -313,19 +332,23 @@ class SweepEvent(_StateHistory, Base):
     """State history of a sweep, written by its one transition function."""
 
     __tablename__ = "sweep_events"
+    __table_args__ = (Index("ix_sweep_events_sweep_id_id", "sweep_id", "id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
+    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
 
 
 class Trial(Base):
     """One configuration of a sweep, trained as one Ray Train run under Ray Tune."""
 
     __tablename__ = "trials"
-    __table_args__ = (UniqueConstraint("sweep_id", "tune_id", name="uq_trials_sweep_tune_id"),)
+    __table_args__ = (
+        UniqueConstraint("sweep_id", "tune_id", name="uq_trials_sweep_tune_id"),
+        Index("ix_trials_sweep_number", "sweep_id", "number", "id"),  # a sweep's pages: by number, then id
+    )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
-    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
+    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
     tune_id: Mapped[str] = mapped_column(String(64))  # Ray Tune's trial id, kept across driver restarts
     number: Mapped[int] = mapped_column(Integer)  # 1, 2, ... in the order the search created them
     config: Mapped[dict[str, Any]]  # the searched values, by path into the base spec
@@ -350,9 +373,10 @@ class TrialEvent(_StateHistory, Base):
 
     __tablename__ = "trial_events"
     _states = TrialState
+    __table_args__ = (Index("ix_trial_events_trial_id_id", "trial_id", "id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    trial_id: Mapped[str] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
+    trial_id: Mapped[str] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
 
 
 class TrialMetric(Base):

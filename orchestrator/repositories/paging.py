@@ -61,6 +61,10 @@ def fetch_page(
             beyond = column < value if descending else column > value
             after.append(and_(*[c == v for c, v in zip(columns[:i], values[:i], strict=True)], beyond))
         query = query.where(or_(*after))
+        if len(columns) > 1:
+            # Implied by the OR above, but stated on its own it bounds an index range scan on the first
+            # column: without it PostgreSQL reads the index from the start, past every earlier page.
+            query = query.where(columns[0] <= values[0] if descending else columns[0] >= values[0])
     rows = list(session.scalars(query))
     if len(rows) <= limit:
         return rows, None
