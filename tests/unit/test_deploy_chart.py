@@ -1,6 +1,7 @@
 """deploy/ and helm/orchestrator without a cluster or a Docker engine (see RAY-NOTES.md).
 
-The Helm chart is linted and rendered with helm-python-sdk (Helm's own Go SDK) for three values files;
+The Helm chart is linted and rendered with helm-python-sdk (Helm's own Go SDK) for four values files (no values
+at all among them: the try-out install);
 every rendered core manifest passes `kubernetes-validate --strict`; the RayCluster validates against
 KubeRay's real CRD schema; and the tests check the wiring: what points at what. The Dockerfile passes
 hadolint, and docker-compose.yaml is checked for the same wiring.
@@ -32,7 +33,14 @@ NAMESPACE = "ml"
 RELEASE = "demo"
 # The oldest Kubernetes the chart claims (Chart.yaml kubeVersion) and the newest this kubernetes-validate knows.
 K8S_VERSIONS = ["1.29.0", kubernetes_validate.utils.latest_version()]
-VALUES_FILES = ["external-db-values.yaml", "gpu-postgresql-values.yaml", "object-store-existing-secret-values.yaml"]
+VALUES_FILES = [
+    "default-values.yaml",
+    "external-db-values.yaml",
+    "gpu-postgresql-values.yaml",
+    "object-store-existing-secret-values.yaml",
+]
+# The production values files: an external PostgreSQL (by URL, or in an existing Secret).
+PRODUCTION_FILES = ["external-db-values.yaml", "object-store-existing-secret-values.yaml"]
 HOOK = "helm.sh/hook"
 
 
@@ -145,14 +153,15 @@ def test_the_chart_lints_clean_in_strict_mode(name):
     assert [m for m in report["messages"] if m["severity"] >= 2] == [], report
 
 
-def test_the_defaults_alone_are_rejected_because_the_database_url_is_required():
-    """An external database is the default, and its URL has no sensible default: the schema asks for it."""
-    report = helm.lint(CHART, {}, strict=True)
+def test_without_the_bundled_postgresql_the_database_url_is_required():
+    """The external database's URL has no sensible default: the schema asks for it by name."""
+    no_database = {"postgresql": {"enabled": False}}
+    report = helm.lint(CHART, no_database, strict=True)
     assert any("/database/url" in error for error in report["errors"]), report
     with pytest.raises(helm.HelmValuesError, match="/database/url"):
-        render({})
-    # The defaults plus only that URL are the "default values" install (ci/external-db-values.yaml).
-    assert set(values_file("external-db-values.yaml")) == {"database"}
+        render(no_database)
+    # Production's minimum is exactly that switch and the URL (ci/external-db-values.yaml).
+    assert set(values_file("external-db-values.yaml")) == {"postgresql", "database"}
 
 
 def test_the_rendered_kinds(rendered):
@@ -162,7 +171,8 @@ def test_the_rendered_kinds(rendered):
     assert expected <= set(kinds), kinds
     if name == "gpu-postgresql-values.yaml":
         assert {"StatefulSet", "Ingress", "PersistentVolumeClaim", "Secret"} <= set(kinds)
-        assert kinds.count("Service") == 2  # the API and PostgreSQL
+        assert kinds.count("Service") == 3  # the API, Serve and PostgreSQL
+        assert kinds.count("Ingress") == 2  # the API's and Serve's
     if name == "object-store-existing-secret-values.yaml":
         assert "Secret" not in kinds and "PersistentVolumeClaim" not in kinds
 
@@ -440,7 +450,7 @@ def test_every_ray_pod_shares_the_checkpoint_storage(rendered):
 
 def test_the_ingress_routes_to_the_api_service():
     objects = render(values_file("gpu-postgresql-values.yaml"))
-    ingress = one(objects, "Ingress")
+    ingress = one(objects, "Ingress", f"{RELEASE}-orchestrator")
     rule = ingress["spec"]["rules"][0]
     assert rule["host"] == "orchestrator.example.com"
     service = one(objects, "Service", one(objects, "Deployment")["metadata"]["name"])
@@ -462,7 +472,7 @@ def test_the_network_policy_lets_only_ray_pods_and_the_control_plane_reach_rays_
     assert control_plane["from"] == [{"podSelector": {"matchLabels": api_labels}}]
     assert {p["port"] for p in control_plane["ports"]} == {6379, 8265, 10001}
     assert serve == {"ports": [{"protocol": "TCP", "port": 8001}]}
-    off = render(values_file("external-db-values.yaml") | {"networkPolicy": {"enabled": False, "servePort": 8001}})
+    off = render(values_file("external-db-values.yaml") | {"networkPolicy": {"enabled": False}})
     assert not [o for o in off if o["kind"] == "NetworkPolicy"]
 
 
@@ -551,6 +561,160 @@ def test_notes_tell_how_to_reach_the_api_and_get_the_admin_token():
     assert "get secret orchestrator-secrets" in secret_text
 
 
+# ------------------------------------------------- the default install, two replicas, Serve (issue 21)
+
+
+def pod_labels(objects: list[dict]) -> dict[str, str]:
+    return one(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+
+
+def test_no_values_render_a_try_out_install_with_two_replicas_and_the_bundled_postgresql():
+    objects = render({})
+    deployment = one(objects, "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2
+    # A rolling update that keeps both old pods until a new one is ready: the API is never down.
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    # The replicas prefer different nodes; preferred, so a one-node try-out cluster still runs both.
+    [term] = spec["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == pod_labels(objects)
+    # A drain never takes both: the PDB selects exactly the control plane's pods.
+    pdb = one(objects, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels(objects).items()
+
+    # The database is the bundled PostgreSQL, its URL and password generated into the release's Secret.
+    statefulset = one(objects, "StatefulSet", f"{RELEASE}-orchestrator-postgresql")
+    secret = one(objects, "Secret", f"{RELEASE}-orchestrator")
+    assert secret["stringData"]["database-url"].startswith(
+        f"postgresql+psycopg://orchestrator:{secret['stringData']['postgres-password']}@{RELEASE}-orchestrator-postgresql:5432/"
+    )
+    assert statefulset["spec"]["replicas"] == 1
+    for key in ("admin-token", "auth_token", "postgres-password"):
+        assert len(secret["stringData"][key]) >= 32, key
+    # Migrations: the database exists only once the release does, so the first run is post-install;
+    # every upgrade migrates before the Deployment changes.
+    job = one(objects, "Job")
+    assert set(job["metadata"]["annotations"][HOOK].split(",")) == {"post-install", "pre-upgrade"}
+    assert HOOK not in deployment["metadata"].get("annotations", {})
+    # The Serve Service is there, and the leader's lease is a setting.
+    one(objects, "Service", f"{RELEASE}-orchestrator-serve")
+    assert one(objects, "ConfigMap")["data"]["ORCHESTRATOR_LEASE_S"] == "10"
+
+    text = notes({})
+    assert "WARNING: this release runs the bundled PostgreSQL" in text
+    assert "postgresql.enabled=false" in text and "database.url=" in text
+
+
+@pytest.mark.parametrize("name", PRODUCTION_FILES)
+def test_production_values_render_without_the_bundled_postgresql_and_migrate_first(name):
+    values = values_file(name)
+    objects = render(values)
+    assert not [o for o in objects if o["kind"] == "StatefulSet"]
+    assert not [o for o in objects if o["kind"] == "Service" and o["metadata"]["name"].endswith("-postgresql")]
+    assert "bundled PostgreSQL" not in notes(values)
+    job = one(objects, "Job")
+    assert set(job["metadata"]["annotations"][HOOK].split(",")) == {"pre-install", "pre-upgrade"}
+    # Still two replicas behind a PDB.
+    assert one(objects, "Deployment")["spec"]["replicas"] == 2
+    one(objects, "PodDisruptionBudget")
+
+
+def test_a_database_url_or_secret_beside_the_bundled_postgresql_fails_the_render_and_says_what_to_set():
+    with pytest.raises(helm.HelmRenderError, match="set postgresql.enabled=false to use the external PostgreSQL"):
+        render({"database": {"url": "postgresql+psycopg://u:p@db:5432/o"}})
+    with pytest.raises(helm.HelmRenderError, match="set postgresql.enabled=false to use the database-url of Secret s"):
+        render({"existingSecret": "s"})
+
+
+def test_more_than_one_replica_on_sqlite_is_refused():
+    sqlite = {"name": "ORCHESTRATOR_DATABASE_URL", "value": "sqlite:////home/ray/var/orchestrator.db"}
+    with pytest.raises(
+        helm.HelmRenderError, match=r"controlPlane.replicas is 2 but ORCHESTRATOR_DATABASE_URL is SQLite"
+    ):
+        render({"controlPlane": {"extraEnv": [sqlite]}})
+    # One replica on SQLite renders, with no PDB (minAvailable 1 of 1 would block every drain).
+    objects = render({"controlPlane": {"replicas": 1, "extraEnv": [sqlite]}})
+    assert one(objects, "Deployment")["spec"]["replicas"] == 1
+    assert not [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    # The chart's own database.url cannot be SQLite at all (the schema, BAD_VALUES); other env is fine.
+    other = {"name": "ORCHESTRATOR_X", "value": "sqlite-ish"}
+    assert one(render({"controlPlane": {"extraEnv": [other]}}), "Deployment")["spec"]["replicas"] == 2
+
+
+def test_a_users_affinity_replaces_the_default_anti_affinity_and_recreate_has_no_rolling_parameters():
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]}]
+            }
+        }
+    }
+    spec = one(render({"controlPlane": {"affinity": affinity, "strategy": "Recreate"}}), "Deployment")["spec"]
+    assert spec["template"]["spec"]["affinity"] == affinity
+    assert spec["strategy"] == {"type": "Recreate"}
+
+
+def test_the_serve_service_reaches_the_heads_serve_port_where_the_control_plane_makes_serve_listen(rendered):
+    _, _, objects = rendered
+    service = one(objects, "Service", f"{RELEASE}-orchestrator-serve")
+    head = one(objects, "RayCluster")["spec"]["headGroupSpec"]["template"]
+    [port] = service["spec"]["ports"]
+    serve_port = next(p for p in head["spec"]["containers"][0]["ports"] if p["name"] == port["targetPort"])
+    # It selects the head pod (and no control-plane or PostgreSQL pod).
+    assert service["spec"]["selector"].items() <= head["metadata"]["labels"].items()
+    assert not service["spec"]["selector"].items() <= pod_labels(objects).items()
+    config = one(objects, "ConfigMap")["data"]
+    # Serve's config (http_options) comes from the control plane: every interface, the head's Serve port.
+    assert config["ORCHESTRATOR_SERVE_HOST"] == "0.0.0.0"
+    assert int(config["ORCHESTRATOR_SERVE_PORT"]) == serve_port["containerPort"] == 8001
+    # The NetworkPolicy lets clients in on that same port.
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    if policies:
+        assert {"protocol": "TCP", "port": serve_port["containerPort"]} in policies[0]["spec"]["ingress"][-1]["ports"]
+
+
+def test_without_an_ingress_deployments_url_is_the_serve_services_address():
+    objects = render(values_file("external-db-values.yaml"))
+    config = one(objects, "ConfigMap")["data"]
+    service = one(objects, "Service", f"{RELEASE}-orchestrator-serve")
+    assert config["ORCHESTRATOR_SERVE_PUBLIC_URL"] == (
+        f"http://{service['metadata']['name']}.{NAMESPACE}.svc:{service['spec']['ports'][0]['port']}"
+    )
+    assert not [o for o in objects if o["kind"] == "Ingress"]
+    assert "enable serve.ingress" in notes(values_file("external-db-values.yaml"))
+
+
+def test_the_serve_ingress_host_is_the_deployments_public_url():
+    values = values_file("gpu-postgresql-values.yaml")
+    objects = render(values)
+    ingress = one(objects, "Ingress", f"{RELEASE}-orchestrator-serve")
+    service = one(objects, "Service", f"{RELEASE}-orchestrator-serve")
+    [rule] = ingress["spec"]["rules"]
+    assert rule["host"] == "models.example.com"
+    [path] = rule["http"]["paths"]
+    assert (path["path"], path["pathType"]) == ("/", "Prefix")  # every deployment's route
+    assert path["backend"]["service"] == {"name": service["metadata"]["name"], "port": {"name": "serve"}}
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    assert ingress["spec"]["tls"] == [
+        {"hosts": ["models.example.com"], "secretName": f"{RELEASE}-orchestrator-serve-tls"}
+    ]
+    # What the control plane answers as each deployment's url: https://<host><route>.
+    assert one(objects, "ConfigMap")["data"]["ORCHESTRATOR_SERVE_PUBLIC_URL"] == "https://models.example.com"
+    assert "https://models.example.com/<route>" in notes(values)
+
+
+def test_an_explicit_serve_public_url_wins_without_its_trailing_slash():
+    values = values_file("external-db-values.yaml") | {
+        "serve": {"publicUrl": "http://203.0.113.7:8001/", "service": {"type": "LoadBalancer", "port": 8001}}
+    }
+    objects = render(values)
+    assert one(objects, "ConfigMap")["data"]["ORCHESTRATOR_SERVE_PUBLIC_URL"] == "http://203.0.113.7:8001"
+    assert one(objects, "Service", f"{RELEASE}-orchestrator-serve")["spec"]["type"] == "LoadBalancer"
+
+
 # ----------------------------------------------------------------------------------------- the schema
 
 BAD_VALUES = {
@@ -574,6 +738,14 @@ BAD_VALUES = {
         "/metrics/serviceMonitor/interval",
     ),
     "unknown log format": ("controlPlane:\n  settings:\n    logFormat: xml\n", "/controlPlane/settings/logFormat"),
+    "SQLite as the database": ("database:\n  url: sqlite:///var/orchestrator.db\n", "/database/url"),
+    "serve ingress without a host": ("serve:\n  ingress:\n    enabled: true\n    host: ''\n", "/serve/ingress/host"),
+    "serve public URL without a scheme": ("serve:\n  publicUrl: models.example.com\n", "/serve/publicUrl"),
+    "PDB minAvailable as words": (
+        "controlPlane:\n  podDisruptionBudget:\n    enabled: true\n    minAvailable: one\n",
+        "/controlPlane/podDisruptionBudget/minAvailable",
+    ),
+    "the old networkPolicy.servePort": ("networkPolicy:\n  servePort: 8001\n", "servePort"),
 }
 
 
@@ -582,7 +754,7 @@ def test_a_bad_values_file_is_rejected_by_the_schema(case, tmp_path):
     text, where = BAD_VALUES[case]
     bad = tmp_path / "bad-values.yaml"
     # Every bad file is otherwise complete, so the schema error is the one named.
-    bad.write_text("database:\n  url: postgresql+psycopg://u:p@db:5432/o\n" + text)
+    bad.write_text("postgresql:\n  enabled: false\ndatabase:\n  url: postgresql+psycopg://u:p@db:5432/o\n" + text)
     values = helm.values_from_yaml(bad.read_text())
     with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmValuesError) as caught:
         chart.validate_schema(values)
@@ -757,6 +929,11 @@ def test_compose_wires_postgres_ray_head_worker_and_the_api(compose):
     assert api["depends_on"]["ray-head"]["condition"] == "service_healthy"
     assert worker["depends_on"]["ray-head"]["condition"] == "service_healthy"
     assert api["ports"] == ["127.0.0.1:8000:8000"]
+    # Ray Serve's ingress on the head: published, listening on every interface of the container, and the
+    # deployments' url is the published address.
+    assert "127.0.0.1:8001:8001" in head["ports"]
+    assert api_env["ORCHESTRATOR_SERVE_HOST"] == "0.0.0.0" and api_env["ORCHESTRATOR_SERVE_PORT"] == "8001"
+    assert api_env["ORCHESTRATOR_SERVE_PUBLIC_URL"] == "http://127.0.0.1:8001"
     assert all(p.startswith("127.0.0.1:") for s in services.values() for p in s.get("ports", []))
 
 

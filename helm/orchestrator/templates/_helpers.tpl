@@ -165,3 +165,43 @@ prometheus.io/port: {{ .Values.controlPlane.port | quote }}
 prometheus.io/path: /metrics
 {{- end -}}
 {{- end -}}
+
+{{/* The Service in front of Ray Serve's HTTP ingress on the head. */}}
+{{- define "orchestrator.serve.serviceName" -}}
+{{- printf "%s-serve" (include "orchestrator.fullname" .) -}}
+{{- end -}}
+
+{{/*
+What clients outside the cluster call deployments at (ORCHESTRATOR_SERVE_PUBLIC_URL): serve.publicUrl,
+else the Serve Ingress's https://host, else the Serve Service's in-cluster URL.
+*/}}
+{{- define "orchestrator.serve.publicUrl" -}}
+{{- if .Values.serve.publicUrl -}}
+{{- .Values.serve.publicUrl | trimSuffix "/" -}}
+{{- else if .Values.serve.ingress.enabled -}}
+{{- printf "https://%s" .Values.serve.ingress.host -}}
+{{- else -}}
+{{- printf "http://%s.%s.svc:%d" (include "orchestrator.serve.serviceName" .) .Release.Namespace (int .Values.serve.service.port) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Values that pass the schema but cannot work together: the render fails and says what to change.
+*/}}
+{{- define "orchestrator.checks" -}}
+{{- if and .Values.postgresql.enabled .Values.database.url -}}
+{{- fail "database.url is set while postgresql.enabled is true (the default, a bundled try-out database): set postgresql.enabled=false to use the external PostgreSQL at database.url" -}}
+{{- end -}}
+{{- if and .Values.postgresql.enabled .Values.existingSecret -}}
+{{- fail (printf "existingSecret is set while postgresql.enabled is true (the default, a bundled try-out database whose password the chart generates into its own Secret): set postgresql.enabled=false to use the database-url of Secret %s" .Values.existingSecret) -}}
+{{- end -}}
+{{- $sqlite := false -}}
+{{- range .Values.controlPlane.extraEnv -}}
+{{- if and (eq (.name | default "") "ORCHESTRATOR_DATABASE_URL") (hasPrefix "sqlite" (.value | default "")) -}}
+{{- $sqlite = true -}}
+{{- end -}}
+{{- end -}}
+{{- if and $sqlite (gt (int .Values.controlPlane.replicas) 1) -}}
+{{- fail (printf "controlPlane.replicas is %d but ORCHESTRATOR_DATABASE_URL is SQLite: SQLite allows one control-plane process only (leader election needs PostgreSQL); set controlPlane.replicas=1 or use PostgreSQL (postgresql.enabled, database.url or existingSecret)" (int .Values.controlPlane.replicas)) -}}
+{{- end -}}
+{{- end -}}
