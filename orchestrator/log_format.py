@@ -49,12 +49,24 @@ def log_handler(log_format: str, stream=None) -> logging.Handler:
     return handler
 
 
-def uvicorn_log_config(log_format: str) -> dict | None:
-    """What ``uvicorn.run(log_config=...)`` gets: its own handlers for text; none for json, so its loggers (the
-    access log included, which then carries the request id) go through the root handler, one format for all."""
+# For json: uvicorn's loggers lose any handler of their own (an earlier uvicorn in the process may have set
+# its defaults, with propagate off) and pass their records up to the root handler, one format for all.
+_UVICORN_TO_ROOT = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "loggers": {
+        name: {"handlers": [], "propagate": True, "level": "INFO"}
+        for name in ("uvicorn", "uvicorn.error", "uvicorn.access")
+    },
+}
+
+
+def uvicorn_log_config(log_format: str) -> dict:
+    """What ``uvicorn.run(log_config=...)`` gets: its own handlers for text; for json, none, so its loggers (the
+    access log included, which then carries the request id) go through the root handler."""
     import uvicorn.config
 
-    return None if log_format == "json" else uvicorn.config.LOGGING_CONFIG
+    return _UVICORN_TO_ROOT if log_format == "json" else uvicorn.config.LOGGING_CONFIG
 
 
 def configure_logging(log_format: str, level: int = logging.INFO) -> None:
