@@ -170,8 +170,9 @@ cmd_start() {
     ORCHESTRATOR_STORAGE="$DIR/storage" ORCHESTRATOR_VAR_DIR="$DIR" \
     ORCHESTRATOR_ADMIN_TOKEN="$admin_token" \
     "$BIN/orchestrator" serve
+  # /readyz answers 200 once the database does; "ray": "ok ..." says the control plane reaches Ray too.
   wait_for 120 "the control plane to be ready" api \
-    curl -sf -o /dev/null "http://127.0.0.1:$API_PORT/readyz"
+    sh -c "curl -sf 'http://127.0.0.1:$API_PORT/readyz' | grep -q '\"ray\":\"ok'"
   started=1
   cmd_status
 }

@@ -1,4 +1,8 @@
-"""The control plane in one object: database, cluster backend, and the background loops (scheduler, reconcilers, retention) that drive Ray."""
+"""The control plane in one object: database, cluster backend, and the background loops (scheduler, reconcilers, retention) that drive Ray.
+
+Every replica serves the API. On PostgreSQL the loops run on the one replica that holds the leader lease
+(``orchestrator.leader``): each replica starts them, and a tick runs only while it leads, its commits fenced by
+the lease's token. On SQLite there is one process, no lease, and the loops run as they always did."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from orchestrator.code_storage import CodeStorage
 from orchestrator.db.engine import make_engine, make_session_factory
 from orchestrator.db.migrate import upgrade_head
 from orchestrator.db.models import Role
+from orchestrator.leader import LeaseElector, install_fencing
 from orchestrator.loops.code_gc import CodeCollector
 from orchestrator.loops.log_archive import LogArchive, LogArchiver
 from orchestrator.loops.reconciler import Reconciler
@@ -41,6 +46,12 @@ class ControlPlane:
         self.run_loops = run_loops
         self.local_cluster = None
         self.loops: list[Loop] = []
+        # PostgreSQL: who runs the loops is elected (several replicas may share the database).
+        self.elector: LeaseElector | None = None
+        if run_loops and self.engine.dialect.name == "postgresql":
+            self.elector = LeaseElector(self.engine, settings.lease_s)
+            install_fencing(self.sessions)
+        self._adopted_token: int | None = None  # the term in which the reconciler last ticked first
         # Checkpoint retention and the orphan sweeper (also run by the events endpoint after a checkpoint).
         storage = CheckpointStorage(settings.storage_path)
         self.checkpoints = CheckpointJanitor(self.sessions, storage, settings)
@@ -51,6 +62,30 @@ class ControlPlane:
     def backend(self) -> ClusterBackend:
         assert self._backend is not None, "ControlPlane.start() sets up the backend"
         return self._backend
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this replica runs the background loops now (/readyz's ``leader``)."""
+        if self.elector is None:
+            return self.run_loops
+        return self.elector.is_leader
+
+    def _leads(self) -> bool:
+        return self.elector is not None and self.elector.is_leader
+
+    def _adopted(self) -> bool:
+        """Leading, and the reconciler has had its first tick of this term: adopt before admitting."""
+        return self._leads() and self._adopted_token == self.elector.token
+
+    def _reconcile_first(self, reconciler: Reconciler):
+        def tick() -> None:
+            term = self.elector.token if self.elector is not None else None
+            try:
+                reconciler.tick()
+            finally:
+                self._adopted_token = term
+
+        return tick
 
     def start(self) -> None:
         upgrade_head(self.engine)
@@ -70,34 +105,51 @@ class ControlPlane:
         scheduler = Scheduler(self.sessions, self.backend, self.settings)
         reconciler = Reconciler(self.sessions, self.backend, self.settings)
         last_success = self.metrics.loop_last_success
-        reconcile = Loop("reconciler", reconciler.tick, self.settings.reconciler_interval_s, last_success)
-        # Adopt what is already running before admitting anything new.
-        if not reconcile.run_once():
+        elected = self.elector is not None
+        # A loop of an elected replica: ticks while it leads, fenced; the others wait for the first reconcile.
+        lead = {"fence": self.elector, "runs_now": self._leads} if elected else {}
+        after_adopting = {"fence": self.elector, "runs_now": self._adopted} if elected else {}
+        reconcile = Loop(
+            "reconciler", self._reconcile_first(reconciler), self.settings.reconciler_interval_s, last_success, **lead
+        )
+        if self.elector is not None:
+            self.elector.start()  # one try at once: a lone replica leads from its start
+        # Adopt what is already running before admitting anything new (a follower adopts when it takes over).
+        if (self.elector is None or self.elector.is_leader) and not reconcile.run_once():
             log.error("the first reconcile failed; the loop will try again")
         if self.run_loops:
             # The names are the `loop` label of orchestrator_loop_last_success_timestamp_seconds.
             self.loops = [
                 reconcile,
-                Loop("scheduler", scheduler.tick, self.settings.scheduler_interval_s, last_success),
-                Loop("retention", self.checkpoints.tick, self.settings.checkpoint_sweep_interval_s, last_success),
+                Loop("scheduler", scheduler.tick, self.settings.scheduler_interval_s, last_success, **after_adopting),
+                Loop(
+                    "retention",
+                    self.checkpoints.tick,
+                    self.settings.checkpoint_sweep_interval_s,
+                    last_success,
+                    **after_adopting,
+                ),
                 # Re-applies every live deployment's Serve config after a Ray or control-plane restart.
                 Loop(
                     "serving",
                     ServingReconciler(self.sessions, self.backend, self.settings).tick,
                     self.settings.serve_reconciler_interval_s,
                     last_success,
+                    **after_adopting,
                 ),
                 Loop(
                     "code_gc",
                     CodeCollector(self.sessions, self.code_storage, self.settings).tick,
                     self.settings.code_gc_interval_s,
                     last_success,
+                    **after_adopting,
                 ),
                 Loop(
                     "log_archive",
                     LogArchiver(self.sessions, self.backend, self.log_archive).tick,
                     self.settings.log_archive_interval_s,
                     last_success,
+                    **after_adopting,
                 ),
             ]
             if self.local_cluster is not None:  # ours to keep alive; a RAY_ADDRESS cluster is its owner's
@@ -110,6 +162,8 @@ class ControlPlane:
     def stop(self) -> None:
         for loop in self.loops:
             loop.stop()
+        if self.elector is not None:  # after the loops: no write of ours can follow the release
+            self.elector.stop(release=True)
         if self.local_cluster is not None:
             self.local_cluster.stop()
         self.engine.dispose()

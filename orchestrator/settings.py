@@ -88,6 +88,14 @@ class Settings(BaseSettings):
     reconciler_interval_s: float = Field(
         2.0, gt=0, description="How often the reconciler compares active runs with Ray (and restarts a local head)."
     )
+    lease_s: float = Field(
+        10.0,
+        ge=0.3,
+        le=300,
+        description="PostgreSQL: the leader lease. Every replica serves the API; the one holding the lease runs the "
+        "background loops, renews it every lease/3 and stops its loops after 2/3 of a lease without a renewal; "
+        "another replica takes over within 2 x lease of a leader's death. SQLite: one process, always the leader.",
+    )
     # Ray's own default. Each poll costs the workers CPU: 0.5 s measured 0.926 of torchrun's throughput
     # against 0.971 at 2 s (bench/train_throughput.py); the price is up to 2 s blocked per checkpoint.
     train_poll_interval_s: float = Field(

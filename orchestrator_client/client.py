@@ -72,9 +72,14 @@ class Client:
         return ClusterStatus.model_validate(self.transport.request("GET", "/v1/cluster").json())
 
     def ready(self) -> dict[str, Any]:
-        """``/readyz``: whether the database and Ray answer. A 503 is an answer here, not an error."""
+        """``/readyz``: ``ready`` is whether the database and Ray both answer, as it always was; the server's own
+        fields follow (``database``, ``ray``, ``leader``: whether that replica runs the loops). The server answers
+        200 while only Ray is down (its API keeps serving), 503 when its database does not answer: an answer here,
+        not an error."""
         response = self.transport.request("GET", "/readyz", ok=(503,))
-        return {"ready": response.status_code == 200, **response.json()}
+        checks = response.json()
+        ray_up = str(checks.get("ray", "")).startswith("ok")
+        return {"ready": response.status_code == 200 and ray_up, **checks}
 
     def plan(self, request: dict[str, Any] | PlanRequest) -> PlanResponse:
         """How a model fits and scales (``POST /v1/plan``): memory per GPU per strategy, the recommendation, the

@@ -22,9 +22,13 @@ def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", summary="Readiness")
-def readyz(service: ControlPlaneDep, response: Response) -> dict[str, str]:
-    """The database and the Ray cluster both answer (200); else 503, saying which does not."""
-    checks = {}
+def readyz(service: ControlPlaneDep, response: Response) -> dict[str, str | bool]:
+    """This replica can serve the API: 200 while the database answers, 503 when it does not. ``database`` and
+    ``ray`` say what each answered (``ok...`` or ``error: unavailable``): Ray being down does not take the API
+    out of service (history, logs from storage and submissions, which queue, keep working), so a caller that
+    needs Ray waits for ``ray`` to start with ``ok``. ``leader``: whether this replica runs the background loops
+    (the scheduler and the reconcilers; one replica at a time on PostgreSQL, always the one process on SQLite)."""
+    checks: dict[str, str | bool] = {}
     try:
         with service.sessions() as session:
             session.execute(text("SELECT 1"))
@@ -38,6 +42,7 @@ def readyz(service: ControlPlaneDep, response: Response) -> dict[str, str]:
     except BackendUnavailable as exc:
         log.warning("readyz: the Ray cluster does not answer: %s", exc)
         checks["ray"] = UNAVAILABLE
-    if any(value.startswith("error") for value in checks.values()):
+    checks["leader"] = service.is_leader
+    if checks["database"] != "ok":
         response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     return checks

@@ -418,3 +418,16 @@ class CodePackage(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     # Set when a job or sweep starts with it; garbage collection counts from it (loops/code_gc.py).
     last_used_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class LeaderLease(Base):
+    """Who runs the background loops (``orchestrator.leader``): one row per lease, PostgreSQL only at run time.
+    ``token`` grows by one at every change of holder: the fencing token each loop write checks."""
+
+    __tablename__ = "leader_leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(200))  # None: released, free to take
+    token: Mapped[int] = mapped_column(BigInteger, default=0)
+    expires_at: Mapped[datetime | None] = mapped_column()  # the database's clock
+    acquired_at: Mapped[datetime | None] = mapped_column()

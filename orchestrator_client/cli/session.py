@@ -61,7 +61,7 @@ def status(ctx: typer.Context, fmt: OutputOption = output.Format.table) -> None:
 
 
 def is_ready(ready: dict) -> bool:
-    """The SDK's ``ready()``: /readyz answered 200 (the database and Ray both answer)."""
+    """The SDK's ``ready()``: the database and Ray both answer (/readyz's 200 alone means the API serves)."""
     return bool(ready.get("ready"))
 
 

@@ -48,6 +48,11 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str, interv
         time.sleep(interval_s)
 
 
+def ray_is_ready(answer: httpx.Response) -> bool:
+    """/readyz answers 200 once the database does (the API serves with Ray down); ``ray`` says whether Ray does."""
+    return answer.status_code == 200 and answer.json()["ray"].startswith("ok")
+
+
 def alive(pid: int) -> bool:
     """Running and not a zombie."""
     try:
@@ -234,7 +239,8 @@ class ServiceProcess:
     # --- life cycle ---------------------------------------------------------------------------------
 
     def start(self, timeout_s: float = 180) -> None:
-        """Start the service (it starts or adopts its local Ray head) and wait until /readyz says 200."""
+        """Start the service (it starts or adopts its local Ray head) and wait until /readyz says Ray answers
+        (its 200 alone means the database does)."""
         assert self.process is None or self.process.poll() is not None, "the service is already running"
         self.starts += 1
         with self.log_path.open("ab") as log:
@@ -251,11 +257,11 @@ class ServiceProcess:
             if self.process.poll() is not None:
                 raise AssertionError(f"the service exited with {self.process.returncode}:\n{self.tail_log()}")
             try:
-                return httpx.get(f"{self.url}/readyz", timeout=5).status_code == 200
+                return ray_is_ready(httpx.get(f"{self.url}/readyz", timeout=5))
             except httpx.HTTPError:
                 return False
 
-        wait_until(ready, timeout_s, "the service to answer /readyz", interval_s=0.3)
+        wait_until(ready, timeout_s, "the service to answer /readyz with Ray up", interval_s=0.3)
         if (pid := self.head_pid()) is not None:
             self.head_pids.add(pid)
 

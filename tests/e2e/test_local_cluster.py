@@ -97,7 +97,8 @@ def test_a_two_worker_job_spans_both_ray_nodes_and_stop_leaves_nothing(tmp_path)
         assert httpx.get(f"{dashboard}/api/v0/nodes", timeout=10).status_code in (401, 403)
 
         api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
-        assert api.get("/readyz").status_code == 200
+        ready = api.get("/readyz")  # the script waited for both: the database (the 200) and Ray
+        assert ready.status_code == 200 and ready.json()["ray"].startswith("ok"), ready.text
         response = api.post("/v1/jobs", json={"workload": "digits", "epochs": 2, "scaling": {"num_workers": 2}})
         assert response.status_code == 201, response.text
         job_id = response.json()["id"]

@@ -98,7 +98,8 @@ def test_make_run_then_the_walkthrough_then_ctrl_c(tmp_path):
         def ready() -> bool:
             assert service.poll() is None, (tmp_path / "make-run.log").read_text()[-5000:]
             try:
-                return httpx.get(f"{base}/readyz", timeout=5).status_code == 200
+                answer = httpx.get(f"{base}/readyz", timeout=5)  # 200 once the database answers; Ray:
+                return answer.status_code == 200 and answer.json()["ray"].startswith("ok")
             except httpx.HTTPError:
                 return False
 

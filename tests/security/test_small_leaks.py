@@ -53,7 +53,7 @@ def test_readyz_says_what_is_down_but_not_the_error_text(app, client, backend, m
     with caplog.at_level(logging.WARNING):
         response = client.get("/readyz")
     assert response.status_code == 503
-    assert response.json() == {"database": "error: unavailable", "ray": "error: unavailable"}
+    assert response.json() == {"database": "error: unavailable", "ray": "error: unavailable", "leader": False}
     for secret in ("10.1.2.3", "hunter2", "10.9.8.7", "ray-tok-123"):
         assert secret not in response.text
     # The operator still finds the detail in the log.
