@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from workers.contract.jobs import JobSpec
+from workers.contract.jobs import JobSpec, ScalingSpec
 from workers.contract.sweeps import TRIAL_DRIVER_CPU, SweepSpec
 
 RESOURCES = ("CPU", "GPU")
@@ -32,7 +32,12 @@ class Demand:
 
 
 def demand_of(spec: JobSpec) -> Demand:
-    scaling = spec.scaling
+    return scaling_demand(spec.scaling)
+
+
+def scaling_demand(scaling: ScalingSpec) -> Demand:
+    """A job's demand from its scaling alone: what the scheduler reads back for every queued job every
+    tick, without validating the whole stored spec again."""
     return Demand(
         total=scaling.total_resources(),
         per_worker={"CPU": scaling.cpus_per_worker, "GPU": scaling.gpus_per_worker or 0.0},

@@ -41,14 +41,22 @@ class Scheduler:
         free = free_of(capacity, reserved)
         # Best effort in priority order: a run that does not fit now waits with a reason, and smaller
         # ones behind it may still start on what is free.
+        waits: list[tuple[QueuedRun, tuple[str, str]]] = []
         for run in queued:
             request = run.demand.total
             missing = shortfall(request, free)
             with log_context(**{f"{run.kind.name}_id": run.id}):  # log lines name the job or sweep
                 if missing is None and self._admit(run.kind, run.id):
                     free = {r: free[r] - request[r] for r in free}
+                elif missing is not None and never_fits(run.demand, capacity):
+                    self._fail(run.kind, run.id, run.demand, capacity)
                 elif missing is not None:
-                    self._wait_or_fail(run.kind, run.id, run.demand, capacity, missing)
+                    waiting = ("insufficient_resources", f"waiting for resources: {missing}")
+                    if waiting != run.waiting:
+                        waits.append((run, waiting))
+        # Only the reasons that changed, in one transaction: a long queue that stays put (hundreds of
+        # jobs waiting for a busy cluster) costs one read a tick, not a locked write per job.
+        self._note_waiting(waits)
 
     def _admit(self, kind: RunKind, run_id: str) -> bool:
         with self.sessions.begin() as session:
@@ -76,22 +84,22 @@ class Scheduler:
             self.backend.stop(launch.submission_id)  # cancelled while we were submitting
         return True
 
-    def _wait_or_fail(
-        self, kind: RunKind, run_id: str, demand: Demand, capacity: ClusterCapacity, missing: str
-    ) -> None:
+    def _fail(self, kind: RunKind, run_id: str, demand: Demand, capacity: ClusterCapacity) -> None:
         impossible = never_fits(demand, capacity)
         with self.sessions.begin() as session:
             run = kind.lock(session, run_id)
-            if run is None or run.state != JobState.QUEUED:
+            if run is None or run.state != JobState.QUEUED or not impossible:
                 return
-            if impossible:
-                kind.set_state(session, run, JobState.FAILED, "insufficient_resources", f"can never run: {impossible}")
-            else:
-                note_waiting(run, "insufficient_resources", f"waiting for resources: {missing}")
+            kind.set_state(session, run, JobState.FAILED, "insufficient_resources", f"can never run: {impossible}")
+
+    def _note_waiting(self, waits: list[tuple[QueuedRun, tuple[str, str]]]) -> None:
+        if not waits:
+            return
+        with self.sessions.begin() as session:
+            for queued_run, (reason, message) in waits:
+                run = queued_run.kind.lock(session, queued_run.id)
+                if run is not None and run.state == JobState.QUEUED:  # not cancelled since we looked
+                    note_waiting(run, reason, message)
 
     def _note_all(self, queued: list[QueuedRun], reason: str, message: str) -> None:
-        with self.sessions.begin() as session:
-            for queued_run in queued:
-                run = queued_run.kind.lock(session, queued_run.id)
-                if run is not None and run.state == JobState.QUEUED:
-                    note_waiting(run, reason, message)
+        self._note_waiting([(run, (reason, message)) for run in queued if run.waiting != (reason, message)])

@@ -4,7 +4,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, load_only, raiseload
 
 from orchestrator.db.models import Checkpoint, Job, JobEvent, JobLabel, JobMetric, JobState
 from orchestrator.repositories.names import name_starts_with
@@ -69,12 +69,12 @@ def list_jobs(
 
 
 def queued_jobs(session: Session) -> list[Job]:
-    """Admission order: priority, then age."""
-    return list(
-        session.scalars(
-            select(Job).where(Job.state == JobState.QUEUED).order_by(Job.priority.desc(), Job.created_at, Job.id)
-        )
-    )
+    """Admission order: priority, then age. Only the columns admission reads (the spec for the demand, the
+    reason it waits) and no labels: the scheduler reads every queued job every tick, and with hundreds
+    queued the other JSON columns and the labels' query were most of the tick (bench/api_load.py)."""
+    admission = load_only(Job.id, Job.state, Job.priority, Job.created_at, Job.spec, Job.reason, Job.message)
+    query = select(Job).where(Job.state == JobState.QUEUED).options(admission, raiseload(Job.labels))
+    return list(session.scalars(query.order_by(Job.priority.desc(), Job.created_at, Job.id)))
 
 
 def count_by_state(session: Session, project_scope: str | None) -> dict[JobState, int]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.admission import Demand, demand_of, sweep_demand
+from orchestrator.admission import Demand, scaling_demand, sweep_demand
 from orchestrator.backend import ClusterBackend
 from orchestrator.db.models import Job, JobState, Sweep
 from orchestrator.repositories import jobs as jobs_repo
@@ -23,7 +23,7 @@ from orchestrator.settings import Settings
 from orchestrator.states.core import lock_row
 from orchestrator.states.jobs import set_job_state
 from orchestrator.states.sweeps import set_sweep_state
-from workers.contract.jobs import JobSpec
+from workers.contract.jobs import JobSpec, ScalingSpec
 from workers.contract.sweeps import SweepSpec
 
 Run = Job | Sweep
@@ -83,7 +83,8 @@ JOBS = RunKind(
     active=jobs_repo.active_jobs,
     last_transition=jobs_repo.last_transition,
     max_attempts=lambda job: JobSpec.model_validate(job.spec).retries.max_attempts,
-    demand=lambda job: demand_of(JobSpec.model_validate(job.spec)),
+    # The stored spec was validated at submission, defaults filled in: its scaling alone gives the demand.
+    demand=lambda job: scaling_demand(ScalingSpec.model_validate(job.spec["scaling"])),
 )
 
 SWEEPS = RunKind(
@@ -109,12 +110,14 @@ class QueuedRun:
     priority: int
     created_at: datetime
     demand: Demand
+    # Why it waits, as last noted (reason, message): the scheduler writes only a change.
+    waiting: tuple[str, str] = ("", "")
 
 
 def queued_runs(session: Session) -> list[QueuedRun]:
     """Every QUEUED job and sweep, in admission order: priority, then age."""
     runs = [
-        QueuedRun(kind, run.id, run.priority, run.created_at, kind.demand(run))
+        QueuedRun(kind, run.id, run.priority, run.created_at, kind.demand(run), (run.reason, run.message))
         for kind in KINDS
         for run in kind.queued(session)
     ]

@@ -19,12 +19,17 @@ from sqlalchemy import create_engine, event, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from bench.api_load import IdleCluster
 from bench.seed_db import Sizes, seed
+from orchestrator.admission import reserved_by
 from orchestrator.db.models import Checkpoint, Deployment, Job, JobState, Sweep, Trial
+from orchestrator.loops.scheduler import Scheduler
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.repositories.paging import encode_cursor
+from orchestrator.services.runs import active_demands
+from orchestrator.settings import Settings
 
 pytestmark = pytest.mark.postgres
 
@@ -68,12 +73,12 @@ def sessions(engine) -> sessionmaker[Session]:
 
 
 @contextmanager
-def captured(engine: Engine) -> Iterator[list[tuple[str, object]]]:
-    """The SELECTs the engine runs inside the block, with their parameters."""
+def captured(engine: Engine, only_selects: bool = True) -> Iterator[list[tuple[str, object]]]:
+    """The SELECTs (or every statement) the engine runs inside the block, with their parameters."""
     statements: list[tuple[str, object]] = []
 
     def keep(conn, cursor, statement, parameters, context, executemany):
-        if statement.lstrip().upper().startswith("SELECT"):
+        if not only_selects or statement.lstrip().upper().startswith("SELECT"):
             statements.append((statement, parameters))
 
     event.listen(engine, "before_cursor_execute", keep)
@@ -195,3 +200,25 @@ def test_the_scheduler_reads_no_ended_job(engine, sessions):
     assert len(job_reads) == 2
     for statement, scanned in job_reads:
         assert ("Seq Scan", "jobs") not in scanned, (statement, scanned)
+
+
+def test_a_queue_that_stays_put_costs_the_scheduler_no_writes(engine, sessions):
+    """Hundreds of jobs waiting for a busy cluster: once each one's reason is noted, a tick only reads."""
+    with sessions() as session:
+        held = reserved_by(active_demands(session))["CPU"]
+    cluster = IdleCluster(cpus=held)  # the running jobs hold every CPU
+    scheduler = Scheduler(sessions, cluster, Settings(database_url=engine.url.render_as_string(hide_password=False)))
+    scheduler.tick()
+    with captured(engine, only_selects=False) as statements:
+        scheduler.tick()
+    writes = [
+        s for s, _ in statements if s.lstrip().upper().startswith(("UPDATE", "INSERT", "DELETE")) or "FOR UPDATE" in s
+    ]
+    assert writes == []
+    assert len(statements) <= 8  # the queued and active runs, serving's reservation: not one per job
+    with sessions() as session:
+        queued = jobs_repo.queued_jobs(session)
+    assert len(queued) == SIZES.queued
+    assert {(j.reason, j.message.split(":")[0]) for j in queued} == {
+        ("insufficient_resources", "waiting for resources")
+    }
