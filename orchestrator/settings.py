@@ -206,6 +206,13 @@ class Settings(BaseSettings):
         description="A checkpoint folder of a running job that the database does not list is deleted once it is "
         "this old (a late report may still register it); a finished job's at once.",
     )
+    history_days: float | None = Field(
+        None,
+        gt=0,
+        description="Off by default. The metric points of a job that ended more than this many days ago are "
+        "deleted, in bounded batches, by the retention loop; the job row, its events, checkpoints, latest metrics "
+        "and result stay.",
+    )
 
     # --- users' code packages (POST /v1/code: orchestrator/code_archive.py, services/code.py) ---
     code_max_mb: float = Field(

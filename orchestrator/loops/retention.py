@@ -23,6 +23,13 @@ Ray Train keeps every checkpoint it writes (``num_to_keep=None``); the control p
   is DELETED the next pass deletes what the policy drops, and the loop revisits such a job even when
   it ended long ago.
 
+- **History.** With ``ORCHESTRATOR_HISTORY_DAYS`` set, the metric points of jobs that ended more than that
+  many days ago are deleted (``HistoryRetention``), at most ``HISTORY_BATCH_JOBS`` jobs a transaction and
+  ``HISTORY_BATCHES_PER_TICK`` transactions a tick, so a first pass over a year of history never holds a
+  lock for long (on SQLite a write transaction locks the whole database). The job row stays with its
+  summary (``latest_metrics``, ``result``), its events and its checkpoints. A job's points go together,
+  when the job as a whole is that old: a curve is never cut in the middle.
+
 Nothing here touches storage while a job row is locked (on SQLite a transaction locks the whole
 database): rows are read in one short session, storage is changed with none open, and rows are deleted
 in another short transaction. Retention runs right after the events endpoint records a checkpoint (after
@@ -34,12 +41,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from sqlalchemy import delete, exists, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.checkpoint_policy import RecordedCheckpoint, select_kept
-from orchestrator.db.models import Job, JobState, utcnow
+from orchestrator.db.models import Job, JobMetric, JobState, utcnow
 from orchestrator.loops.trial_retention import TrialCheckpointJanitor
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.repositories import jobs as jobs_repo
@@ -54,6 +62,51 @@ log = logging.getLogger(__name__)
 # A finished job's run folder is swept for this long after it ends: a stopped run's workers may still
 # be finishing a save when the job is already CANCELLED.
 RECHECK_FINISHED = timedelta(hours=1)
+
+
+# History retention's bounds: jobs whose points one transaction deletes (200 points a job is 10,000 rows),
+# and transactions a tick; what is left waits for the next tick.
+HISTORY_BATCH_JOBS = 50
+HISTORY_BATCHES_PER_TICK = 20
+
+
+class HistoryRetention:
+    """Deletes the metric points of jobs that ended more than ``settings.history_days`` ago (off when None)."""
+
+    def __init__(self, sessions: sessionmaker[Session], settings: Settings):
+        self.sessions = sessions
+        self.settings = settings
+
+    def tick(self, now: datetime | None = None) -> int:
+        """One bounded pass; returns how many points went. ``now`` moves the clock (tests)."""
+        if self.settings.history_days is None:
+            return 0
+        cutoff = (now or utcnow()) - timedelta(days=self.settings.history_days)
+        deleted = 0
+        for _ in range(HISTORY_BATCHES_PER_TICK):
+            with self.sessions.begin() as session:
+                job_ids = list(session.scalars(_ended_with_points(cutoff).limit(HISTORY_BATCH_JOBS)))
+                if not job_ids:
+                    break
+                # created_at too: a point is never newer than its job's end, but the rule is "older than".
+                gone = delete(JobMetric).where(JobMetric.job_id.in_(job_ids), JobMetric.created_at < cutoff)
+                deleted += session.execute(gone).rowcount
+            if len(job_ids) < HISTORY_BATCH_JOBS:
+                break
+        if deleted:
+            log.info("history retention: deleted %d metric points of jobs that ended before %s", deleted, cutoff)
+        return deleted
+
+
+def _ended_with_points(cutoff: datetime):
+    """Ids of jobs that ended before ``cutoff`` and still have metric points older than it, oldest end first
+    (ix_jobs_finished_at; the points' unique (job_id, attempt, step) index answers the EXISTS)."""
+    old_point = exists().where(JobMetric.job_id == Job.id, JobMetric.created_at < cutoff)
+    return (
+        select(Job.id)
+        .where(Job.state.in_(TERMINAL), Job.finished_at < cutoff, old_point)
+        .order_by(Job.finished_at, Job.id)
+    )
 
 
 class CheckpointJanitor:
@@ -72,13 +125,16 @@ class CheckpointJanitor:
         self._busy = threading.RLock()
         # Sweep trials' checkpoints: the same rule, their own records.
         self.trials = TrialCheckpointJanitor(sessions, storage)
+        self.history = HistoryRetention(sessions, settings)
 
     # --- the background loop ------------------------------------------------------------------------
 
     def tick(self) -> None:
         """Retention and sweeping for every active or recently finished job and sweep (every started one
         on the first tick, for those that ended while the service was down), and for every job whose
-        checkpoints live deployments stopped referencing since the last tick."""
+        checkpoints live deployments stopped referencing since the last tick; and history retention (the
+        database only: it runs while storage is away too)."""
+        self.history.tick()
         if not self.storage.available():
             return
         since = None if not self._swept_everything else utcnow() - RECHECK_FINISHED
