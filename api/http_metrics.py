@@ -15,6 +15,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from orchestrator.metrics import Metrics
 
 UNMATCHED = "unmatched"
+# A client may send any method token: one outside these is counted as OTHER, so it cannot grow the label set.
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+OTHER = "OTHER"
 
 
 def route_template(scope: Scope) -> str:
@@ -43,6 +46,7 @@ class HttpMetrics:
         try:
             await self.app(scope, receive, send_noting_status)
         finally:
-            method, route = scope["method"], route_template(scope)
+            method = scope["method"] if scope["method"] in KNOWN_METHODS else OTHER
+            route = route_template(scope)
             self.metrics.http_requests.labels(method, route, f"{status // 100}xx").inc()
             self.metrics.http_duration.labels(method, route).observe(time.perf_counter() - started)
