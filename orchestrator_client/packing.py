@@ -4,7 +4,9 @@ pathspec's gitwildmatch rules, and ``.git/`` is always left out.
 
 The zip is deterministic: the same files give the same bytes (sorted paths, fixed timestamps and
 permissions), so packing an unchanged directory again uploads to the same package id (the server answers 200).
-Symbolic links to files are packed as the file they point to; links to folders are not followed.
+Symbolic links to files inside the directory are packed as the file they point to; a link that leads out of it
+is refused (its target, say ~/.aws/credentials, would otherwise reach the cluster unseen); links to folders are
+not followed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ IGNORE_FILES = (".gitignore",)  # read in every folder, for that folder
 ROOT_IGNORE_FILE = ".orchignore"  # read in the root only; applied after the .gitignore files
 ALWAYS_LEFT_OUT = frozenset({".git"})
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the zip format's earliest date: no timestamps in the bytes
+
+
+class PackError(ValueError):
+    """A directory that cannot be packed as it is (empty once ignored, a link out of it): the message says why."""
 
 
 @dataclass
@@ -83,8 +89,17 @@ def list_files(root: Path) -> list[str]:
             if not os.path.isfile(full):  # a FIFO, a socket, a link to nothing
                 continue
             if not _ignored(rules, prefix + name, is_dir=False):
+                _check_stays_inside(root, full, prefix + name)
                 found.append(prefix + name)
     return sorted(found)
+
+
+def _check_stays_inside(root: Path, full: str, relative: str) -> None:
+    if os.path.islink(full) and not Path(full).resolve().is_relative_to(root.resolve()):
+        raise PackError(
+            f"{relative} is a link to {Path(full).resolve()}, outside {root}: copy the file in, or leave the link "
+            f"out with {ROOT_IGNORE_FILE}"
+        )
 
 
 def pack_directory(root: Path) -> Packed:
@@ -92,7 +107,7 @@ def pack_directory(root: Path) -> Packed:
     root = Path(root)
     paths = list_files(root)
     if not paths:
-        raise ValueError(f"{root}: no files to pack (all ignored, or the directory is empty)")
+        raise PackError(f"{root}: no files to pack (all ignored, or the directory is empty)")
     spooled = tempfile.TemporaryFile()  # noqa: SIM115 - handed to the caller open (Packed.file)
     with zipfile.ZipFile(spooled, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for relative in paths:

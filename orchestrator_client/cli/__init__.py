@@ -15,6 +15,7 @@ from orchestrator_client.cli import code, deployments, exits, jobs, plan, projec
 from orchestrator_client.cli.context import globals_of, target_url
 from orchestrator_client.config import ConfigError
 from orchestrator_client.errors import OrchestratorError, ValidationFailed
+from orchestrator_client.packing import PackError
 from orchestrator_client.specs import SpecError
 
 
@@ -33,7 +34,7 @@ class _Orch(TyperGroup):
         except OrchestratorError as error:
             typer.echo(exits.error_line(error, target_url(ctx)), err=True)
             raise typer.Exit(exits.for_error(error)) from None
-        except (SpecError, ConfigError) as error:
+        except (SpecError, ConfigError, PackError) as error:
             typer.echo(f"error: {error}", err=True)
             raise typer.Exit(exits.USAGE) from None
         except KeyboardInterrupt:

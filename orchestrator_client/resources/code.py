@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator_client.packing import pack_directory
+from orchestrator_client.packing import PackError, pack_directory
 from orchestrator_client.paging import Pager
 from orchestrator_client.transport import Transport
 from workers.contract.rest import CodePackageOut, CodeUploaded
@@ -36,7 +36,7 @@ class CodePackages:
                 return self._send(packed.file, f"{path.resolve().name or 'code'}.zip", "application/zip", project_id)
         kind = _archive_type(path)
         if kind is None:
-            raise ValueError(f"{path}: upload a directory, a .zip or a .tar.gz")
+            raise PackError(f"{path}: upload a directory, a .zip or a .tar.gz")
         with open(path, "rb") as archive:
             return self._send(archive, path.name, kind, project_id)
 

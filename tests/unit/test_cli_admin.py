@@ -66,3 +66,13 @@ def test_plan(live, tmp_path):
     assert "recommended" in table.stdout and "STRATEGY" in table.stdout
     bad = orch(live, "plan", "-f", str(request), "--set", "gpu_memory_gb=-1")
     assert bad.exit_code == 2 and "--set gpu_memory_gb=-1: gpu_memory_gb" in bad.stderr
+
+
+def test_code_upload_of_a_directory_with_a_link_out_of_it_is_a_usage_error(live, tmp_path):
+    root = tmp_path / "code"
+    root.mkdir()
+    (root / "train.py").write_text("print('hi')\n")
+    (tmp_path / "secret").write_text("nope\n")
+    (root / "creds").symlink_to(tmp_path / "secret")
+    result = orch(live, "code", "upload", str(root))
+    assert result.exit_code == 2 and "creds is a link to" in result.output and "Traceback" not in result.output

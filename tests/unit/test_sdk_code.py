@@ -86,3 +86,18 @@ def test_an_empty_directory_is_refused_before_anything_is_sent(tmp_path):
     (tmp_path / "empty" / ".gitignore").write_text("*\n")
     with pytest.raises(ValueError, match="no files to pack"):
         pack_directory(tmp_path / "empty")
+
+
+def test_a_link_inside_is_packed_as_its_file_and_a_link_out_of_the_directory_is_refused(tmp_path):
+    root = tmp_path / "code"
+    root.mkdir()
+    (root / "train.py").write_text("print('hi')\n")
+    (root / "alias.py").symlink_to(root / "train.py")
+    assert list_files(root) == ["alias.py", "train.py"]
+    secret = tmp_path / "credentials"
+    secret.write_text("aws_secret_access_key = nope\n")
+    (root / "creds").symlink_to(secret)
+    with pytest.raises(ValueError, match="creds is a link to .*outside"):
+        list_files(root)
+    (root / ".orchignore").write_text("creds\n")  # left out: packs again
+    assert list_files(root) == [".orchignore", "alias.py", "train.py"]
