@@ -30,7 +30,9 @@ lock:
 	mv constraints.txt.new constraints.txt
 	@touch $(STAMP)
 
+# Also Debian's chromium for the dashboard's browser tests (apt-get as root; quiet when it is there).
 install: $(STAMP)
+	bash scripts/ensure-chromium.sh
 
 run: $(STAMP)
 	exec $(BIN)/orchestrator serve
@@ -49,6 +51,7 @@ lint: $(STAMP)
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint
 	bash scripts/ensure-postgres.sh
+	bash scripts/ensure-chromium.sh
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/unit -v -n 2 --timeout 900 --durations 15
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/security -v -n 2 --timeout 900
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/integration -v --timeout 900 --durations 30
