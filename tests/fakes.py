@@ -6,7 +6,15 @@ import copy
 from dataclasses import dataclass, field
 
 from orchestrator.admission import ClusterCapacity
-from orchestrator.backend import BackendUnavailable, RunInfo, RunStatus, ServeApp, ServeReplica, ServeStatus
+from orchestrator.backend import (
+    BackendUnavailable,
+    ClusterNode,
+    RunInfo,
+    RunStatus,
+    ServeApp,
+    ServeReplica,
+    ServeStatus,
+)
 
 
 @dataclass
@@ -35,6 +43,10 @@ class FakeBackend:
         self._check("capacity")
         total = self.total if fresh or self.cached_total is None else self.cached_total
         return ClusterCapacity(total=dict(total), largest_node=dict(total))
+
+    def nodes(self) -> list[ClusterNode]:
+        self._check("nodes")
+        return [ClusterNode(node_id="fake-head", address="127.0.0.1", is_head=True, total=dict(self.total))]
 
     def submit(self, submission_id, entrypoint, runtime_env, metadata) -> None:
         self._check("submit")

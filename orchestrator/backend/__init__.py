@@ -40,6 +40,16 @@ class RunInfo:
 PackageOpener = Callable[[], AbstractContextManager[BinaryIO]]
 
 
+@dataclass(frozen=True)
+class ClusterNode:
+    """One alive Ray node and the resources it holds (``{"CPU": 8.0, "GPU": 1.0, ...}``)."""
+
+    node_id: str
+    address: str
+    is_head: bool
+    total: dict[str, float] = field(default_factory=dict)
+
+
 class BackendUnavailable(Exception):
     """The cluster could not be reached; callers retry on their next tick."""
 
@@ -47,6 +57,9 @@ class BackendUnavailable(Exception):
 class ClusterBackend(Protocol):
     def capacity(self, fresh: bool = False) -> ClusterCapacity:
         """What the cluster's alive nodes hold; may be a few seconds old unless ``fresh``."""
+
+    def nodes(self) -> list[ClusterNode]:
+        """The alive nodes, each with what it holds (the dashboard's cluster page); may be a few seconds old."""
 
     def submit(self, submission_id: str, entrypoint: str, runtime_env: dict, metadata: dict[str, str]) -> None:
         """Start a driver with Ray's ``runtime_env`` exactly as given (built by the control plane:

@@ -12,6 +12,7 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 from orchestrator.admission import ClusterCapacity
 from orchestrator.backend import (
     BackendUnavailable,
+    ClusterNode,
     PackageOpener,
     RunInfo,
     RunStatus,
@@ -44,6 +45,7 @@ class RayBackend:
         self.headers = auth_headers(token)
         self._client: JobSubmissionClient | None = None
         self._capacity: tuple[float, ClusterCapacity] | None = None
+        self._nodes: tuple[float, list[ClusterNode]] | None = None
         self._lock = Lock()
 
     @property
@@ -75,6 +77,26 @@ class RayBackend:
         capacity = ClusterCapacity(total=total, largest_node=largest)
         self._capacity = (time.monotonic(), capacity)
         return capacity
+
+    def nodes(self) -> list[ClusterNode]:
+        cached = self._nodes
+        if cached and time.monotonic() - cached[0] < _CAPACITY_TTL_S:
+            return cached[1]
+        try:
+            found = alive_nodes(self.dashboard_url, self.headers)
+        except (httpx.HTTPError, KeyError, ValueError) as exc:
+            raise BackendUnavailable(f"listing Ray nodes at {self.dashboard_url}: {exc}") from exc
+        nodes = [
+            ClusterNode(
+                node_id=str(node.get("node_id", "")),
+                address=str(node.get("node_ip", "")),
+                is_head=bool(node.get("is_head_node")),
+                total={k: float(v) for k, v in (node.get("resources_total") or {}).items() if k in ("CPU", "GPU")},
+            )
+            for node in found
+        ]
+        self._nodes = (time.monotonic(), nodes)
+        return nodes
 
     def submit(self, submission_id: str, entrypoint: str, runtime_env: dict, metadata: dict[str, str]) -> None:
         try:
