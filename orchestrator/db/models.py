@@ -12,6 +12,7 @@ from sqlalchemy import (
     BigInteger,
     DateTime,
     Enum,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -19,7 +20,9 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
     text,
+    true,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column, relationship
 
@@ -63,6 +66,13 @@ class Project(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     # Set by a cluster-wide admin: the highest priority a project's keys may give a job or sweep (None: 1000).
     max_priority: Mapped[int | None] = mapped_column(Integer, default=None)
+    # Quota and fair share (issue 20, orchestrator/scheduling): None is no limit. Set by a cluster-wide admin.
+    max_cpus: Mapped[float | None] = mapped_column(Float, default=None)
+    max_gpus: Mapped[float | None] = mapped_column(Float, default=None)
+    max_running_jobs: Mapped[int | None] = mapped_column(Integer, default=None)
+    max_queued: Mapped[int | None] = mapped_column(Integer, default=None)
+    weight: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
+    borrowing: Mapped[bool] = mapped_column(default=True, server_default=true())  # may use idle capacity past quota
 
 
 class ApiKey(Base):
@@ -121,6 +131,8 @@ class Job(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
+    # Admitted on capacity beyond its project's quota (issue 20): preemption takes these first.
+    borrowing: Mapped[bool] = mapped_column(default=False, server_default=false())
 
     labels: Mapped[list[JobLabel]] = relationship(
         cascade="all, delete-orphan", lazy="selectin", order_by="JobLabel.key"
@@ -322,6 +334,7 @@ class Sweep(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
+    borrowing: Mapped[bool] = mapped_column(default=False, server_default=false())  # as Job.borrowing
 
     @property
     def submission_id(self) -> str:
@@ -431,3 +444,36 @@ class LeaderLease(Base):
     token: Mapped[int] = mapped_column(BigInteger, default=0)
     expires_at: Mapped[datetime | None] = mapped_column()  # the database's clock
     acquired_at: Mapped[datetime | None] = mapped_column()
+
+
+class UsageInterval(Base):
+    """Usage accounting (issue 20, ``orchestrator.usage``): one stretch of time a run held its reserved
+    resources, written by the state engine's hooks (``orchestrator.states.usage``) in the transition's own
+    transaction. ``ended_at`` None: still held (counted up to now). ``kind`` job, trial or deployment;
+    ``subject_id`` the job, trial or deployment; ``sweep_id`` a trial's sweep. ``workers`` x the per-worker
+    ``cpus``/``gpus``/``memory_gb`` is what was held (deployments: replicas x per-replica resources).
+    ``wasted_from``: the stretch was lost (a failure, a preemption) from then to ``ended_at``."""
+
+    __tablename__ = "usage_intervals"
+    __table_args__ = (
+        # A window [from, to) reads the stretches that end after ``from`` or are still open: by project, or all.
+        Index("ix_usage_intervals_project_ended", "project_id", "ended_at"),
+        Index("ix_usage_intervals_ended", "ended_at"),
+        Index("ix_usage_intervals_subject", "subject_id", "id"),  # the open stretch of a run
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    subject_id: Mapped[str] = mapped_column(String(32))
+    sweep_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    workers: Mapped[int] = mapped_column(Integer)
+    cpus: Mapped[float] = mapped_column(default=0.0)
+    gpus: Mapped[float] = mapped_column(default=0.0)
+    memory_gb: Mapped[float] = mapped_column(default=0.0)
+    started_at: Mapped[datetime] = mapped_column()
+    ended_at: Mapped[datetime | None] = mapped_column(default=None)
+    wasted_from: Mapped[datetime | None] = mapped_column(default=None)
+    end_state: Mapped[str] = mapped_column(String(16), default="")
+    end_reason: Mapped[str] = mapped_column(String(64), default="")
