@@ -2,15 +2,18 @@
 one process, e.g. the unit tests, each count their own), the metrics themselves, and how a change in a
 transaction is counted only once that transaction commits.
 
-What moves which metric: the state engine's hooks (``orchestrator/states/job_metrics.py``) count jobs
-submitted, finished, restarted and their durations; ``orchestrator/backend/metered.py`` counts every call to
+What moves which metric: the state engine's hooks count jobs submitted, finished, restarted and their
+durations (``orchestrator/states/job_metrics.py``), sweeps submitted and finished
+(``orchestrator/states/sweep_metrics.py``) and deployment rollouts by outcome
+(``orchestrator/states/deployment_metrics.py``); ``orchestrator/backend/metered.py`` counts every call to
 the cluster backend; ``orchestrator/loops/runner.py`` stamps each loop's last good tick; the API's
-middleware (``api/http_metrics.py``) counts requests by route template. Jobs by state are read from the
-database at scrape time (``JobStateCollector``), so the gauge is right even after a restart.
+middleware (``api/http_metrics.py``) counts requests by route template. Jobs, sweeps and deployments by state
+are read from the database at scrape time (``StateCollector``), so the gauges are right even after a restart.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import re
 from collections.abc import Callable, Iterable
@@ -21,12 +24,13 @@ from prometheus_client.registry import Collector
 from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db.models import Job, JobState
+from orchestrator.db.models import Deployment, DeploymentState, Job, JobState, Sweep
 
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TERMINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
+ROLLOUT_OUTCOMES = ("promoted", "failed")
 RAY_OUTCOMES = ("ok", "unavailable", "rejected", "error")
 
 # Seconds: a queue wait or a run spans seconds to days; an HTTP request milliseconds to a long follow.
@@ -69,6 +73,22 @@ class Metrics:
             buckets=RUN_BUCKETS,
             registry=r,
         )
+        self.sweeps_submitted = Counter(
+            "orchestrator_sweeps_submitted", "Sweeps submitted (stored QUEUED).", registry=r
+        )
+        self.sweeps_finished = Counter(
+            "orchestrator_sweeps_finished",
+            "Sweeps that reached a terminal state, by that state.",
+            ["state"],
+            registry=r,
+        )
+        self.deployment_rollouts = Counter(
+            "orchestrator_deployment_rollouts",
+            "Rollouts of a deployment's version (DEPLOYING, UPDATING) that ended: promoted (HEALTHY) or failed "
+            "(FAILED, UNHEALTHY).",
+            ["outcome"],
+            registry=r,
+        )
         self.ray_calls = Counter(
             "orchestrator_ray_api_calls",
             "Calls to the Ray cluster backend, by method and outcome (ok, unavailable, rejected, error).",
@@ -97,6 +117,9 @@ class Metrics:
         # Series that exist from the start, so a rate() or an increase() sees their first event.
         for state in TERMINAL_STATES:
             self.jobs_finished.labels(state)
+            self.sweeps_finished.labels(state)
+        for outcome in ROLLOUT_OUTCOMES:
+            self.deployment_rollouts.labels(outcome)
         self._restart_reasons: set[str] = set()
 
     def restart_reason(self, reason: str) -> str:
@@ -109,38 +132,52 @@ class Metrics:
         return reason
 
     def watch_database(self, sessions: sessionmaker[Session]) -> None:
-        """Jobs by state, read at scrape time; and this registry named in every session, for the state
-        engine's hooks (``metrics_of``)."""
-        self.registry.register(JobStateCollector(sessions))
+        """Jobs, sweeps and deployments by state, read at scrape time; and this registry named in every
+        session, for the state engine's hooks (``metrics_of``)."""
+        for collector in (
+            StateCollector(sessions, Job, JobState, "orchestrator_jobs", "Jobs in the database, by state"),
+            StateCollector(sessions, Sweep, JobState, "orchestrator_sweeps", "Sweeps in the database, by state"),
+            StateCollector(
+                sessions,
+                Deployment,
+                DeploymentState,
+                "orchestrator_deployments",
+                "Deployments in the database, by state",
+            ),
+        ):
+            self.registry.register(collector)
         sessions.configure(info={**sessions.kw.get("info", {}), METRICS_KEY: self})
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
 
-class JobStateCollector(Collector):
-    """``orchestrator_jobs{state}``: one GROUP BY at scrape time; every state present, 0 when none."""
+class StateCollector(Collector):
+    """``<name>{state}`` (``orchestrator_jobs``, ``orchestrator_sweeps``, ``orchestrator_deployments``): one
+    GROUP BY of ``model`` at scrape time; every state of ``states`` present, 0 when none."""
 
-    NAME = "orchestrator_jobs"
-    HELP = "Jobs in the database, by state (read at scrape time)."
-
-    def __init__(self, sessions: sessionmaker[Session]):
+    def __init__(self, sessions: sessionmaker[Session], model: type, states: type[enum.Enum], name: str, what: str):
         self.sessions = sessions
+        self.model = model
+        self.states = states
+        self.name = name
+        self.help = f"{what} (read at scrape time)."
 
     def describe(self) -> Iterable[Metric]:
         # Without describe(), registering would call collect(): a query before the migrations ran.
-        return [GaugeMetricFamily(self.NAME, self.HELP, labels=["state"])]
+        return [GaugeMetricFamily(self.name, self.help, labels=["state"])]
 
     def collect(self) -> Iterable[Metric]:
+        column = self.model.state
         try:
             with self.sessions() as session:
-                counts = dict(session.execute(select(Job.state, func.count()).group_by(Job.state)).all())
+                counts = dict(session.execute(select(column, func.count()).group_by(column)).all())
         except Exception:
             # A scrape must not fail as a whole because the database is away: the other metrics still count.
-            log.warning("metrics: jobs by state could not be read", exc_info=True)
+            log.warning("metrics: %s by state could not be read", self.model.__tablename__, exc_info=True)
             return []
-        family = GaugeMetricFamily(self.NAME, self.HELP, labels=["state"])
-        for state in JobState:
+        family = GaugeMetricFamily(self.name, self.help, labels=["state"])
+        for state in self.states:
             family.add_metric([state.value], counts.get(state, 0))
         return [family]
 

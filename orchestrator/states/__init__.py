@@ -10,6 +10,8 @@ Layout
     ``deployments``  ``set_deployment_state``, ``record_deployment_created``
     ``job_metrics``  the jobs' metric hooks (``orchestrator.metrics``): submitted, finished by state, restarts by
                      reason, queue wait and run duration, each counted when the caller's transaction commits
+    ``sweep_metrics``, ``deployment_metrics``  the same for sweeps (submitted, finished by state) and
+                     deployments (rollouts promoted or failed)
 
 Every writer (the API, the scheduler, the reconciler, the serving reconciler, the events endpoints) loads
 the row locked (``lock_job``, ``lock_sweep``, ``lock_deployment``; a trial under its sweep's lock) and calls

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db.models import JobState, Sweep, SweepEvent, Trial, TrialEvent, TrialState
 from orchestrator.states.core import Change, Lifecycle, Rule, allowed, lock_row, record_creation, transition
 from orchestrator.states.jobs import RULES, TERMINAL, attempt_after, attempt_before, lifecycle_times
+from orchestrator.states.sweep_metrics import count_change, count_submitted
 
 T = TrialState
 TRIAL_TERMINAL: frozenset[TrialState] = frozenset({T.SUCCEEDED, T.STOPPED, T.FAILED, T.CANCELLED})
@@ -112,7 +113,8 @@ SWEEPS = Lifecycle(
     terminal=TERMINAL,
     history=_sweep_history,
     before=(attempt_before,),
-    after=(attempt_after, lifecycle_times, _open_trials_end),
+    after=(attempt_after, lifecycle_times, _open_trials_end, count_change),
+    on_create=(count_submitted,),
     attempts=True,
 )
 

@@ -194,3 +194,88 @@ def test_admin_by_default_needs_a_cluster_wide_admin_key(client):
 def test_the_setting_refuses_a_mode_it_does_not_know():
     with pytest.raises(ValueError, match="metrics"):
         Settings(metrics="public")
+
+
+# --- sweeps and deployments ----------------------------------------------------------------------------
+
+
+def test_sweeps_submitted_and_finished_by_state_and_the_sweeps_gauge(app, client, backend):
+    from tests.unit.test_sweeps import driver_token, post_sweep
+
+    before, _ = scrape(client)
+    done = post_sweep(client, max_concurrent_trials=1).json()["id"]
+    tick(app)  # admitted: QUEUED -> STARTING
+    events = [{"type": "state", "state": "running"}, {"type": "state", "state": "succeeded"}]
+    posted = client.post(
+        f"/internal/v1/sweeps/{done}/events",
+        json={"attempt": 1, "events": events},
+        headers=driver_token(backend, f"{done}-1"),
+    )
+    assert posted.status_code == 200, posted.text
+    # The same batch again (a driver's retry) is no news: it must not count a second time.
+    client.post(
+        f"/internal/v1/sweeps/{done}/events",
+        json={"attempt": 1, "events": events},
+        headers=driver_token(backend, f"{done}-1"),
+    )
+    never = post_sweep(client, max_concurrent_trials=1).json()["id"]
+    assert client.post(f"/v1/sweeps/{never}/cancel", headers=auth(ADMIN)).json()["state"] == "CANCELLED"
+    waiting = post_sweep(client, max_concurrent_trials=1).json()["id"]
+    after, text = scrape(client)
+
+    assert moved(before, after, "orchestrator_sweeps_submitted_total") == 3
+    assert moved(before, after, "orchestrator_sweeps_finished_total", state="SUCCEEDED") == 1
+    assert moved(before, after, "orchestrator_sweeps_finished_total", state="CANCELLED") == 1
+    assert moved(before, after, "orchestrator_sweeps_finished_total", state="FAILED") == 0
+    # Jobs are not sweeps: a sweep moves no job counter.
+    assert moved(before, after, "orchestrator_jobs_submitted_total") == 0
+    assert value(after, "orchestrator_sweeps", state="SUCCEEDED") == 1
+    assert value(after, "orchestrator_sweeps", state="CANCELLED") == 1
+    assert value(after, "orchestrator_sweeps", state="QUEUED") == 1
+    assert sum(v for (name, _), v in after.items() if name == "orchestrator_sweeps") == 3
+    assert not any(sweep_id in text for sweep_id in (done, never, waiting))
+
+
+@pytest.mark.parametrize("settings_overrides", [{"serve_port": 8123, "workload_packages": ""}])
+def test_deployment_rollouts_by_outcome_and_the_deployments_gauge(app, client, backend, tmp_path):
+    from tests.unit.test_deployments import finished_job, get, healthy
+    from tests.unit.test_deployments import reconcile as serve_reconcile
+
+    before, _ = scrape(client)
+    job_id, checkpoints = finished_job(app, tmp_path)
+    healthy(app, client, backend, "digits", source={"job_id": job_id})  # DEPLOYING -> HEALTHY: promoted
+    # An update that fails: UPDATING -> UNHEALTHY, the old version keeps serving.
+    client.patch("/v1/deployments/digits", json={"source": {"checkpoint_id": checkpoints[0]}}, headers=auth(ADMIN))
+    serve_reconcile(app)
+    backend.serve_settle("digits", "DEPLOY_FAILED", message="constructor raised")
+    serve_reconcile(app)
+    assert get(client, "digits")["state"] == "UNHEALTHY"
+    mid, _ = scrape(client)
+    assert moved(before, mid, "orchestrator_deployment_rollouts_total", outcome="promoted") == 1
+    assert moved(before, mid, "orchestrator_deployment_rollouts_total", outcome="failed") == 1
+    assert value(mid, "orchestrator_deployments", state="UNHEALTHY") == 1
+
+    # A rollback that comes up (promoted), a second deployment still rolling out, then a delete.
+    assert client.post("/v1/deployments/digits/rollback", headers=auth(ADMIN)).status_code == 200
+    serve_reconcile(app)
+    backend.serve_settle("digits", "RUNNING")
+    serve_reconcile(app)
+    assert get(client, "digits")["state"] == "HEALTHY"
+    assert (
+        client.post(
+            "/v1/deployments", json={"name": "other", "source": {"job_id": job_id}}, headers=auth(ADMIN)
+        ).status_code
+        == 201
+    )
+    after, _ = scrape(client)
+    assert moved(before, after, "orchestrator_deployment_rollouts_total", outcome="promoted") == 2
+    assert moved(before, after, "orchestrator_deployment_rollouts_total", outcome="failed") == 1
+    assert value(after, "orchestrator_deployments", state="HEALTHY") == 1
+    assert value(after, "orchestrator_deployments", state="DEPLOYING") == 1
+    assert value(after, "orchestrator_deployments", state="UNHEALTHY") == 0
+    assert client.delete("/v1/deployments/other", headers=auth(ADMIN)).status_code == 200
+    deleted, _ = scrape(client)
+    assert value(deleted, "orchestrator_deployments", state="DEPLOYING") == 0
+    assert value(deleted, "orchestrator_deployments", state="DELETED") == 1
+    # A delete mid-rollout is no rollout outcome.
+    assert moved(after, deleted, "orchestrator_deployment_rollouts_total", outcome="failed") == 0
