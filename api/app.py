@@ -13,6 +13,7 @@ from api.log_context import bind_log_context
 from api.openapi import document_error_shapes
 from api.request_id import RequestId
 from api.routers import code, deployments, health, identity, internal, jobs, metrics, plan, projects, sweeps
+from api.ui.mount import install_ui
 from orchestrator.backend import ClusterBackend
 from orchestrator.control_plane import ControlPlane
 from orchestrator.settings import Settings
@@ -90,5 +91,6 @@ def create_app(
         app.include_router(metrics.router)
 
     install_error_handler(app)  # every domain error (orchestrator.errors) -> its status, in one table
+    install_ui(app)  # the dashboard under /ui (after the error handler: its pages answer errors in HTML)
     document_error_shapes(app)
     return app

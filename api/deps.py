@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.auth import Principal, secrets_equal
 from orchestrator.control_plane import ControlPlane
-from orchestrator.db.models import Role, utcnow
+from orchestrator.db.models import ApiKey, Role, utcnow
 from orchestrator.errors import Forbidden, NotFound, Unauthorized
 from orchestrator.repositories import projects as projects_repo
 
@@ -39,22 +39,36 @@ BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 def current_principal(credentials: BearerDep, service: ControlPlaneDep) -> Principal:
     if credentials is None:
         raise Unauthorized("missing 'Authorization: Bearer <key>' header")
-    secret = credentials.credentials
+    return principal_for_secret(service, credentials.credentials)
+
+
+def principal_for_secret(service: ControlPlane, secret: str) -> Principal:
+    """Who a presented key is (the REST API's bearer token, the dashboard's sign-in form); 401 if nobody."""
     # The environment's tokens (several while one is rotated), each compared in constant time.
     if sum(secrets_equal(secret, token) for token in service.settings.admin_tokens):
         return Principal(Role.ADMIN, project_id=None, cluster_wide=True)
-    now = utcnow()
     # Its own short session: on SQLite every transaction holds the write lock (see db/engine.py), so
     # nothing may keep one open for the length of a request, let alone a streamed response.
     with service.sessions() as session:
-        key = projects_repo.find_api_key(session, secret)
-        if key is None:
-            raise Unauthorized("unknown API key (it may have been revoked)")
-        if key.expires_at is not None and key.expires_at <= now:
-            raise Unauthorized(f"this API key expired at {key.expires_at.isoformat()}")
-        principal = Principal(key.role, project_id=key.project_id, key_id=key.id, cluster_wide=key.cluster_wide)
-        if projects_repo.record_key_use(session, key, now):  # at most once a minute per key
-            session.commit()
+        return _key_principal(session, projects_repo.find_api_key(session, secret))
+
+
+def principal_for_key_id(service: ControlPlane, key_id: str) -> Principal:
+    """Who the stored key ``key_id`` is now (the dashboard's session names its key by id): 401 once it is
+    revoked or expired, the same checks as a presented key's."""
+    with service.sessions() as session:
+        return _key_principal(session, projects_repo.get_api_key(session, key_id))
+
+
+def _key_principal(session: Session, key: ApiKey | None) -> Principal:
+    now = utcnow()
+    if key is None:
+        raise Unauthorized("unknown API key (it may have been revoked)")
+    if key.expires_at is not None and key.expires_at <= now:
+        raise Unauthorized(f"this API key expired at {key.expires_at.isoformat()}")
+    principal = Principal(key.role, project_id=key.project_id, key_id=key.id, cluster_wide=key.cluster_wide)
+    if projects_repo.record_key_use(session, key, now):  # at most once a minute per key
+        session.commit()
     return principal
 
 

@@ -85,6 +85,20 @@ class Settings(BaseSettings):
         1.0, gt=0, description="How often a followed job's output is read again (once for all its followers)."
     )
     scheduler_interval_s: float = Field(1.0, gt=0, description="How often the scheduler admits queued jobs and sweeps.")
+    fair_share_half_life_s: float = Field(
+        600.0,
+        ge=0,
+        le=30 * 86400,
+        description="Fair share between projects: each project's dominant share of the cluster is averaged over a "
+        "window that halves every this many seconds (0: only what it holds now). docs/scheduling.md.",
+    )
+    starvation_s: float = Field(
+        1800.0,
+        gt=0,
+        le=30 * 86400,
+        description="A run queued this long goes first and holds a reservation: smaller runs may no longer pass it "
+        "on resources it needs. docs/scheduling.md.",
+    )
     reconciler_interval_s: float = Field(
         2.0, gt=0, description="How often the reconciler compares active runs with Ray (and restarts a local head)."
     )
@@ -116,6 +130,20 @@ class Settings(BaseSettings):
     log_archive_interval_s: float = Field(
         5.0, gt=0, description="How often running jobs' output is copied to <storage>/<job>/logs/."
     )
+    # --- preemption (issue 20, docs/scheduling.md#preemption) ---
+    preemption_grace_s: float = Field(
+        60.0,
+        gt=0,
+        description="How long a preempted job's training loop has to write its checkpoint and stop; past it "
+        "its Ray job is stopped all the same and it resumes from its last checkpoint.",
+    )
+    preemption_poll_s: float = Field(
+        1.0,
+        gt=0,
+        le=60,
+        description="How often a running job's rank 0 asks the control plane whether to checkpoint now and "
+        "stop (ORCHESTRATOR_CONTROL_POLL_S in its environment).",
+    )
     # --- operations: metrics and logs (docs/deploy.md#metrics-and-logs-for-operators) ---
     metrics: Literal["off", "open", "admin"] = Field(
         "admin",
@@ -127,6 +155,22 @@ class Settings(BaseSettings):
         description="The control plane's log lines: 'text' for people, 'json' for a log pipeline (one JSON "
         "object a line: time, level, logger, message, and request_id, job_id, sweep_id, trial_id, deployment "
         "where known).",
+    )
+
+    # --- the web dashboard under /ui (api/ui/, docs/dashboard.md) ---
+    ui_secret: str | None = Field(
+        None,
+        min_length=32,
+        description="The key the dashboard's session cookies are signed with (at least 32 characters). Unset: a "
+        "random one is made on first start and kept in <var_dir>/ui-secret (mode 0600), so sessions outlive a "
+        "restart; replicas behind one address must share it: set it (the same on every replica). Changing it "
+        "signs everybody out.",
+    )
+    ui_session_hours: float = Field(
+        12.0,
+        gt=0,
+        le=24 * 30,
+        description="How long a dashboard sign-in lasts; a revoked or expired key ends it at once.",
     )
 
     @cached_property

@@ -6,13 +6,15 @@ from fastapi import APIRouter, Header, Query, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from api.deps import ControlPlaneDep, CurrentKey, SessionDep, WriterKey, target_project
-from api.filters import NamePrefix
+from api.filters import NamePrefix, label_filters
 from api.paging import JobsPage, MetricsPage, Page
+from orchestrator.admission import demand_of
 from orchestrator.auth import Principal
 from orchestrator.db.models import Job, JobState
 from orchestrator.errors import Invalid, NotFound
-from orchestrator.limits import check_priority
+from orchestrator.limits import check_preemptible, check_priority
 from orchestrator.repositories import jobs as jobs_repo
+from orchestrator.scheduling.quotas import check_quota
 from orchestrator.services.cancellation import cancel_job
 from orchestrator.services.log_lines import view
 from orchestrator.services.logs import last_lines, read_logs
@@ -48,7 +50,10 @@ def create_job(
     spec = pin_data_paths(spec, service.settings)  # its data files: inside a data root, resolved
     target = target_project(session, principal, project_id)
     check_priority(session, target, spec.priority, principal.is_cluster_admin, ("priority",))
+    check_preemptible(session, target, spec.preemptible, principal.is_cluster_admin)
     check_code(session, target, spec.code, service.settings)
+    if not (idempotency_key and jobs_repo.find_by_idempotency_key(session, target, idempotency_key)):
+        check_quota(session, target, demand_of(spec))  # 422 never within its quota, 429 a full queue
     job, created = submit_job(session, target, spec, plan, idempotency_key)
     session.commit()
     if not created:
@@ -71,16 +76,7 @@ def list_jobs(
 ) -> JobPage:
     """Newest first, filtered by state, labels and the start of the name; the next page's cursor is in the
     body (`next_cursor`) and in the X-Next-Cursor header. 50 a page unless `limit` says otherwise."""
-    if len(label or []) > service.settings.max_label_filters:
-        raise Invalid(
-            f"{len(label or [])} label filters: at most {service.settings.max_label_filters} (ORCHESTRATOR_MAX_LABEL_FILTERS)",
-        )
-    labels = {}
-    for item in label or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise Invalid(f"label filter {item!r} must be key=value")
-        labels[key] = value
+    labels = label_filters(label, service.settings.max_label_filters)
     scope = principal.project_scope()
     jobs = page.fetch(
         lambda cursor, limit: jobs_repo.list_jobs(session, scope, state, labels, cursor, limit, name_prefix)
