@@ -91,3 +91,17 @@ def check_priority(session: Session, project_id: str, priority: int, cluster_adm
             f"priority {priority} is above this project's max_priority {cap} "
             "(set by a cluster-wide admin: PATCH /v1/projects/{id})",
         )
+
+
+def check_preemptible(session: Session, project_id: str, preemptible: bool, cluster_admin: bool) -> None:
+    """``preemptible: false`` (issue 20): a cluster-wide admin's key, or a key of a project that allows it
+    (``allow_non_preemptible``, set by a cluster-wide admin); any other key is a 422 that says so."""
+    if preemptible or cluster_admin:
+        return
+    project = session.get(Project, project_id)
+    if project is None or not project.allow_non_preemptible:
+        raise SpecRejected(
+            ("preemptible",),
+            "preemptible: false needs a cluster-wide admin's key, or a project that allows it "
+            "(a cluster-wide admin sets allow_non_preemptible: PATCH /v1/projects/{id})",
+        )

@@ -17,7 +17,7 @@ from orchestrator.services.events import RefusedEvent, apply_events
 from orchestrator.services.sweep_events import apply_sweep_events
 from orchestrator.states.jobs import lock_job
 from orchestrator.states.sweeps import lock_sweep
-from workers.contract.jobs import DriverAssignment, EventBatch, JobSpec, TrainingPlan
+from workers.contract.jobs import ControlSignal, DriverAssignment, EventBatch, JobSpec, TrainingPlan
 from workers.contract.sweeps import SweepAssignment, SweepEventBatch, SweepSpec, TrialEvent
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,15 @@ def assignment(
         plan=TrainingPlan.model_validate(job.plan),
         storage_path=service.settings.storage_path,
     )
+
+
+@router.get("/{job_id}/control", summary="What the control plane asks of a running job (internal)")
+def control(job_id: str, attempt: int, session: SessionDep, credentials: BearerDep) -> ControlSignal:
+    """For the job's own rank 0 (its run token), polled while it trains: ``checkpoint_now`` when the job is
+    being preempted (``orchestrator.services.preemption``). A stale attempt is 409."""
+    job = _check_token(session.get(Job, job_id), credentials)
+    _current_attempt(job, attempt)
+    return ControlSignal(checkpoint_now=job.preempt_requested_at is not None)
 
 
 @router.post("/{job_id}/events", summary="Report a job's events (internal)")

@@ -52,6 +52,8 @@ def update_project(project_id: str, body: ProjectPatch, session: SessionDep, _: 
         raise NotFound(f"no project {project_id}")
     if "max_priority" in body.model_fields_set:
         project.max_priority = body.max_priority
+    if "allow_non_preemptible" in body.model_fields_set:
+        project.allow_non_preemptible = body.allow_non_preemptible
     session.commit()
     return ProjectOut.model_validate(project)
 

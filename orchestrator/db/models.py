@@ -73,6 +73,8 @@ class Project(Base):
     max_queued: Mapped[int | None] = mapped_column(Integer, default=None)
     weight: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
     borrowing: Mapped[bool] = mapped_column(default=True, server_default=true())  # may use idle capacity past quota
+    # Its member keys may submit jobs with preemptible: false (issue 20); admins always may.
+    allow_non_preemptible: Mapped[bool] = mapped_column(default=False, server_default=false())
 
 
 class ApiKey(Base):
@@ -133,6 +135,12 @@ class Job(Base):
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
     # Admitted on capacity beyond its project's quota (issue 20): preemption takes these first.
     borrowing: Mapped[bool] = mapped_column(default=False, server_default=false())
+    # Preemption (issue 20, orchestrator/services/preemption.py): asked to checkpoint now and stop (None:
+    # not asked), by whom and why; how many times it went back to QUEUED preempted (those attempts are not
+    # counted against retries.max_attempts).
+    preempt_requested_at: Mapped[datetime | None] = mapped_column(default=None)
+    preempt_by: Mapped[str] = mapped_column(String(256), default="", server_default="")
+    preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     labels: Mapped[list[JobLabel]] = relationship(
         cascade="all, delete-orphan", lazy="selectin", order_by="JobLabel.key"

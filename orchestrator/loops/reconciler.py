@@ -17,7 +17,8 @@ from orchestrator.backend import BackendUnavailable, ClusterBackend, RunInfo, Ru
 from orchestrator.db.models import JobState, utcnow
 from orchestrator.request_context import log_context
 from orchestrator.services.launch import Launch, new_job_token
-from orchestrator.services.runs import KINDS, Run, RunKind
+from orchestrator.services.preemption import PREEMPTIBLE_STATES, attempts_used, settle
+from orchestrator.services.runs import JOBS, KINDS, Run, RunKind
 from orchestrator.settings import Settings
 from workers.contract.jobs import DriverExit
 
@@ -68,7 +69,12 @@ class Reconciler:
             if run is None or run.attempt != attempt:
                 return  # moved on since we asked Ray
             status = info.status
-            if run.state == S.CANCELLING:
+            if kind is JOBS and run.preempt_requested_at is not None and run.state in PREEMPTIBLE_STATES:
+                # Preempted (orchestrator.services.preemption): its Ray job ending, stopped or lost is the
+                # preemption itself, never a failure; back to QUEUED once it is gone.
+                if settle(session, run, status, self.settings.preemption_grace_s):
+                    stop_again = run.submission_id
+            elif run.state == S.CANCELLING:
                 if status.finished and status != RunStatus.SUCCEEDED:
                     kind.set_state(session, run, S.CANCELLED, "cancelled", "stopped at the user's request")
                 elif status == RunStatus.SUCCEEDED:
@@ -118,12 +124,11 @@ def _next_attempt(session: Session, kind: RunKind, run: Run, reason: str, messag
     its cause): start attempt + 1, which resumes from the latest checkpoint (a sweep: from Tune's
     experiment state), while attempts last."""
     max_attempts = kind.max_attempts(run)
-    if run.attempt >= max_attempts:
-        kind.set_state(
-            session, run, S.FAILED, reason, f"{message}\n(attempt {run.attempt} of {max_attempts}: none left)"
-        )
+    used = attempts_used(run)  # attempts that followed a preemption are not counted
+    if used >= max_attempts:
+        kind.set_state(session, run, S.FAILED, reason, f"{message}\n(attempt {used} of {max_attempts}: none left)")
         return None
-    next_attempt = f"starting attempt {run.attempt + 1} of {max_attempts} from the latest checkpoint"
+    next_attempt = f"starting attempt {used + 1} of {max_attempts} from the latest checkpoint"
     # A new driver: the state engine records the move under the lost attempt, then bumps it.
     kind.set_state(session, run, S.RESTARTING, reason, f"{message}\n({next_attempt})", new_attempt=True)
     return _launch(session, kind, run)

@@ -75,6 +75,11 @@ def apply_events(session: Session, job: Job, batch: EventBatch, storage: Checkpo
 
 
 def _apply_state(session: Session, job: Job, event: StateEvent) -> bool:
+    if job.preempt_requested_at is not None and event.state in ("failed", "restarting"):
+        # Being preempted (orchestrator.services.preemption): a failure its driver reports while it is
+        # stopped is the stop itself; the reconciler moves it back to QUEUED.
+        log.info("job %s is being preempted: ignoring its reported %s (%s)", job.id, event.state, event.reason)
+        return False
     try:
         changed = set_job_state(
             session, job, TARGET_STATE[event.state], event.reason or DEFAULT_REASON[event.state], event.message

@@ -1,7 +1,8 @@
 """Job rules: the run lifecycle (jobs and sweeps, ``orchestrator.states.sweeps``) and its companion fields.
 
 QUEUED -> STARTING -> RUNNING <-> RESTARTING -> SUCCEEDED | FAILED | CANCELLED
-CANCELLING between a cancel request and the end; terminal states are final.
+CANCELLING between a cancel request and the end; terminal states are final. A job (not a sweep) that is
+STARTING, RUNNING or RESTARTING may go back to QUEUED when it is preempted (reason ``preempted`` only).
 """
 
 from __future__ import annotations
@@ -29,9 +30,16 @@ RULES: tuple[Rule, ...] = (
     Rule(frozenset({S.CANCELLING}), frozenset({S.CANCELLED, S.SUCCEEDED})),
 )
 
+# Preemption (jobs only, ``orchestrator.services.preemption``): an active job that is not being cancelled
+# goes back to QUEUED, always with reason ``preempted`` (``requeue_before`` refuses any other), once its
+# Ray job is gone. Admission then starts its next attempt, which resumes from its latest checkpoint.
+PREEMPTED = "preempted"
+PREEMPTED_RULE: Rule = Rule(frozenset({S.STARTING, S.RUNNING, S.RESTARTING}), frozenset({S.QUEUED}))
+JOB_RULES: tuple[Rule, ...] = (*RULES, PREEMPTED_RULE)
+
 
 def is_allowed(from_state: JobState, to_state: JobState) -> bool:
-    return allowed(RULES, from_state, to_state)
+    return allowed(JOB_RULES, from_state, to_state)
 
 
 # --- the run companions (jobs and sweeps) ------------------------------------------------------------
@@ -64,6 +72,24 @@ def lifecycle_times(_session: Session, change: Change) -> None:
         run.token_hash = ""
 
 
+def requeue_before(_session: Session, change: Change) -> None:
+    """Back to QUEUED only preempted: no other cause may put a started job back in the queue."""
+    if change.to_state == S.QUEUED and change.from_state is not None and change.reason != PREEMPTED:
+        raise ValueError(f"a job goes back to QUEUED only {PREEMPTED!r}, not {change.reason!r}")
+
+
+def preemption_after(_session: Session, change: Change) -> None:
+    """A preempted job counts its preemption (attempts that do not use its retry budget) and forgets the
+    request; any end forgets it too. The driver token stays: a late event of the stopped attempt (its last
+    checkpoint) still lands, and admission gives the next attempt a new one."""
+    job = change.row
+    if change.to_state == S.QUEUED and change.from_state is not None:
+        job.preemptions = (job.preemptions or 0) + 1
+    if change.to_state == S.QUEUED or change.to_state in TERMINAL:
+        job.preempt_requested_at = None
+        job.preempt_by = ""
+
+
 def _job_history(_session: Session, change: Change) -> JobEvent:
     job = change.row
     return JobEvent(
@@ -78,13 +104,13 @@ def _job_history(_session: Session, change: Change) -> JobEvent:
 
 JOBS = Lifecycle(
     kind="job",
-    rules=RULES,
+    rules=JOB_RULES,
     initial=S.QUEUED,
     terminal=TERMINAL,
     history=_job_history,
-    before=(attempt_before,),
+    before=(attempt_before, requeue_before),
     # count_change last: it reads the times lifecycle_times sets.
-    after=(attempt_after, lifecycle_times, count_change),
+    after=(attempt_after, lifecycle_times, preemption_after, count_change),
     on_create=(count_submitted,),
     attempts=True,
 )

@@ -27,12 +27,16 @@ LEGAL = [
     (S.STARTING, S.RESTARTING),
     (S.CANCELLING, S.CANCELLED),
     (S.CANCELLING, S.SUCCEEDED),
+    # Preempted (issue 20): back to the queue, reason "preempted" only (tests/unit/test_preemption.py).
+    (S.STARTING, S.QUEUED),
+    (S.RUNNING, S.QUEUED),
+    (S.RESTARTING, S.QUEUED),
 ]
 ILLEGAL = [
     (S.QUEUED, S.RUNNING),
     (S.QUEUED, S.SUCCEEDED),
     (S.QUEUED, S.CANCELLING),
-    (S.RUNNING, S.QUEUED),
+    (S.CANCELLING, S.QUEUED),
     (S.RUNNING, S.STARTING),
     (S.RUNNING, S.CANCELLED),
     (S.CANCELLING, S.FAILED),

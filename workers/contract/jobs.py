@@ -204,6 +204,12 @@ class JobSpec(_Strict):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     retries: RetrySpec = Field(default_factory=RetrySpec)
     priority: int = Field(0, ge=-1000, le=1000, description="Higher runs first; ties go oldest first.")
+    preemptible: bool = Field(
+        True,
+        description="May be preempted (checkpointed, stopped and requeued) for a run of higher priority or a "
+        "project under its fair share or quota. false: only a cluster-wide admin's key, or any key of a project "
+        "that allows it (allow_non_preemptible).",
+    )
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
     code: CodeSpec | None = Field(
         None,
@@ -304,6 +310,7 @@ class DriverExit(enum.IntEnum):
     MISCONFIGURED = 2  # no control plane URL or token: another attempt would fail the same way
     TRAINING_FAILED = 3  # failed for good (an app error, out of memory, worker restarts spent)
     CLUSTER_FAILED = 4  # the Ray cluster failed under the driver (head lost): worth another attempt
+    PREEMPTED = 5  # checkpointed and stopped because the control plane preempted it: requeued, not failed
 
 
 class DriverAssignment(BaseModel):
@@ -314,6 +321,15 @@ class DriverAssignment(BaseModel):
     spec: JobSpec
     plan: TrainingPlan
     storage_path: str = Field(description="Ray Train storage_path; the run's folder is <storage_path>/<job_id>.")
+
+
+class ControlSignal(BaseModel):
+    """``GET /internal/v1/jobs/{id}/control?attempt=N``: what the control plane asks of a running attempt.
+    Polled by rank 0 (``workers.runtime.control``); unknown fields are ignored, so it can grow."""
+
+    checkpoint_now: bool = Field(
+        False, description="Preempted: write a checkpoint at the next step, outside the schedule, and stop."
+    )
 
 
 # --- events the cluster reports back ----------------------------------------------------------------

@@ -22,6 +22,7 @@ import torch
 from workers.contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
 from workers.runtime.checkpoint_io import Position, restore_checkpoint, save_checkpoint
 from workers.runtime.context import LoopContext
+from workers.runtime.control import control_poller
 from workers.runtime.data import TrainBatches, val_batches
 from workers.runtime.distributed import all_reduce_sum, unwrap
 from workers.runtime.reporter import EventReporter
@@ -42,8 +43,16 @@ class Reporter(Protocol):
     def close(self) -> None: ...
 
 
+PREEMPTED_KEY = "preempted_at_step"  # in ``run_training``'s result: it checkpointed and stopped there
+
+
+class Preempted(Exception):
+    """Raised inside the loop once the preemption checkpoint is committed: training stops here."""
+
+
 def run_training(config: dict, ctx: LoopContext, reporter: Reporter | None = None) -> dict[str, float]:
-    """Train the job's workload; returns the last epoch's metrics and ``samples_per_s``.
+    """Train the job's workload; returns the last epoch's metrics and ``samples_per_s``, or, when the control
+    plane preempted the job, ``{PREEMPTED_KEY: step}`` once a checkpoint of that step is committed.
 
     ``reporter`` receives rank 0's events; by default rank 0 builds an ``EventReporter`` from ``config``.
     """
@@ -64,12 +73,23 @@ def run_training(config: dict, ctx: LoopContext, reporter: Reporter | None = Non
     )
     seed_everything(rank_seed(spec.seed, ctx.rank))  # dropout: different masks on each rank
 
+    # Every rank knows (from the same config) whether rank 0 listens for a preemption: then all of them
+    # learn its answer at each step, so they checkpoint and stop at the same one.
+    watched = bool(config.get("control_plane_url") and config.get("token") and spec.preemptible)
     with rank0_reporter(config, ctx.rank, reporter) as reporter:
         loop = _Loop(spec, plan, ctx, workload, state, batches, reporter)
         with ctx.resume_dir() as resume_dir:
             if resume_dir:  # last: the RNG states it restores are the next ones drawn
                 loop.resume(resume_dir)
-        return loop.run()
+        poller = control_poller(config, ctx.rank) if watched else None
+        loop.watch(watched, poller)
+        try:
+            return loop.run()
+        except Preempted:
+            return {PREEMPTED_KEY: loop.position.step}
+        finally:
+            if poller is not None:
+                poller.close()
 
 
 @contextlib.contextmanager
@@ -120,6 +140,28 @@ class _Loop:
         self.epoch_loss = self._zeros(2)  # this rank's [sum of step losses, steps] in the epoch
         self.epoch_throughput: list[tuple[int, float]] = []  # (samples, seconds) per epoch run here
         self.metric_names: list[str] | None = None  # the workload's, checked at the first validation
+        self.watched = False  # whether every rank asks, each step, if rank 0 heard of a preemption
+        self.poller = None  # rank 0's ControlPoller
+        self.stop_after_epoch = False  # preempted at an epoch's last step: checkpoint at its end, then stop
+
+    def watch(self, watched: bool, poller) -> None:
+        self.watched, self.poller = watched, poller
+
+    def _preempt_requested(self) -> bool:
+        """Rank 0's flag on every rank (one tiny collective per step, only for a job that can be preempted)."""
+        if not self.watched:
+            return False
+        flag = 1.0 if self.poller is not None and self.poller.checkpoint_now else 0.0
+        if self.ctx.world_size == 1:
+            return flag > 0
+        return all_reduce_sum(torch.tensor([flag], dtype=torch.float64, device=self.ctx.device)).item() > 0
+
+    def _preemption_checkpoint(self, metrics: dict[str, float]) -> None:
+        """The checkpoint outside the schedule, committed (registered by Ray Train) before training stops."""
+        self._checkpoint(metrics, committed=True)
+        if self.ctx.rank == 0:
+            log.info("preempted: checkpointed at epoch %d, step %d; stopping", self.position.epoch, self.position.step)
+        raise Preempted
 
     def resume(self, directory: str) -> None:
         position, epoch_loss = restore_checkpoint(
@@ -170,6 +212,8 @@ class _Loop:
             if self.reporter is not None:
                 self.reporter.emit(MetricsEvent(epoch=epoch, step=self.position.step, values=metrics))
             every_epochs, every_steps = spec.checkpoint.every_epochs, spec.checkpoint.every_steps
+            if self.stop_after_epoch and epoch < spec.epochs:
+                self._preemption_checkpoint({**metrics, "samples_per_s": self.samples_per_s()})
             if (
                 epoch == spec.epochs
                 or (every_epochs and epoch % every_epochs == 0)
@@ -218,6 +262,10 @@ class _Loop:
                     started = time.perf_counter()
                     self._checkpoint({})
                     paused += time.perf_counter() - started
+            if not self.stop_after_epoch and self._preempt_requested():
+                if self.position.epoch_steps < self.batches.steps_per_epoch:
+                    self._preemption_checkpoint({})
+                self.stop_after_epoch = True  # the epoch's last step: its metrics and checkpoint come first
         if ctx.device.type == "cuda":
             torch.cuda.synchronize(ctx.device)  # the clock stops when the work is done, not queued
         seconds = time.perf_counter() - epoch_start - paused
@@ -285,7 +333,7 @@ class _Loop:
 
     # --- checkpoints --------------------------------------------------------------------------------
 
-    def _checkpoint(self, metrics: dict[str, float]) -> None:
+    def _checkpoint(self, metrics: dict[str, float], committed: bool = False) -> None:
         # Every rank writes its part into its own folder and reports it (Ray Train's report is a barrier).
         with tempfile.TemporaryDirectory(prefix="checkpoint-", ignore_cleanup_errors=True) as tmp:
             save_checkpoint(
@@ -300,7 +348,7 @@ class _Loop:
             )
             reported = {**metrics, "epoch": self.position.epoch, "step": self.position.step}
             self.ctx.report(reported, tmp)
-            if self.spec.checkpoint.wait_for_commit:
+            if committed or self.spec.checkpoint.wait_for_commit:
                 self.ctx.wait_committed(reported)
 
     def _zeros(self, size: int) -> torch.Tensor:

@@ -22,6 +22,7 @@ import ray
 from workers.contract.jobs import DriverAssignment, DriverExit, StateEvent
 from workers.runtime.reporter import EventReporter
 from workers.runtime.retry import RetryableStatus, RetryPolicy, raise_if_retryable
+from workers.runtime.train_loop import PREEMPTED_KEY
 from workers.train.callbacks import checkpoint_event
 from workers.train.failures import APP_ERROR, CODE_ERROR, OOM, WORKER_DIED, FailureCause, classify_training_error
 from workers.train.trainer import build_trainer
@@ -110,6 +111,9 @@ def run_attempt(assignment: DriverAssignment, control_plane_url: str | None, tok
         reporter.emit(StateEvent(state="failed", reason=cause.reason, message=message))
         exit_code = DriverExit.TRAINING_FAILED
     else:
+        returned = getattr(result, "return_value", None)
+        if isinstance(returned, dict) and PREEMPTED_KEY in returned:
+            return preempted(reporter, result, assignment, returned[PREEMPTED_KEY])
         # The controller's callback reports checkpoints live, but dies right after the run: repeat the
         # final one here (events are idempotent) so it cannot be lost, if it is complete. Only that one:
         # Ray Train keeps every checkpoint in its books (retention is the control plane's), so
@@ -122,7 +126,6 @@ def run_attempt(assignment: DriverAssignment, control_plane_url: str | None, tok
             reporter.flush(FINAL_FLUSH_TIMEOUT_S)
         # A training function's result is the last metrics it reported (its return value), which a checkpoint
         # need not carry; the loop's last report always does.
-        returned = getattr(result, "return_value", None)
         metrics = returned if isinstance(returned, dict) else result.metrics
         outcome = {"metrics": metrics, "checkpoint_path": final.path if final else None}
         reporter.emit(StateEvent(state="succeeded", result=outcome))
@@ -130,6 +133,23 @@ def run_attempt(assignment: DriverAssignment, control_plane_url: str | None, tok
         exit_code = DriverExit.SUCCEEDED
     finish_reporting(reporter)
     return exit_code
+
+
+def preempted(reporter: EventReporter, result, assignment: DriverAssignment, step: int) -> int:
+    """The control plane preempted the job and the loop stopped after a committed checkpoint of ``step``:
+    record that checkpoint (it resumes from it), report no outcome (the control plane requeues the job)."""
+    checkpoint = result.checkpoint
+    final = checkpoint_event(checkpoint, result.metrics or {}, assignment.storage_path) if checkpoint else None
+    if final is not None:
+        reporter.emit(final)
+    log.info(
+        "job %s attempt %d preempted: checkpointed at step %d and stopped; the control plane requeues it",
+        assignment.job_id,
+        assignment.attempt,
+        step,
+    )
+    finish_reporting(reporter)
+    return DriverExit.PREEMPTED
 
 
 def failure_summary(cause: FailureCause, spec) -> str:

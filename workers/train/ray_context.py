@@ -15,7 +15,7 @@ from workers.contract.logs import rank_marker
 from workers.runtime.context import rank0_choice
 from workers.runtime.function import run_function
 from workers.runtime.manifest import choose_resume_checkpoint, resolve
-from workers.runtime.train_loop import run_training
+from workers.runtime.train_loop import PREEMPTED_KEY, run_training
 
 
 def train_loop_per_worker(config: dict) -> dict[str, float] | None:
@@ -26,8 +26,9 @@ def train_loop_per_worker(config: dict) -> dict[str, float] | None:
     print(rank_marker(ctx.rank, ctx.world_size, os.getpid(), socket.gethostname()), flush=True)
     if config["spec"].get("entrypoint"):
         return run_function(config, ctx)
-    run_training(config, ctx)
-    return None
+    result = run_training(config, ctx)
+    # Preempted: the driver must know it stopped early (it reports no outcome then, and exits PREEMPTED).
+    return result if PREEMPTED_KEY in result else None
 
 
 class RayContext:

@@ -25,6 +25,11 @@ class RunOut(FromAttributes):
     reason: str = Field(description="Why it is in that state, as a code (e.g. insufficient_resources, worker_died).")
     message: str = Field(description="The same, for people.")
     attempt: int = Field(description="1 for the first Ray job, one more for each resubmission; 0 until admitted.")
+    preemptions: int = Field(
+        0,
+        description="Times it was preempted and requeued; the attempts that followed are not counted against "
+        "retries.max_attempts (attempt - preemptions are).",
+    )
     priority: int = Field(description="Higher is admitted first.")
     spec: dict[str, Any] = Field(description="The spec as stored: what was sent, every default filled in.")
     created_at: datetime = Field(description="When it was submitted (UTC).")

@@ -37,6 +37,9 @@ class ProjectPatch(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     max_priority: int | None = _MAX_PRIORITY
+    allow_non_preemptible: bool = Field(
+        False, description="Its member and admin keys may submit jobs with preemptible: false (docs/scheduling.md)."
+    )
 
 
 class ProjectOut(FromAttributes):
@@ -47,6 +50,9 @@ class ProjectOut(FromAttributes):
     created_at: datetime = Field(description="When it was created (UTC).")
     max_priority: int | None = Field(
         None, description="The highest priority its keys may give a job or sweep; null: no cap."
+    )
+    allow_non_preemptible: bool = Field(
+        False, description="Its keys may submit jobs with preemptible: false (else only a cluster-wide admin may)."
     )
 
 

@@ -1,0 +1,79 @@
+"""Rank 0 asks the control plane, now and then, whether its job is preempted (issue 20).
+
+A daemon thread polls ``GET {url}/internal/v1/jobs/{job_id}/control?attempt=N`` with the run's token every
+``ORCHESTRATOR_CONTROL_POLL_S`` seconds (default 1) and latches ``checkpoint_now`` once it is true. It never
+blocks training: the loop only reads the flag, and every rank learns rank 0's answer at its next optimizer
+step (``workers.runtime.train_loop``). An unreachable control plane, or any answer but a 2xx, just means
+"no news": a preempted job that never hears of it is stopped all the same after the grace.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+import httpx
+
+from workers.contract.jobs import ControlSignal
+
+log = logging.getLogger(__name__)
+
+DEFAULT_POLL_S = 1.0
+REQUEST_TIMEOUT_S = 5.0
+
+
+def poll_interval_s() -> float:
+    try:
+        return max(0.05, float(os.environ.get("ORCHESTRATOR_CONTROL_POLL_S", DEFAULT_POLL_S)))
+    except ValueError:
+        return DEFAULT_POLL_S
+
+
+class ControlPoller:
+    """``checkpoint_now`` becomes True (and stays) once the control plane asks for it."""
+
+    def __init__(self, url: str, job_id: str, attempt: int, token: str, interval_s: float | None = None) -> None:
+        self._endpoint = f"{url.rstrip('/')}/internal/v1/jobs/{job_id}/control"
+        self._params = {"attempt": attempt}
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._interval_s = interval_s if interval_s is not None else poll_interval_s()
+        self._requested = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"control-poller-{job_id}", daemon=True)
+        self._thread.start()
+
+    @property
+    def checkpoint_now(self) -> bool:
+        return self._requested.is_set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=REQUEST_TIMEOUT_S + 1)
+
+    def _run(self) -> None:
+        with httpx.Client(headers=self._headers, timeout=REQUEST_TIMEOUT_S) as client:
+            while not self._stop.wait(self._interval_s):
+                try:
+                    response = client.get(self._endpoint, params=self._params)
+                except httpx.HTTPError:
+                    continue
+                if not response.is_success:
+                    continue
+                try:
+                    signal = ControlSignal.model_validate(response.json())
+                except ValueError:
+                    continue
+                if signal.checkpoint_now:
+                    log.info("the control plane preempted this job: checkpointing at the next step, then stopping")
+                    self._requested.set()
+                    return
+
+
+def control_poller(config: dict, rank: int) -> ControlPoller | None:
+    """Rank 0's poller for a job reporting to a control plane; None elsewhere (other ranks, scripts, sweep
+    trials, which report to no control plane of their own)."""
+    url = config.get("control_plane_url")
+    if rank != 0 or not url or not config.get("token") or (config.get("spec") or {}).get("preemptible") is False:
+        return None
+    return ControlPoller(url, config["job_id"], int(config["attempt"]), config["token"])
