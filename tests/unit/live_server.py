@@ -62,3 +62,23 @@ def serve(tmp_path: Path, backend: FakeBackend, **overrides):
             thread.join(timeout=30)
 
     return _Serving()
+
+
+def serve_forever(root: Path, port: int, database_url: str) -> None:
+    """The unit-test app (fake cluster, no loops) on ``port`` until killed: one API replica of several on one
+    database, in a process of its own (``python -m tests.unit.live_server ROOT PORT DATABASE_URL``)."""
+    settings = Settings(
+        database_url=database_url,
+        storage=str(root / "storage"),
+        var_dir=str(root / "var"),
+        admin_token=ADMIN,
+        workload_packages="allowed_pkg",
+    )
+    app = create_app(settings, backend=FakeBackend(), run_loops=False)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+if __name__ == "__main__":
+    import sys
+
+    serve_forever(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
