@@ -108,6 +108,9 @@ const Charts = (() => {
 
     function update(next) {
       data = { x: next.x || [], series: next.series || [], markers: next.markers || [] };
+      // What the chart holds, for tests and anyone inspecting the page: x values and series drawn.
+      element.dataset.points = String(data.x.length);
+      element.dataset.series = String(data.series.length);
       const nextShape = data.series.map((s) => s.label).join("\u0000");
       if (!plot || nextShape !== shape) {
         shape = nextShape;
