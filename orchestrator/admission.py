@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from workers.contract.jobs import JobSpec, ScalingSpec
-from workers.contract.sweeps import TRIAL_DRIVER_CPU, SweepSpec
+from workers.contract.sweeps import SweepSpec
 
 RESOURCES = ("CPU", "GPU")
 _EPS = 1e-9
@@ -47,12 +47,12 @@ def scaling_demand(scaling: ScalingSpec) -> Demand:
 
 def sweep_demand(spec: SweepSpec) -> Demand:
     """Room for ``max_concurrent_trials`` trials at once (fewer if the sweep has fewer), each at its largest
-    scaling, plus the small actor that drives each trial: Tune never runs more, so they never wait in Ray."""
+    scaling: Tune never runs more, so they never wait in Ray. The small actor that drives each trial asks no
+    CPU (``workers.contract.sweeps.TRIAL_DRIVER_RESOURCES``), so 2 trials of 1 CPU fit 2 CPUs."""
     trial = demand_of(spec.worst_case_trial())
-    trial_total = {**trial.total, "CPU": trial.total["CPU"] + TRIAL_DRIVER_CPU}
     concurrent = spec.concurrency
     return Demand(
-        total={r: concurrent * trial_total.get(r, 0.0) for r in RESOURCES},
+        total={r: concurrent * trial.total.get(r, 0.0) for r in RESOURCES},
         per_worker=trial.per_worker,
         what=f"{concurrent} concurrent trial(s) of {trial.what} (lower max_concurrent_trials to fit)",
     )

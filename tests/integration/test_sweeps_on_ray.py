@@ -1,8 +1,8 @@
 """Sweeps on the real local Ray cluster: Ray Tune over distributed digits trials, through the API.
 
 Every trial takes 0.9 CPU in its workers (2 x 0.45 where the test is about distributed trials: ASHA,
-the driver kill; 1 x 0.9 where it is about the search, which saves a process start per trial); with the
-trial's own actor (0.01 CPU) two trials take 1.82 of the cluster's 2 CPUs, so a third one could not be
+the driver kill; 1 x 0.9 where it is about the search, which saves a process start per trial); the
+trial's own actor asks no CPU, so two trials take 1.8 of the cluster's 2 CPUs and a third one could not be
 placed: a trial that did not release its workers would leave the sweep waiting.
 """
 

@@ -8,10 +8,10 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from orchestrator.admission import ClusterCapacity, never_fits, sweep_demand
+from orchestrator.admission import ClusterCapacity, never_fits, shortfall, sweep_demand
 from orchestrator.backend import RunStatus
 from tests.unit.api_helpers import ADMIN, auth, make_project, reconcile, submit, tick
-from workers.contract.sweeps import SweepSpec, trial_spec
+from workers.contract.sweeps import TRIAL_DRIVER_RESOURCES, SweepSpec, trial_spec
 
 BASE = {"workload": "digits", "epochs": 4, "scaling": {"num_workers": 2, "cpus_per_worker": 0.5}}
 LR = {"lr.base": {"type": "loguniform", "low": 1e-3, "high": 0.3}}
@@ -254,14 +254,30 @@ def test_a_cloned_pbt_trial_starts_a_new_train_run(tmp_path):
 def test_a_sweep_reserves_its_concurrent_trials():
     spec = SweepSpec.model_validate(sweep_spec(max_concurrent_trials=3))
     demand = sweep_demand(spec)
-    assert demand.total["CPU"] == pytest.approx(3 * (2 * 0.5 + 0.01))
+    assert demand.total["CPU"] == pytest.approx(3 * (2 * 0.5))
     assert never_fits(demand, ClusterCapacity({"CPU": 2, "GPU": 0}, {"CPU": 2, "GPU": 0})) == (
-        "needs 3.03 CPU for 3 concurrent trial(s) of 2 workers (lower max_concurrent_trials to fit) "
+        "needs 3 CPU for 3 concurrent trial(s) of 2 workers (lower max_concurrent_trials to fit) "
         "but the whole cluster has 2 CPU"
     )
     # Never more than the sweep's trials at once.
     one = SweepSpec.model_validate(sweep_spec(num_samples=1, max_concurrent_trials=3))
-    assert sweep_demand(one).total["CPU"] == pytest.approx(1.01)
+    assert sweep_demand(one).total["CPU"] == pytest.approx(1.0)
+
+
+def test_two_one_cpu_trials_fit_two_cpus():
+    """Issue 20: the trial's own actor asks no CPU, so max_concurrent_trials 2 of 1-worker, 1-CPU trials is
+    admitted on a 2-CPU cluster (it needed 2.02 CPUs and was refused at submit)."""
+    spec = SweepSpec.model_validate(
+        sweep_spec(
+            max_concurrent_trials=2, base={"workload": "digits", "scaling": {"num_workers": 1, "cpus_per_worker": 1}}
+        )
+    )
+    demand = sweep_demand(spec)
+    assert demand.total == {"CPU": 2.0, "GPU": 0.0}
+    two_cpus = ClusterCapacity({"CPU": 2, "GPU": 0}, {"CPU": 2, "GPU": 0})
+    assert never_fits(demand, two_cpus) is None
+    assert shortfall(demand.total, {"CPU": 2.0, "GPU": 0.0}) is None
+    assert TRIAL_DRIVER_RESOURCES["CPU"] == 0
 
 
 # --- the API over a fake cluster ---------------------------------------------------------------------

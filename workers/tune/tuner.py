@@ -31,7 +31,7 @@ from ray.util.queue import Empty, Queue
 from workers.contract.jobs import JobSpec, TrainingPlan
 from workers.contract.metrics import POSITION_KEYS
 from workers.contract.sweeps import (
-    TRIAL_DRIVER_CPU,
+    TRIAL_DRIVER_RESOURCES,
     AshaScheduler,
     Choice,
     Grid,
@@ -292,8 +292,9 @@ def trainable(spec: SweepSpec, storage_path: str, sweep_id: str):
         trials_storage=f"{storage_path.rstrip('/')}/{trials_folder(sweep_id)}",
         pbt=isinstance(spec.scheduler, PbtScheduler),
     )
-    # The trial's own actor only drives its TorchTrainer; the workers hold the real resources.
-    return tune.with_resources(fn, {"CPU": TRIAL_DRIVER_CPU})
+    # The trial's own actor only drives its TorchTrainer; the workers hold the real resources (their own
+    # placement group, made by Ray Train), so the trial's asks no CPU.
+    return tune.with_resources(fn, dict(TRIAL_DRIVER_RESOURCES))
 
 
 # The sweep driver's reporter, by sweep id. Tune pickles its callbacks into the experiment state (and
