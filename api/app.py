@@ -12,7 +12,7 @@ from api.limits import BodySizeLimit
 from api.log_context import bind_log_context
 from api.openapi import document_error_shapes
 from api.request_id import RequestId
-from api.routers import code, deployments, health, identity, internal, jobs, metrics, plan, projects, sweeps
+from api.routers import code, deployments, health, identity, internal, jobs, metrics, plan, projects, sweeps, usage
 from api.ui.mount import install_ui
 from orchestrator.backend import ClusterBackend
 from orchestrator.control_plane import ControlPlane
@@ -83,6 +83,7 @@ def create_app(
         sweeps.trials_router,
         deployments.router,
         plan.router,
+        usage.router,
         internal.router,
         internal.sweeps_router,
     ):

@@ -3,6 +3,7 @@ HTTP connection pool (``orchestrator_client.transport``) and the API groups (``c
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -15,7 +16,7 @@ from orchestrator_client.resources.jobs import Jobs
 from orchestrator_client.resources.projects import Projects
 from orchestrator_client.resources.sweeps import Sweeps, Trials
 from orchestrator_client.transport import Transport
-from workers.contract.rest import ClusterStatus, PlanRequest, PlanResponse, WhoAmI
+from workers.contract.rest import ClusterStatus, PlanRequest, PlanResponse, UsageReport, WhoAmI
 
 
 class Client:
@@ -70,6 +71,28 @@ class Client:
     def cluster(self) -> ClusterStatus:
         """The cluster's resources (total, available), the key's jobs per state, and the queue with reasons."""
         return ClusterStatus.model_validate(self.transport.request("GET", "/v1/cluster").json())
+
+    def usage(
+        self,
+        *,
+        project_id: str | None = None,
+        start: datetime | str | None = None,
+        end: datetime | str | None = None,
+        group_by: str = "project",
+        csv: bool = False,
+    ) -> UsageReport | str:
+        """What runs held (``GET /v1/usage``): CPU-, GPU- and memory-GB-seconds and wasted time in [start, end)
+        (defaults: the last 30 days), grouped by ``project``, ``job``, ``label:<key>`` or ``day``. A project's key
+        sees its own project; a cluster-wide admin every project, or ``project_id``. ``csv=True``: the CSV text."""
+        params = {
+            "project_id": project_id,
+            "from": start.isoformat() if isinstance(start, datetime) else start,
+            "to": end.isoformat() if isinstance(end, datetime) else end,
+            "group_by": group_by,
+        }
+        headers = {"Accept": "text/csv"} if csv else None
+        response = self.transport.request("GET", "/v1/usage", params=params, headers=headers)
+        return response.text if csv else UsageReport.model_validate(response.json())
 
     def ready(self) -> dict[str, Any]:
         """``/readyz``: ``ready`` is whether the database and Ray both answer, as it always was; the server's own

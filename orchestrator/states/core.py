@@ -116,7 +116,9 @@ def transition(
     change = Change(row, row.state, to_state, reason, message, utcnow(), new_attempt)
     for hook in lifecycle.before:
         hook(session, change)
-    session.add(lifecycle.history(session, change))
+    entry = lifecycle.history(session, change)
+    entry.created_at = change.at  # the history row and the companions (the usage ledger) share one instant
+    session.add(entry)
     row.state = to_state
     row.reason = reason
     row.message = message
@@ -132,6 +134,8 @@ def record_creation(session: Session, lifecycle: Lifecycle, row: Any, reason: st
     if row.state != lifecycle.initial:
         raise ValueError(f"a new {lifecycle.kind} starts {lifecycle.initial}, not {row.state}")
     change = Change(row, None, row.state, reason, message, row.created_at or utcnow())
-    session.add(lifecycle.history(session, change))
+    entry = lifecycle.history(session, change)
+    entry.created_at = change.at
+    session.add(entry)
     for hook in lifecycle.on_create:
         hook(session, change)

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db.models import Deployment, DeploymentEvent, DeploymentState
 from orchestrator.states.core import Change, Lifecycle, Rule, allowed, lock_row, record_creation, transition
 from orchestrator.states.deployment_metrics import count_change
+from orchestrator.states.usage import deployment_usage
 
 D = DeploymentState
 TERMINAL: frozenset[DeploymentState] = frozenset({D.DELETED})
@@ -90,8 +91,8 @@ DEPLOYMENTS = Lifecycle(
     terminal=TERMINAL,
     history=_history,
     subject=lambda deployment: deployment.name,
-    after=(_version_pointers, _times, count_change),
-    on_create=(_created,),
+    after=(_version_pointers, _times, count_change, deployment_usage),
+    on_create=(_created, deployment_usage),
 )
 
 

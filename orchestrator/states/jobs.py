@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db.models import Job, JobEvent, JobState
 from orchestrator.states.core import Change, Lifecycle, Rule, allowed, lock_row, record_creation, transition
 from orchestrator.states.job_metrics import count_change, count_submitted
+from orchestrator.states.usage import job_usage
 
 S = JobState
 TERMINAL: frozenset[JobState] = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
@@ -110,7 +111,7 @@ JOBS = Lifecycle(
     history=_job_history,
     before=(attempt_before, requeue_before),
     # count_change last: it reads the times lifecycle_times sets.
-    after=(attempt_after, lifecycle_times, preemption_after, count_change),
+    after=(attempt_after, lifecycle_times, preemption_after, count_change, job_usage),
     on_create=(count_submitted,),
     attempts=True,
 )

@@ -22,6 +22,7 @@ from orchestrator.db.models import JobState, Sweep, SweepEvent, Trial, TrialEven
 from orchestrator.states.core import Change, Lifecycle, Rule, allowed, lock_row, record_creation, transition
 from orchestrator.states.jobs import RULES, TERMINAL, attempt_after, attempt_before, lifecycle_times
 from orchestrator.states.sweep_metrics import count_change, count_submitted
+from orchestrator.states.usage import trial_usage
 
 T = TrialState
 TRIAL_TERMINAL: frozenset[TrialState] = frozenset({T.SUCCEEDED, T.STOPPED, T.FAILED, T.CANCELLED})
@@ -65,7 +66,7 @@ TRIALS = Lifecycle(
     initial=T.PENDING,
     terminal=TRIAL_TERMINAL,
     history=_trial_history,
-    after=(_trial_times,),
+    after=(_trial_times, trial_usage),
 )
 
 

@@ -1,7 +1,7 @@
 """``orch``: the command line (typer + rich) on the SDK. It makes no HTTP call of its own.
 
 One module per noun (``jobs``, ``sweeps``, ``trials``, ``deployments``, ``projects`` with ``keys``, ``code``,
-``plan``, ``session`` for login/whoami/status), ``output`` for tables and ``-o json|yaml``, ``follow`` for
+``plan``, ``usage``, ``session`` for login/whoami/status), ``output`` for tables and ``-o json|yaml``, ``follow`` for
 ``--follow``, and ``exits`` for every exit code."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperGroup
 
-from orchestrator_client.cli import code, deployments, exits, jobs, plan, projects, session, sweeps, trials
+from orchestrator_client.cli import code, deployments, exits, jobs, plan, projects, session, sweeps, trials, usage
 from orchestrator_client.cli.context import globals_of, target_url
 from orchestrator_client.config import ConfigError
 from orchestrator_client.errors import OrchestratorError, ValidationFailed
@@ -71,6 +71,7 @@ def _root(
 
 session.register(app)
 plan.register(app)
+usage.register(app)
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(sweeps.app, name="sweeps")
 app.add_typer(trials.app, name="trials")

@@ -12,8 +12,17 @@ from workers.contract.rest.deployments import DeploymentEventOut, DeploymentOut,
 from workers.contract.rest.errors import ErrorMessage, FieldError, FieldErrors
 from workers.contract.rest.jobs import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut, RunOut
 from workers.contract.rest.plan import BytesPerParam, PlanRequest, PlanResponse, StrategyFit
-from workers.contract.rest.projects import KeyCreate, KeyCreated, KeyOut, ProjectCreate, ProjectOut, ProjectPatch
+from workers.contract.rest.projects import (
+    KeyCreate,
+    KeyCreated,
+    KeyOut,
+    ProjectCreate,
+    ProjectOut,
+    ProjectPatch,
+    Quota,
+)
 from workers.contract.rest.sweeps import BestTrialOut, SweepOut, TrialEventOut, TrialMetricOut, TrialOut
+from workers.contract.rest.usage import UsageAmounts, UsageAttempt, UsageReport, UsageRow, UsageTrial
 
 __all__ = [
     "BestTrialOut",
@@ -42,6 +51,7 @@ __all__ = [
     "ProjectOut",
     "ProjectPatch",
     "QueuedJobOut",
+    "Quota",
     "ReplicaOut",
     "RunOut",
     "StrategyFit",
@@ -49,5 +59,10 @@ __all__ = [
     "TrialEventOut",
     "TrialMetricOut",
     "TrialOut",
+    "UsageAmounts",
+    "UsageAttempt",
+    "UsageReport",
+    "UsageRow",
+    "UsageTrial",
     "WhoAmI",
 ]

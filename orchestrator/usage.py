@@ -1,0 +1,232 @@
+"""Usage accounting (issue 20): what runs held, read back from the ledger the state engine writes
+(``usage_intervals``; the rules in ``orchestrator.states.usage``), clipped to a window and grouped.
+
+A window [start, end) reads the stretches that end after ``start`` or are still open (two index range
+scans: ``ix_usage_intervals_project_ended`` in a project, ``ix_usage_intervals_ended`` across projects),
+and keeps those that began before ``end``. A stretch still open counts up to ``now``. All arithmetic is in
+seconds, in Python, the same on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from orchestrator.db.models import Deployment, Job, JobLabel, Project, Sweep, UsageInterval, utcnow
+from orchestrator.errors import Invalid
+from workers.contract.rest.usage import LABEL_KEY, UsageAmounts, UsageAttempt, UsageReport, UsageRow, UsageTrial
+
+GROUP_BY_MODES = ("project", "job", "label:<key>", "day")
+MAX_DAYS = 3660  # group_by=day over at most ten years: a row a day
+
+
+@dataclass
+class _Sum:
+    seconds: float = 0.0
+    worker_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    gpu_seconds: float = 0.0
+    memory_gb_seconds: float = 0.0
+    wasted_seconds: float = 0.0
+    wasted_cpu_seconds: float = 0.0
+    wasted_gpu_seconds: float = 0.0
+
+    def add(self, row: UsageInterval, held: float, wasted: float) -> None:
+        self.seconds += held
+        self.worker_seconds += row.workers * held
+        self.cpu_seconds += row.workers * row.cpus * held
+        self.gpu_seconds += row.workers * row.gpus * held
+        self.memory_gb_seconds += row.workers * row.memory_gb * held
+        self.wasted_seconds += wasted
+        self.wasted_cpu_seconds += row.workers * row.cpus * wasted
+        self.wasted_gpu_seconds += row.workers * row.gpus * wasted
+
+    def amounts(self) -> dict[str, float]:
+        values = {name: round(value, 3) for name, value in vars(self).items()}
+        values["training_seconds"] = round(self.seconds - self.wasted_seconds, 3)
+        return values
+
+
+@dataclass
+class _Group:
+    total: _Sum = field(default_factory=_Sum)
+    attempts: dict[int, tuple[_Sum, list[str]]] = field(default_factory=dict)
+    trials: dict[str, _Sum] = field(default_factory=dict)
+
+
+def parse_group_by(group_by: str) -> tuple[str, str | None]:
+    """('project'|'job'|'day', None) or ('label', key); Invalid (422) naming what is accepted."""
+    if group_by in ("project", "job", "day"):
+        return group_by, None
+    if group_by.startswith("label:"):
+        key = group_by.removeprefix("label:")
+        if not LABEL_KEY.match(key):
+            raise Invalid(
+                f"group_by {group_by!r}: a label key is 1 to 63 letters, digits, '_', '.', '-' or '/' (e.g. label:team)",
+                ("query", "group_by"),
+            )
+        return "label", key
+    raise Invalid(f"group_by {group_by!r}: use one of {', '.join(GROUP_BY_MODES)}", ("query", "group_by"))
+
+
+def parse_instant(value: str | None, name: str) -> datetime | None:
+    """An ISO 8601 date or date-time (UTC when it names no zone); Invalid (422) saying the format."""
+    if value is None or value == "":
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise Invalid(
+            f"{name} {value!r} is not a date: use ISO 8601, e.g. 2026-11-01 or 2026-11-01T12:00:00Z",
+            ("query", name),
+        ) from None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def window(start: datetime | None, end: datetime | None, now: datetime, group: str) -> tuple[datetime, datetime]:
+    """The window [start, end): ``to`` defaults to now, ``from`` to 30 days before ``to``."""
+    end = end or now
+    start = start or end - timedelta(days=30)
+    if start >= end:
+        raise Invalid(
+            f"from ({start.isoformat()}) must be before to ({end.isoformat()}): the window is [from, to)",
+            ("query", "from"),
+        )
+    if group == "day" and end - start > timedelta(days=MAX_DAYS):
+        raise Invalid(f"group_by=day covers at most {MAX_DAYS} days; narrow from/to", ("query", "from"))
+    return start, end
+
+
+def load_intervals(session: Session, project_id: str | None, start: datetime, end: datetime) -> list[UsageInterval]:
+    """Stretches overlapping [start, end): closed ones ending after ``start``, and the open ones."""
+    rows: list[UsageInterval] = []
+    for ended in (UsageInterval.ended_at > start, UsageInterval.ended_at.is_(None)):
+        query = select(UsageInterval).where(ended, UsageInterval.started_at < end)
+        if project_id is not None:
+            query = query.where(UsageInterval.project_id == project_id)
+        rows.extend(session.scalars(query.order_by(UsageInterval.id)))
+    return rows
+
+
+def _overlap(a: datetime, b: datetime, start: datetime, end: datetime) -> float:
+    return max(0.0, (min(b, end) - max(a, start)).total_seconds())
+
+
+def _days(a: datetime, b: datetime) -> list[tuple[str, datetime, datetime]]:
+    """[a, b) cut at UTC midnights: (date, day start, day end)."""
+    out = []
+    day = datetime(a.year, a.month, a.day, tzinfo=UTC)
+    while day < b:
+        following = day + timedelta(days=1)
+        out.append((day.date().isoformat(), day, following))
+        day = following
+    return out
+
+
+def usage_report(
+    session: Session,
+    *,
+    project_id: str | None,
+    start: datetime,
+    end: datetime,
+    group_by: str,
+    now: datetime | None = None,
+) -> UsageReport:
+    """The report of ``GET /v1/usage`` for one project (or all: ``project_id`` None), [start, end) clipped."""
+    now = now or utcnow()
+    mode, label_key = parse_group_by(group_by)
+    intervals = load_intervals(session, project_id, start, end)
+    labels = _labels(session, intervals, label_key) if mode == "label" else {}
+    groups: dict[tuple[str, str], _Group] = defaultdict(_Group)
+    total = _Sum()
+    for row in intervals:
+        ended = row.ended_at or now
+        pieces = _days(max(row.started_at, start), min(ended, end)) if mode == "day" else [("", start, end)]
+        for day, lo, hi in pieces:
+            held = _overlap(row.started_at, ended, lo, hi)
+            wasted = _overlap(row.wasted_from, row.ended_at, lo, hi) if row.wasted_from and row.ended_at else 0.0
+            if held <= 0:
+                continue
+            if mode == "project":
+                key = ("project", row.project_id)
+            elif mode == "day":
+                key = ("day", day)
+            elif mode == "label":
+                key = ("label", labels.get(row.subject_id, "") if row.kind == "job" else "")
+            elif row.kind == "trial":
+                key = ("sweep", row.sweep_id or "")
+            else:
+                key = (row.kind, row.subject_id)
+            group = groups[key]
+            group.total.add(row, held, wasted)
+            total.add(row, held, wasted)
+            if mode == "job":
+                attempt = group.attempts.setdefault(row.attempt, (_Sum(), ["", ""]))
+                attempt[0].add(row, held, wasted)
+                attempt[1][:] = [row.end_state, row.end_reason]
+                if row.kind == "trial":
+                    group.trials.setdefault(row.subject_id, _Sum()).add(row, held, wasted)
+    rows = _rows(session, mode, groups)
+    return UsageReport(
+        from_=start,
+        to=end,
+        group_by=group_by,
+        project_id=project_id,
+        generated_at=now,
+        rows=rows,
+        total=UsageAmounts(**total.amounts()),
+    )
+
+
+def _labels(session: Session, intervals: list[UsageInterval], key: str | None) -> dict[str, str]:
+    job_ids = sorted({row.subject_id for row in intervals if row.kind == "job"})
+    found: dict[str, str] = {}
+    for i in range(0, len(job_ids), 500):  # IN lists of bounded length; each a primary-key lookup
+        query = select(JobLabel.job_id, JobLabel.value).where(
+            JobLabel.job_id.in_(job_ids[i : i + 500]), JobLabel.key == key
+        )
+        found.update(dict(session.execute(query).tuples().all()))
+    return found
+
+
+def _names(session: Session, model, ids: list[str], attribute: str = "name") -> dict[str, tuple[str, str]]:
+    """id -> (name, project_id) of rows of ``model``, read by primary key in bounded IN lists."""
+    out: dict[str, tuple[str, str]] = {}
+    column = getattr(model, attribute)
+    project = model.id if model is Project else model.project_id
+    for i in range(0, len(ids), 500):
+        query = select(model.id, column, project).where(model.id.in_(ids[i : i + 500]))
+        out.update({row_id: (name, project_id) for row_id, name, project_id in session.execute(query).tuples()})
+    return out
+
+
+def _rows(session: Session, mode: str, groups: dict[tuple[str, str], _Group]) -> list[UsageRow]:
+    names: dict[str, tuple[str, str]] = {}
+    if mode == "project":
+        names = _names(session, Project, [key for _, key in groups])
+    elif mode == "job":
+        for kind, model in (("job", Job), ("sweep", Sweep), ("deployment", Deployment)):
+            names.update(_names(session, model, [key for k, key in groups if k == kind]))
+    out = []
+    for (kind, key), group in sorted(groups.items(), key=lambda item: (item[0][0] != "day", item[0][1])):
+        name, project_id = names.get(key, ("", None))
+        if mode == "project":
+            project_id = key
+        row = UsageRow(key=key, kind=kind, name=name, project_id=project_id, **group.total.amounts())
+        if mode == "job":
+            row.attempts = [
+                UsageAttempt(attempt=number, ended=ended[0], reason=ended[1], **amounts.amounts())
+                for number, (amounts, ended) in sorted(group.attempts.items())
+            ]
+            if kind == "sweep":
+                row.trials = [
+                    UsageTrial(trial_id=t, **amounts.amounts()) for t, amounts in sorted(group.trials.items())
+                ]
+        out.append(row)
+    if mode == "job":  # the biggest first: what people look for
+        out.sort(key=lambda row: (-row.cpu_seconds - row.gpu_seconds, row.key))
+    return out
