@@ -8,7 +8,7 @@ from api.paging import Page
 from orchestrator.db.models import utcnow
 from orchestrator.errors import Conflict, NotFound
 from orchestrator.repositories import projects as projects_repo
-from workers.contract.rest import KeyCreate, KeyCreated, KeyOut, ProjectCreate, ProjectOut, ProjectPatch
+from workers.contract.rest import KeyCreate, KeyCreated, KeyOut, ProjectCreate, ProjectOut, ProjectPatch, Quota
 
 router = APIRouter(prefix="/v1/projects", tags=["projects"])
 
@@ -38,7 +38,7 @@ def list_projects(session: SessionDep, principal: CurrentKey, page: Page) -> lis
 
 @router.get("/{project_id}", summary="Get a project")
 def get_project(project_id: str, session: SessionDep, principal: CurrentKey) -> ProjectOut:
-    """The project and its limits (``max_priority``); another project's is 404."""
+    """The project and its limits (``max_priority``, ``quota``); another project's is 404."""
     visible_project(session, principal, project_id)
     return ProjectOut.model_validate(projects_repo.get_project(session, project_id))
 
@@ -54,6 +54,20 @@ def update_project(project_id: str, body: ProjectPatch, session: SessionDep, _: 
         project.max_priority = body.max_priority
     if "allow_non_preemptible" in body.model_fields_set:
         project.allow_non_preemptible = body.allow_non_preemptible
+    session.commit()
+    return ProjectOut.model_validate(project)
+
+
+@router.put("/{project_id}/quota", summary="Set a project's quota")
+def set_quota(project_id: str, body: Quota, session: SessionDep, _: ClusterAdminKey) -> ProjectOut:
+    """Cluster-wide admins: replace the project's quota and fair-share weight (a field left out goes back to its
+    default: no limit, weight 1, borrowing on). Runs already admitted keep running; queued ones are admitted
+    against the new quota from the next scheduler tick (docs/scheduling.md)."""
+    project = projects_repo.get_project(session, project_id)
+    if project is None:
+        raise NotFound(f"no project {project_id}")
+    for name, value in body.model_dump().items():
+        setattr(project, name, value)
     session.commit()
     return ProjectOut.model_validate(project)
 

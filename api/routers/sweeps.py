@@ -11,11 +11,13 @@ from api.deps import ControlPlaneDep, CurrentKey, SessionDep, WriterKey, target_
 from api.filters import NamePrefix
 from api.paging import MetricsPage, Page
 from api.views import sweep_out
+from orchestrator.admission import sweep_demand
 from orchestrator.auth import Principal
 from orchestrator.db.models import JobState, Sweep, Trial
 from orchestrator.errors import NotFound
 from orchestrator.limits import check_priority
 from orchestrator.repositories import sweeps as sweeps_repo
+from orchestrator.scheduling.quotas import check_quota
 from orchestrator.services.cancellation import cancel_run
 from orchestrator.services.log_lines import view
 from orchestrator.services.logs import last_lines, read_logs
@@ -54,6 +56,7 @@ def create_sweep(
     for priority, loc in ((spec.priority, ("priority",)), (spec.base.priority, ("base", "priority"))):
         check_priority(session, target, priority, principal.is_cluster_admin, loc)
     check_code(session, target, spec.base.code, service.settings, ("base",))
+    check_quota(session, target, sweep_demand(spec), ("max_concurrent_trials",))  # 422 / 429 (a full queue)
     sweep = sweeps_repo.create_sweep(session, target, spec)
     session.commit()
     return _out(session, sweep)

@@ -58,6 +58,9 @@ def _enum(cls: type[enum.Enum]) -> Enum:
     return Enum(cls, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e])
 
 
+QUOTA_FIELDS = ("max_cpus", "max_gpus", "max_running_jobs", "max_queued", "weight", "borrowing")
+
+
 class Project(Base):
     __tablename__ = "projects"
 
@@ -75,6 +78,11 @@ class Project(Base):
     borrowing: Mapped[bool] = mapped_column(default=True, server_default=true())  # may use idle capacity past quota
     # Its member keys may submit jobs with preemptible: false (issue 20); admins always may.
     allow_non_preemptible: Mapped[bool] = mapped_column(default=False, server_default=false())
+
+    @property
+    def quota(self) -> dict[str, Any]:
+        """Its quota fields as ``workers.contract.rest.Quota`` reads them."""
+        return {name: getattr(self, name) for name in QUOTA_FIELDS}
 
 
 class ApiKey(Base):

@@ -1,19 +1,25 @@
-"""Admits queued jobs and sweeps, by priority then age, when the cluster has room for all of a job's
-workers (a sweep's concurrent trials) at once."""
+"""Admits queued jobs and sweeps when the cluster has room for all of a job's workers (a sweep's concurrent
+trials) at once, under each project's quota, in weighted fair-share order between projects and priority
+then age within one; a run that waited past the starvation guard goes first and holds a reservation
+(``orchestrator.scheduling.policy``, docs/scheduling.md). The tick loads only queued and active runs."""
 
 from __future__ import annotations
 
 import logging
+import time
+from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.admission import ClusterCapacity, Demand, free_of, never_fits, reserved_by, shortfall
+from orchestrator.admission import ClusterCapacity, Demand, never_fits
 from orchestrator.backend import BackendUnavailable, ClusterBackend
-from orchestrator.db.models import JobState
-from orchestrator.loops.serving import serving_reservation
+from orchestrator.db.models import JobState, utcnow
 from orchestrator.request_context import log_context
+from orchestrator.scheduling.policy import Holding, TickPlan, Waiting, decayed_shares, dominant_share, plan_tick
+from orchestrator.scheduling.quotas import project_quotas, serving_holdings
+from orchestrator.services import preemption
 from orchestrator.services.launch import new_job_token
-from orchestrator.services.runs import QueuedRun, RunKind, active_demands, queued_runs
+from orchestrator.services.runs import JOBS, QueuedRun, RunKind, active_runs, queued_runs
 from orchestrator.settings import Settings
 from orchestrator.states.jobs import TERMINAL, note_waiting
 
@@ -25,45 +31,94 @@ class Scheduler:
         self.sessions = sessions
         self.backend = backend
         self.settings = settings
+        # Each project's decayed dominant share (fair share's memory), and when it was last brought up to date.
+        # In this process only: a new leader starts from what each project holds now.
+        self.shares: dict[str, float] | None = None
+        self._shares_at = 0.0
 
-    def tick(self) -> None:
+    def tick(self, now: datetime | None = None) -> TickPlan | None:
         with self.sessions() as session:
             queued = queued_runs(session)
-            # What running jobs and sweeps hold, and Serve replicas (0 CPU by default).
-            reserved = reserved_by([*active_demands(session), serving_reservation(session)])
-        if not queued:
-            return
+            if not queued:
+                return None
+            active = active_runs(session)
+            # Serve replicas (0 CPU by default) hold their share of the cluster and of their project's quota.
+            # Only jobs may be preempted (a job's own spec may still exempt it: S2's choose_victims knows).
+            holding = [
+                Holding(
+                    a.key, a.project_id, a.request, a.priority, a.started_at, a.borrowing, preemptible=a.kind is JOBS
+                )
+                for a in active
+            ] + serving_holdings(session)
+            projects = {run.project_id for run in queued} | {h.project_id for h in holding}
+            quotas = project_quotas(session, projects)
         try:
             capacity = self.backend.capacity()
         except BackendUnavailable as exc:
             self._note_all(queued, "cluster_unavailable", f"waiting for the Ray cluster: {exc}")
-            return
-        free = free_of(capacity, reserved)
-        # Best effort in priority order: a run that does not fit now waits with a reason, and smaller
-        # ones behind it may still start on what is free.
-        waits: list[tuple[QueuedRun, tuple[str, str]]] = []
-        for run in queued:
-            request = run.demand.total
-            missing = shortfall(request, free)
+            return None
+        waiting = [Waiting(q.key, q.project_id, q.priority, q.created_at, q.demand) for q in queued]
+        shares = self._decayed_shares(holding, capacity)
+        plan = plan_tick(waiting, holding, quotas, capacity, shares, now or utcnow(), self.settings.starvation_s)
+
+        runs = {run.key: run for run in queued}
+        for key, borrowing in plan.admit:
+            run = runs[key]
             with log_context(**{f"{run.kind.name}_id": run.id}):  # log lines name the job or sweep
-                if missing is None and self._admit(run.kind, run.id):
-                    free = {r: free[r] - request[r] for r in free}
-                elif missing is not None and never_fits(run.demand, capacity):
-                    self._fail(run.kind, run.id, run.demand, capacity)
-                elif missing is not None:
-                    waiting = ("insufficient_resources", f"waiting for resources: {missing}")
-                    if waiting != run.waiting:
-                        waits.append((run, waiting))
+                self._admit(run.kind, run.id, borrowing)
+        for key in plan.fail:
+            run = runs[key]
+            with log_context(**{f"{run.kind.name}_id": run.id}):
+                self._fail(run.kind, run.id, run.demand, capacity)
+        waits = dict(plan.waits)
+
+        # --- preemption (S1 policy -> S2 preempt) ---------------------------------------------------------
+        # The policy said a run cannot start otherwise (a lower-priority run of its project, a run borrowing
+        # beyond its quota, or a project above its fair share holds what it needs): S2's choose_victims picks
+        # among those eligible (skipping runs already on their way out) and preempt() asks each to
+        # checkpoint now and stop; the reconciler requeues them, and a later tick admits the waiting run.
+        if plan.preemption is not None:
+            ask = plan.preemption
+            trigger = ask.trigger_of
+            with self.sessions() as session:  # read only when needed: a tick that preempts nobody skips it
+                candidates = preemption.preemption_candidates(session)
+            eligible = [c for c in candidates if f"job:{c.id}" in trigger]
+            victims = preemption.choose_victims(ask.need, ask.free, eligible) or []
+            preemptor = runs[ask.for_key]
+            by = f"{preemptor.kind.name} {preemptor.id} (priority {preemptor.priority})"
+            stopping = [v.id for v in victims if preemption.preempt(self.sessions, v.id, by, trigger[f"job:{v.id}"])]
+            if stopping or any(c.preempting for c in eligible):
+                waits[ask.for_key] = (
+                    "preempting",
+                    f"waiting for preempted job(s) to checkpoint and stop: {', '.join(stopping) or 'already asked'}",
+                )
+        # ---------------------------------------------------------------------------------------------------
+
         # Only the reasons that changed, in one transaction: a long queue that stays put (hundreds of
         # jobs waiting for a busy cluster) costs one read a tick, not a locked write per job.
-        self._note_waiting(waits)
+        self._note_waiting([(runs[key], why) for key, why in waits.items() if why != runs[key].waiting])
+        return plan
 
-    def _admit(self, kind: RunKind, run_id: str) -> bool:
+    def _decayed_shares(self, holding: list[Holding], capacity: ClusterCapacity) -> dict[str, float]:
+        current: dict[str, float] = {}
+        per_project: dict[str, dict[str, float]] = {}
+        for h in holding:
+            bucket = per_project.setdefault(h.project_id, {})
+            for resource, amount in h.request.items():
+                bucket[resource] = bucket.get(resource, 0.0) + amount
+        current = {p: dominant_share(request, capacity.total) for p, request in per_project.items()}
+        now = time.monotonic()
+        self.shares = decayed_shares(self.shares, now - self._shares_at, current, self.settings.fair_share_half_life_s)
+        self._shares_at = now
+        return self.shares
+
+    def _admit(self, kind: RunKind, run_id: str, borrowing: bool = False) -> bool:
         with self.sessions.begin() as session:
             run = kind.lock(session, run_id)
             if run is None or run.state != JobState.QUEUED:
                 return False  # cancelled (or admitted) since we looked
             token = new_job_token(run)
+            run.borrowing = borrowing  # past its project's quota, on idle capacity: preempted first
             # Admission starts the next attempt (the state engine bumps it: orchestrator.states.jobs).
             kind.set_state(session, run, JobState.STARTING, "admitted", f"attempt {run.attempt + 1} submitted to Ray")
             launch = kind.launch(session, run)

@@ -72,7 +72,9 @@ def queued_jobs(session: Session) -> list[Job]:
     """Admission order: priority, then age. Only the columns admission reads (the spec for the demand, the
     reason it waits) and no labels: the scheduler reads every queued job every tick, and with hundreds
     queued the other JSON columns and the labels' query were most of the tick (bench/api_load.py)."""
-    admission = load_only(Job.id, Job.state, Job.priority, Job.created_at, Job.spec, Job.reason, Job.message)
+    admission = load_only(
+        Job.id, Job.project_id, Job.state, Job.priority, Job.created_at, Job.spec, Job.reason, Job.message
+    )
     query = select(Job).where(Job.state == JobState.QUEUED).options(admission, raiseload(Job.labels))
     return list(session.scalars(query.order_by(Job.priority.desc(), Job.created_at, Job.id)))
 

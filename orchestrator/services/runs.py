@@ -112,12 +112,19 @@ class QueuedRun:
     demand: Demand
     # Why it waits, as last noted (reason, message): the scheduler writes only a change.
     waiting: tuple[str, str] = ("", "")
+    project_id: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind.name}:{self.id}"
 
 
 def queued_runs(session: Session) -> list[QueuedRun]:
     """Every QUEUED job and sweep, in admission order: priority, then age."""
     runs = [
-        QueuedRun(kind, run.id, run.priority, run.created_at, kind.demand(run), (run.reason, run.message))
+        QueuedRun(
+            kind, run.id, run.priority, run.created_at, kind.demand(run), (run.reason, run.message), run.project_id
+        )
         for kind in KINDS
         for run in kind.queued(session)
     ]
@@ -126,6 +133,42 @@ def queued_runs(session: Session) -> list[QueuedRun]:
 
 def active_demands(session: Session) -> list[dict[str, float]]:
     return [kind.demand(run).total for kind in KINDS for run in kind.active(session)]
+
+
+@dataclass(frozen=True)
+class ActiveRun:
+    """An admitted job or sweep as the scheduler's policy sees it (``orchestrator.scheduling``)."""
+
+    kind: RunKind
+    id: str
+    project_id: str
+    priority: int
+    created_at: datetime
+    started_at: datetime | None
+    request: dict[str, float]
+    borrowing: bool
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind.name}:{self.id}"
+
+
+def active_runs(session: Session) -> list[ActiveRun]:
+    """Every admitted (STARTING .. CANCELLING) job and sweep with what it holds."""
+    return [
+        ActiveRun(
+            kind,
+            run.id,
+            run.project_id,
+            run.priority,
+            run.created_at,
+            run.started_at,
+            kind.demand(run).total,
+            run.borrowing,
+        )
+        for kind in KINDS
+        for run in kind.active(session)
+    ]
 
 
 def revoke_driver_tokens(session: Session) -> int:

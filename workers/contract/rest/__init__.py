@@ -52,6 +52,7 @@ __all__ = [
     "ProjectPatch",
     "QueuedJobOut",
     "Quota",
+    "Quota",
     "ReplicaOut",
     "RunOut",
     "StrategyFit",

@@ -42,6 +42,32 @@ class ProjectPatch(BaseModel):
     )
 
 
+class Quota(BaseModel):
+    """``PUT /v1/projects/{id}/quota`` (cluster-wide admins) and ``ProjectOut.quota``: what the project's running
+    and queued work may hold (docs/scheduling.md). A limit left out or null: no limit. The whole quota is
+    replaced: a field left out goes back to its default."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_cpus: float | None = Field(
+        None, ge=0, le=1_000_000, description="Logical CPUs its running jobs, sweeps and deployments may hold."
+    )
+    max_gpus: float | None = Field(None, ge=0, le=100_000, description="GPUs they may hold.")
+    max_running_jobs: int | None = Field(
+        None, ge=0, le=1_000_000, description="Jobs and sweeps that may run (be admitted) at once."
+    )
+    max_queued: int | None = Field(
+        None, ge=0, le=1_000_000, description="Jobs and sweeps that may wait QUEUED; a submit past it is a 429."
+    )
+    weight: float = Field(
+        1.0, gt=0, le=1000, description="Its weight in fair share between projects (2: entitled to twice the share)."
+    )
+    borrowing: bool = Field(
+        True,
+        description="May use idle capacity beyond max_cpus/max_gpus; such runs are marked borrowing and are the "
+        "first to be preempted.",
+    )
+
+
 class ProjectOut(FromAttributes):
     """A project: the unit of tenancy. Every job, sweep, deployment and key belongs to one."""
 
@@ -54,6 +80,7 @@ class ProjectOut(FromAttributes):
     allow_non_preemptible: bool = Field(
         False, description="Its keys may submit jobs with preemptible: false (else only a cluster-wide admin may)."
     )
+    quota: Quota = Field(default_factory=Quota, description="Its quota and fair-share weight (no limits by default).")
 
 
 class KeyCreate(BaseModel):

@@ -1,0 +1,383 @@
+"""The scheduling policy (issue 20) as pure functions over plain data: which queued runs start this tick, why
+the others wait, and whether a run that cannot start otherwise justifies a preemption. No database, no Ray:
+``orchestrator.loops.scheduler`` loads the data, calls ``plan_tick`` and carries the plan out.
+
+The rules (docs/scheduling.md):
+
+1. A run that could never fit the cluster fails (``insufficient_resources``), as before.
+2. Starvation guard: a run that has waited ``starvation_s`` or more goes first, oldest first, and the first of
+   those that does not fit gets a reservation: what it needs is held back from every run considered after
+   it, so smaller runs may start only on what it does not need, and it starts as soon as enough is free.
+3. Between projects, weighted fair share: the project with the smallest dominant share (the larger of its
+   CPU and GPU fraction of the cluster, decayed over a window: ``decayed_shares``) divided by its weight
+   goes next; its share grows with each run it starts this tick. Within a project, priority then age.
+4. Quota: a run that would take its project past ``max_running_jobs`` waits (``quota_exceeded``); one that
+   would take it past ``max_cpus``/``max_gpus`` waits too, unless the project may borrow: then it may start
+   on what is left once every project's runs within quota have had their turn, and it is marked borrowing.
+5. A run that fits what is free starts; one that does not waits (``insufficient_resources``) while smaller
+   ones behind it may still start (only on what a reservation does not hold).
+6. Preemption: the first run that waits for resources only (within its quota) asks for victims when the
+   resources they hold, with what is free, would let it start: runs of its project with a lower priority,
+   runs that borrow, and runs of projects above their fair share while its project is below its own.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from orchestrator.admission import RESOURCES, ClusterCapacity, Demand, never_fits, shortfall
+
+_EPS = 1e-9
+QUOTA_EXCEEDED = "quota_exceeded"
+INSUFFICIENT = "insufficient_resources"
+_UNITS = {"CPU": "CPUs", "GPU": "GPUs"}
+_LIMITS = {"CPU": "max_cpus", "GPU": "max_gpus"}
+
+
+@dataclass(frozen=True)
+class ProjectQuota:
+    """A project's quota and fair-share weight; None: no limit."""
+
+    id: str
+    name: str = ""
+    max_cpus: float | None = None
+    max_gpus: float | None = None
+    max_running_jobs: int | None = None
+    max_queued: int | None = None
+    weight: float = 1.0
+    borrowing: bool = True
+
+    def limit(self, resource: str) -> float | None:
+        return self.max_cpus if resource == "CPU" else self.max_gpus
+
+    @property
+    def label(self) -> str:
+        return self.name or self.id
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A QUEUED job or sweep."""
+
+    key: str  # unique among the tick's runs, e.g. "job:<id>"
+    project_id: str
+    priority: int
+    created_at: datetime  # when it started to wait
+    demand: Demand
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What holds resources now: an admitted job or sweep, or a project's Serve replicas."""
+
+    key: str
+    project_id: str
+    request: Mapping[str, float]
+    priority: int = 0
+    started_at: datetime | None = None
+    borrowing: bool = False
+    is_run: bool = True  # counts against max_running_jobs (a deployment does not)
+    preemptible: bool = True
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """``for_key`` cannot start otherwise: ``eligible`` (key -> trigger: "priority", "quota" for a run that
+    borrows, "fair_share"), in victim order, may be preempted for it; ``victims`` is the shortest prefix
+    that frees enough with what is free (``orchestrator.services.preemption.choose_victims`` makes the final
+    choice: it also knows which runs are already being preempted)."""
+
+    for_key: str
+    for_project: str
+    priority: int
+    need: Mapping[str, float]
+    free: Mapping[str, float]
+    eligible: tuple[tuple[str, str], ...]
+    victims: tuple[str, ...]
+
+    @property
+    def trigger_of(self) -> dict[str, str]:
+        return dict(self.eligible)
+
+
+@dataclass
+class TickPlan:
+    admit: list[tuple[str, bool]] = field(default_factory=list)  # (key, borrowing), in order
+    waits: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (reason, message)
+    fail: dict[str, str] = field(default_factory=dict)  # key -> why it can never run
+    preemption: Preemption | None = None
+    reserved_for: str | None = None  # the starved run holding a reservation, if any
+
+
+def _fmt(amount: float) -> str:
+    return f"{amount:g}"
+
+
+def dominant_share(request: Mapping[str, float], capacity: Mapping[str, float]) -> float:
+    """The larger of the request's CPU and GPU fraction of the cluster (a resource the cluster lacks: skipped)."""
+    return max((request.get(r, 0.0) / capacity[r] for r in RESOURCES if capacity.get(r, 0.0) > _EPS), default=0.0)
+
+
+def decayed_shares(
+    previous: Mapping[str, float] | None, elapsed_s: float, current: Mapping[str, float], half_life_s: float
+) -> dict[str, float]:
+    """Each project's dominant share averaged over a window that halves every ``half_life_s`` (an exponential
+    moving average of the share in use at each tick). With no history (the first tick, a new leader), or a
+    half-life of 0, the share in use now."""
+    if previous is None or half_life_s <= 0:
+        return {p: s for p, s in current.items() if s > _EPS}
+    keep = 0.5 ** (max(0.0, elapsed_s) / half_life_s)
+    shares = {p: previous.get(p, 0.0) * keep + current.get(p, 0.0) * (1 - keep) for p in {*previous, *current}}
+    return {p: s for p, s in shares.items() if s > 1e-6}
+
+
+def in_use(holding: Iterable[Holding]) -> tuple[dict[str, dict[str, float]], dict[str, int]]:
+    """Per project: the CPUs and GPUs its runs and replicas hold, and how many runs it has admitted."""
+    used: dict[str, dict[str, float]] = {}
+    running: dict[str, int] = {}
+    for h in holding:
+        bucket = used.setdefault(h.project_id, dict.fromkeys(RESOURCES, 0.0))
+        for r in RESOURCES:
+            bucket[r] += h.request.get(r, 0.0)
+        running[h.project_id] = running.get(h.project_id, 0) + (1 if h.is_run else 0)
+    return used, running
+
+
+def over_quota(quota: ProjectQuota, used: Mapping[str, float], request: Mapping[str, float]) -> tuple[str, str] | None:
+    """(resource, message) of the first of CPUs and GPUs that ``request`` would take past the quota, e.g.
+    ("GPU", "project vision uses 6 of 8 GPUs; this job needs 4"), or None."""
+    for r in ("GPU", "CPU"):
+        limit = quota.limit(r)
+        need = request.get(r, 0.0)
+        if limit is not None and need > _EPS and used.get(r, 0.0) + need > limit + _EPS:
+            message = (
+                f"project {quota.label} uses {_fmt(used.get(r, 0.0))} of {_fmt(limit)} {_UNITS[r]}; "
+                f"this job needs {_fmt(need)}"
+            )
+            return r, message
+    return None
+
+
+def never_fits_quota(quota: ProjectQuota, demand: Demand) -> str | None:
+    """Why a run could never start under its project's quota (a 422 at submit), or None. A project that may
+    borrow can run a job past its CPU/GPU quota on idle capacity, so only ``max_running_jobs`` 0 counts then."""
+    if quota.max_running_jobs == 0:
+        return (
+            f"project {quota.label} may run no job (max_running_jobs is 0): "
+            "ask a cluster-wide admin to raise it (PUT /v1/projects/{id}/quota)"
+        )
+    if quota.borrowing:
+        return None
+    for r in RESOURCES:
+        limit = quota.limit(r)
+        need = demand.total.get(r, 0.0)
+        if limit is not None and need > limit + _EPS:
+            return (
+                f"needs {_fmt(need)} {r} for {demand.what} but project {quota.label}'s quota is "
+                f"{_fmt(limit)} {_UNITS[r]} ({_LIMITS[r]}) and it may not borrow: ask for less, "
+                "or ask a cluster-wide admin to raise the quota (PUT /v1/projects/{id}/quota)"
+            )
+    return None
+
+
+class _State:
+    """What the plan has handed out so far this tick."""
+
+    def __init__(self, capacity: ClusterCapacity, holding: Sequence[Holding], shares: Mapping[str, float]):
+        self.capacity = dict(capacity.total)
+        reserved = dict.fromkeys(RESOURCES, 0.0)
+        for h in holding:
+            for r in RESOURCES:
+                reserved[r] += h.request.get(r, 0.0)
+        self.free = {r: max(0.0, self.capacity.get(r, 0.0) - reserved[r]) for r in RESOURCES}
+        self.held_back = dict.fromkeys(RESOURCES, 0.0)  # a starved run's reservation
+        self.used, self.running = in_use(holding)
+        self.shares = dict(shares)
+
+    def available(self) -> dict[str, float]:
+        return {r: max(0.0, self.free[r] - self.held_back[r]) for r in RESOURCES}
+
+    def used_by(self, project_id: str) -> dict[str, float]:
+        return self.used.get(project_id, dict.fromkeys(RESOURCES, 0.0))
+
+    def take(self, run: Waiting) -> None:
+        request = run.demand.total
+        bucket = self.used.setdefault(run.project_id, dict.fromkeys(RESOURCES, 0.0))
+        for r in RESOURCES:
+            self.free[r] = max(0.0, self.free[r] - request.get(r, 0.0))
+            bucket[r] += request.get(r, 0.0)
+        self.running[run.project_id] = self.running.get(run.project_id, 0) + 1
+        self.shares[run.project_id] = self.shares.get(run.project_id, 0.0) + dominant_share(request, self.capacity)
+
+
+def plan_tick(
+    waiting: Sequence[Waiting],
+    holding: Sequence[Holding],
+    quotas: Mapping[str, ProjectQuota],
+    capacity: ClusterCapacity,
+    shares: Mapping[str, float],
+    now: datetime,
+    starvation_s: float,
+) -> TickPlan:
+    """The tick's decisions (module docstring). ``shares``: each project's decayed dominant share
+    (``decayed_shares``); a project missing from ``quotas`` has no limits and weight 1."""
+    plan = TickPlan()
+    state = _State(capacity, holding, shares)
+
+    def quota_of(project_id: str) -> ProjectQuota:
+        return quotas.get(project_id) or ProjectQuota(id=project_id)
+
+    runs: list[Waiting] = []
+    for run in waiting:
+        impossible = never_fits(run.demand, capacity)
+        if impossible:
+            plan.fail[run.key] = impossible
+        else:
+            runs.append(run)
+
+    deferred: list[tuple[Waiting, str]] = []  # past their CPU/GPU quota, may borrow: after everyone else
+
+    def consider(run: Waiting) -> bool:
+        """Admit ``run`` if it may start; otherwise note why it waits. True when admitted."""
+        quota = quota_of(run.project_id)
+        request = run.demand.total
+        if quota.max_running_jobs is not None and state.running.get(run.project_id, 0) >= quota.max_running_jobs:
+            plan.waits[run.key] = (
+                QUOTA_EXCEEDED,
+                f"project {quota.label} runs {state.running.get(run.project_id, 0)} of "
+                f"{quota.max_running_jobs} jobs at once (max_running_jobs)",
+            )
+            return False
+        over = over_quota(quota, state.used_by(run.project_id), request)
+        if over is not None:
+            if quota.borrowing:
+                deferred.append((run, over[1]))
+            else:
+                plan.waits[run.key] = (QUOTA_EXCEEDED, f"{over[1]} (borrowing is off)")
+            return False
+        missing = shortfall(request, state.available())
+        if missing is None:
+            plan.admit.append((run.key, False))
+            state.take(run)
+            return True
+        plan.waits[run.key] = (INSUFFICIENT, f"waiting for resources: {missing}")
+        return False
+
+    # 2. The starvation guard: the longest waiting first; the first that cannot start holds a reservation.
+    starved = sorted(
+        (r for r in runs if (now - r.created_at).total_seconds() >= starvation_s), key=lambda r: (r.created_at, r.key)
+    )
+    starved_keys = {r.key for r in starved}
+    for run in starved:
+        if consider(run) or plan.reserved_for is not None:
+            continue
+        if plan.waits.get(run.key, ("",))[0] == INSUFFICIENT:
+            plan.reserved_for = run.key
+            for r in RESOURCES:
+                state.held_back[r] = min(state.free[r], run.demand.total.get(r, 0.0))
+            reason, message = plan.waits[run.key]
+            plan.waits[run.key] = (reason, f"{message} (waited past the starvation guard: resources are held for it)")
+
+    # 3.-5. Fair share between projects, priority then age within each.
+    queues: dict[str, list[Waiting]] = {}
+    for run in sorted(runs, key=lambda r: (-r.priority, r.created_at, r.key)):
+        if run.key not in starved_keys:
+            queues.setdefault(run.project_id, []).append(run)
+
+    def fair_key(project_id: str) -> tuple[float, str]:
+        return state.shares.get(project_id, 0.0) / quota_of(project_id).weight, project_id
+
+    heap = [(*fair_key(p), 0) for p in queues]
+    heapq.heapify(heap)
+    order: list[Waiting] = []  # the order runs were considered in (for preemption)
+    while heap:
+        _, project_id, index = heapq.heappop(heap)
+        run = queues[project_id][index]
+        order.append(run)
+        consider(run)
+        if index + 1 < len(queues[project_id]):
+            heapq.heappush(heap, (*fair_key(project_id), index + 1))
+
+    # 4. Borrowers, in the same order, on what is left.
+    for run, over in deferred:
+        missing = shortfall(run.demand.total, state.available())
+        if missing is None:
+            plan.admit.append((run.key, True))
+            state.take(run)
+        else:
+            now_over = over_quota(quota_of(run.project_id), state.used_by(run.project_id), run.demand.total)
+            plan.waits[run.key] = (
+                QUOTA_EXCEEDED,
+                f"{now_over[1] if now_over else over}; no idle capacity to borrow: {missing}",
+            )
+
+    # 6. Preemption: the reserved run first, then in fair-share order.
+    candidates = [r for r in starved if r.key == plan.reserved_for] + order
+    for run in candidates:
+        if plan.waits.get(run.key, ("",))[0] != INSUFFICIENT:
+            continue
+        preemption = _preemption_for(run, holding, quotas, state, quota_of)
+        if preemption is not None:
+            plan.preemption = preemption
+        break  # only the first run that waits for resources may ask, once a tick
+    return plan
+
+
+def fair_shares(
+    projects: Iterable[str], quota_of, shares: Mapping[str, float]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """(each project's entitled share: its weight over the weights of the projects that hold or want
+    resources, each project's share / entitlement)."""
+    projects = sorted(set(projects))
+    total_weight = sum(quota_of(p).weight for p in projects) or 1.0
+    entitled = {p: quota_of(p).weight / total_weight for p in projects}
+    return entitled, {p: shares.get(p, 0.0) / entitled[p] for p in projects}
+
+
+def victim_order(victim: Holding) -> tuple:
+    """Lowest priority first, then borrowing, then the youngest (the least work lost)."""
+    started = victim.started_at.timestamp() if victim.started_at else float("inf")
+    return (victim.priority, not victim.borrowing, -started, victim.key)
+
+
+def _preemption_for(run: Waiting, holding: Sequence[Holding], quotas, state: _State, quota_of) -> Preemption | None:
+    projects = {h.project_id for h in holding} | {run.project_id}
+    entitled, ratio = fair_shares(projects, quota_of, state.shares)
+    mine = run.project_id
+    under_share = ratio.get(mine, 0.0) + dominant_share(run.demand.total, state.capacity) / entitled[mine] <= 1.0 + _EPS
+    eligible: list[tuple[Holding, str]] = []
+    for h in holding:
+        if not h.preemptible or not h.is_run:
+            continue
+        if h.project_id == mine and h.priority < run.priority:
+            eligible.append((h, "priority"))
+        elif h.borrowing and h.project_id != mine:
+            eligible.append((h, "quota"))  # the capacity it borrows is wanted back
+        elif h.project_id != mine and under_share and ratio.get(h.project_id, 0.0) > 1.0 + _EPS:
+            eligible.append((h, "fair_share"))
+    eligible.sort(key=lambda pair: victim_order(pair[0]))
+    free = dict(state.available())
+    request = run.demand.total
+    chosen: list[Holding] = []
+    for victim, _ in eligible:
+        if shortfall(request, free) is None:
+            break
+        if not any(victim.request.get(r, 0.0) > _EPS and request.get(r, 0.0) > free[r] + _EPS for r in RESOURCES):
+            continue  # frees nothing this run lacks
+        chosen.append(victim)
+        for r in RESOURCES:
+            free[r] += victim.request.get(r, 0.0)
+    if not chosen or shortfall(request, free) is not None:
+        return None
+    return Preemption(
+        for_key=run.key,
+        for_project=mine,
+        priority=run.priority,
+        need=dict(request),
+        free=state.available(),
+        eligible=tuple((v.key, trigger) for v, trigger in eligible),
+        victims=tuple(v.key for v in chosen),
+    )
