@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.db.models import Job, JobState
-from workers.contract.rest import JobOut
+from orchestrator import planner
+from orchestrator.db.models import Checkpoint, Job, JobState
+from orchestrator.services.deployments import selection_metric
+from orchestrator.services.downsample import finite
+from orchestrator.services.submission import SpecRejected
+from orchestrator.states.jobs import TERMINAL
+from workers.contract import workloads
+from workers.contract.rest import CheckpointOut, JobEventOut, JobOut, PlanRequest
 
 FAILED_LIKE = {JobState.FAILED}
 WAITING = {JobState.QUEUED, JobState.STARTING, JobState.RESTARTING}
@@ -41,4 +47,79 @@ def job_row(job: Job) -> dict[str, Any]:
         "finished_at": out.finished_at,
         "epoch": latest.get("epoch"),
         "step": latest.get("step"),
+    }
+
+
+def plan_view(job: Job) -> dict[str, Any]:
+    """The plan recorded at submit (strategy and why, global batch, scaled LR) and the planner's memory estimate
+    per GPU for the strategy that runs (built-in workloads whose size is known; None otherwise)."""
+    plan = dict(job.plan or {})
+    spec = job.spec or {}
+    scaling = spec.get("scaling") or {}
+    view: dict[str, Any] = {
+        "strategy": plan.get("strategy"),
+        "reason": plan.get("reason", ""),
+        "global_batch": plan.get("global_batch"),
+        "lr": plan.get("lr"),
+        "base_lr": (spec.get("optimizer") or {}).get("lr"),
+        "workers": scaling.get("num_workers"),
+        "use_gpu": scaling.get("use_gpu"),
+        "precision": spec.get("precision"),
+        "memory_gb": None,
+        "memory_limit_gb": scaling.get("memory_per_worker_gb"),
+    }
+    descriptor = workloads.get(job.workload)
+    if descriptor is None or descriptor.param_count is None or plan.get("strategy") not in ("ddp", "fsdp"):
+        return view
+    try:
+        answer = planner.plan(
+            PlanRequest(
+                workload=job.workload,
+                config=spec.get("config") or {},
+                precision=spec.get("precision", "bf16"),
+                optimizer=(spec.get("optimizer") or {}).get("name", "adam"),
+                gpus=scaling.get("num_workers", 1),
+                gpu_memory_gb=scaling.get("memory_per_worker_gb") or 1e6,
+            )
+        )
+    except (ValueError, TypeError):  # a spec from an older version the planner no longer reads
+        return view
+    view["memory_gb"] = answer.strategies[plan["strategy"]].per_gpu_gb
+    view["params"] = answer.params
+    return view
+
+
+def best_checkpoint_id(job: Job, checkpoints: list[Checkpoint]) -> int | None:
+    """The checkpoint a deployment of the job's "best" would take (``deployments.selection_metric``)."""
+    try:
+        metric, higher = selection_metric(job)
+    except SpecRejected:  # a training function with no keep_best metric: no "best" to mark
+        return None
+    scored = [(finite((c.metrics or {}).get(metric)), c.id) for c in checkpoints]
+    scored = [(value, cid) for value, cid in scored if value is not None]
+    if not scored:
+        return None
+    return (max if higher else min)(scored)[1]
+
+
+def job_summary(job: Job, events: list, checkpoints: list[Checkpoint]) -> dict[str, Any]:
+    """What a job's page shows and polls (``/ui/api/jobs/{id}``): the job, every event, the checkpoints."""
+    out = JobOut.model_validate(job)
+    latest = out.latest_metrics or {}
+    result = out.result or {}
+    best = best_checkpoint_id(job, checkpoints)
+    return {
+        "job": {
+            **job_row(job),
+            "started_at": out.started_at,
+            "terminal": out.state in TERMINAL,
+            "latest_metrics": latest,
+            "result": result,
+            "samples_per_s": latest.get("samples_per_s", (result.get("metrics") or result).get("samples_per_s")),
+        },
+        "events": [JobEventOut.model_validate(e).model_dump(mode="json") for e in events],
+        "checkpoints": [
+            {**CheckpointOut.model_validate(c).model_dump(mode="json"), "best": c.id == best} for c in checkpoints
+        ],
+        "best_checkpoint_id": best,
     }

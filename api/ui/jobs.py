@@ -6,16 +6,23 @@ from __future__ import annotations
 from typing import Annotated
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Query, Request
-from fastapi.responses import Response
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import PlainTextResponse, RedirectResponse, Response
+from pydantic import ValidationError
 
 from api.deps import ControlPlaneDep, SessionDep
 from api.filters import NamePrefix, label_filters
-from api.ui.auth import UiUserDep
-from api.ui.job_views import job_row
+from api.ui.auth import UiMember, UiUser, UiUserDep
+from api.ui.job_views import job_row, job_summary, plan_view
 from api.ui.templating import render
-from orchestrator.db.models import JobState
+from orchestrator.db.models import Job, JobState
+from orchestrator.errors import Invalid, NotFound
 from orchestrator.repositories import jobs as jobs_repo
+from orchestrator.services import deployments as deployments_ops
+from orchestrator.services.cancellation import cancel_job
+from orchestrator.services.downsample import DEFAULT_POINTS
+from orchestrator.services.logs import read_logs
+from workers.contract.deployments import DeploymentCreate, SourceSpec
 
 router = APIRouter()
 
@@ -78,3 +85,90 @@ def jobs_page(
         first_url=f"/ui/jobs?{query}",
         live_url=f"/ui/api/jobs?{filter_query(state, label, name, limit, cursor)}",
     )
+
+
+def job_or_404(session, job_id: str, user: UiUser) -> Job:
+    """The job if the user's scope holds it; another project's job is simply not found (as in the REST API)."""
+    job = jobs_repo.get_job(session, job_id, user.scope)
+    if job is None:
+        raise NotFound(f"no job {job_id}")
+    return job
+
+
+@router.get("/jobs/{job_id}")
+def job_page(request: Request, job_id: str, session: SessionDep, user: UiUserDep) -> Response:
+    job = job_or_404(session, job_id, user)
+    summary = job_summary(job, jobs_repo.list_events(session, job.id), jobs_repo.list_checkpoints(session, job.id))
+    return render(
+        request,
+        "job.html",
+        user,
+        session=session,
+        job=summary["job"],
+        events=summary["events"],
+        checkpoints=summary["checkpoints"],
+        plan=plan_view(job),
+        spec=job.spec,
+        attempts=list(range(job.attempt, 0, -1)),
+        page={"id": job.id, "attempt": job.attempt, "points": DEFAULT_POINTS, "can_write": user.can_write},
+        default_deployment=deployment_name(job),
+    )
+
+
+def deployment_name(job: Job) -> str:
+    """A name to offer for a deployment of the job's checkpoint (the Serve application's rules)."""
+    base = "".join(c if c.isalnum() else "-" for c in (job.name or "job").lower()).strip("-")[:40] or "job"
+    return f"{base}-{job.id[:8].lower()}"
+
+
+@router.post("/jobs/{job_id}/cancel")
+def cancel(request: Request, job_id: str, session: SessionDep, service: ControlPlaneDep, user: UiMember) -> Response:
+    """The REST cancel (``cancel_job``): a queued job ends at once, a running one goes CANCELLING."""
+    job_or_404(session, job_id, user)
+    cancel_job(session, job_id, service.backend)  # AlreadyFinished: 409
+    return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)
+
+
+@router.post("/jobs/{job_id}/checkpoints/{checkpoint_id}/deploy")
+def deploy_checkpoint(
+    job_id: str,
+    checkpoint_id: int,
+    session: SessionDep,
+    service: ControlPlaneDep,
+    user: UiMember,
+    name: Annotated[str, Form(max_length=63)],
+) -> Response:
+    """A deployment of exactly this checkpoint, made as ``POST /v1/deployments`` makes one (the same service
+    calls, in the same order), in the job's project."""
+    try:
+        body = DeploymentCreate(name=name, source=SourceSpec(checkpoint_id=checkpoint_id))
+    except ValidationError as error:  # the name: say what the rules are
+        raise Invalid("; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())) from None
+    settings = deployments_ops.new_settings(body, service.settings)
+    # Asks Ray: before the session's first query (on SQLite a transaction holds the write lock).
+    deployments_ops.check_resources(settings["resources"], service.backend, settings["replicas"])
+    job = job_or_404(session, job_id, user)
+    resolved = deployments_ops.resolve_source(session, body.source, user.scope)
+    if resolved.job_id != job.id:
+        raise NotFound(f"job {job.id} has no checkpoint {checkpoint_id}")
+    deployment = deployments_ops.create_deployment(session, job.project_id, body, resolved, settings)
+    session.commit()
+    return RedirectResponse(f"/ui/deployments/{deployment.name}", status_code=303)
+
+
+@router.get("/jobs/{job_id}/logs/download")
+def download_logs(
+    job_id: str,
+    service: ControlPlaneDep,
+    user: UiUserDep,
+    attempt: Annotated[int | None, Query(ge=1)] = None,
+) -> Response:
+    """An attempt's whole output, as stored (terminal escape codes removed, nothing else left out)."""
+    with service.sessions() as session:  # released before Ray is asked
+        job = job_or_404(session, job_id, user)
+    attempt = attempt or job.attempt
+    if attempt > max(job.attempt, 1):
+        raise NotFound(f"job {job_id} has had {job.attempt} attempt(s), not {attempt}")
+    text = read_logs(service.backend, service.log_archive, job, attempt)
+    filename = f"{job.id}-attempt-{attempt}.log"
+    return PlainTextResponse(text, headers={"Content-Disposition": f'attachment; filename="{filename}"'})
