@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -15,6 +16,7 @@ pytest.register_assert_rewrite("tests.chaos.recovery")
 
 from tests.chaos.harness import TERMINAL, ServiceProcess  # noqa: E402
 from tests.chaos.recovery import CHECKPOINT_INTERVAL, spec, steps_by_attempt, wait_storage_matches_db  # noqa: E402
+from tests.conftest import _fresh_pg_database  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -27,21 +29,57 @@ def shared_service(tmp_path_factory) -> Iterator[ServiceProcess]:
         svc.stop()
 
 
-@pytest.fixture
-def service(shared_service) -> Iterator[ServiceProcess]:
-    """The shared service, running; afterwards no job of the scenario is left on its cluster."""
-    if shared_service.process.poll() is not None:  # a scenario failed between a kill and its restart
-        shared_service.start()
-    yield shared_service
-    if shared_service.process.poll() is not None:
-        shared_service.start()
-    api = shared_service.api()
+# PostgreSQL: a short lease, so that a restarted service leads (and adopts) soon after a kill -9 of the last one.
+PG_SETTINGS = {"ORCHESTRATOR_LEASE_S": "3"}
+
+# A scenario that production's database must pass too: ``@on_both_databases`` runs it on SQLite and on PostgreSQL.
+on_both_databases = pytest.mark.parametrize(
+    "service", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+
+
+def finish_scenario(svc: ServiceProcess) -> None:
+    """Running again, with no job of the scenario left on its cluster."""
+    if svc.process.poll() is not None:  # a scenario failed between a kill and its restart
+        svc.start()
+    api = svc.api()
     for job in api.jobs():
         if job["state"] not in TERMINAL and job["state"] != "CANCELLING":
             api.http.post(f"/v1/jobs/{job['id']}/cancel")
     deadline = time.monotonic() + 60
     while any(job["state"] not in TERMINAL for job in api.jobs()) and time.monotonic() < deadline:
         time.sleep(0.5)
+
+
+@contextmanager
+def on_postgres(svc: ServiceProcess, admin_url: str, settings: dict[str, str] | None = None) -> Iterator[str]:
+    """The shared service on a fresh PostgreSQL database (its Ray head adopted, not restarted) for the block;
+    then back on its SQLite file, and the database dropped. Yields the database's URL."""
+    databases = _fresh_pg_database(admin_url)
+    url = next(databases)
+    try:
+        svc.switch(url, {**PG_SETTINGS, **(settings or {})})
+        yield url
+    finally:
+        try:
+            finish_scenario(svc)  # nothing of the scenario may run on into the next, whose database knows it not
+        finally:
+            svc.switch(None)
+            databases.close()  # drops it
+
+
+@pytest.fixture
+def service(request, shared_service) -> Iterator[ServiceProcess]:
+    """The shared service, running; afterwards no job of the scenario is left on its cluster. Parametrized
+    indirectly (``on_both_databases``): "postgres" runs the scenario on a fresh PostgreSQL database."""
+    if shared_service.process.poll() is not None:  # a scenario failed between a kill and its restart
+        shared_service.start()
+    if getattr(request, "param", "sqlite") == "postgres":
+        with on_postgres(shared_service, request.getfixturevalue("postgres_server")):
+            yield shared_service
+        return
+    yield shared_service
+    finish_scenario(shared_service)
 
 
 def pytest_collection_modifyitems(items):

@@ -169,6 +169,7 @@ class ServiceProcess:
     admin_token: str = ADMIN
     num_cpus: int = 2
     settings: dict[str, str] = field(default_factory=dict)  # more ORCHESTRATOR_* variables (bench arms)
+    database_url: str | None = None  # None: a SQLite file of its own under ``root``
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -203,7 +204,7 @@ class ServiceProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "ORCHESTRATOR_", "PYTEST"))}
         env.update(
             OMP_NUM_THREADS="1",
-            ORCHESTRATOR_DATABASE_URL=f"sqlite:///{self.root / 'orchestrator.db'}",
+            ORCHESTRATOR_DATABASE_URL=self.database_url or f"sqlite:///{self.root / 'orchestrator.db'}",
             ORCHESTRATOR_STORAGE=str(self.storage),
             ORCHESTRATOR_VAR_DIR=str(self.var),
             ORCHESTRATOR_PORT=str(self.port),
@@ -270,6 +271,14 @@ class ServiceProcess:
         assert self.process is not None and self.process.poll() is None, "the service is not running"
         os.kill(self.process.pid, signal.SIGKILL)
         self.process.wait(30)
+
+    def switch(self, database_url: str | None, settings: dict[str, str] | None = None) -> None:
+        """Start again on another database (None: its own SQLite file) and with other settings, keeping its Ray
+        head: kill -9 of the service (its head lives on), then a start that adopts the head."""
+        if self.process is not None and self.process.poll() is None:
+            self.kill()
+        self.database_url, self.settings = database_url, dict(settings or {})
+        self.start()
 
     def restart_adopting_the_head(self) -> None:
         """Start the service again on the same var dir; it must adopt the running head, not start another."""

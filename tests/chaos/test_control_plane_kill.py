@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from tests.chaos.conftest import on_both_databases
 from tests.chaos.harness import ServiceProcess, wait_until
 from tests.chaos.recovery import (
     CHECKPOINT_INTERVAL,
@@ -31,6 +32,7 @@ def stored_step(service: ServiceProcess, job_id: str) -> int:
     return int(load(f"{folder}/{TRAIN_STATE_FILE}")["step"]) if folder else 0
 
 
+@on_both_databases
 def test_control_plane_kill_while_a_job_runs(service, reference):
     api = service.api()
     job_id = api.submit(spec("control-plane-kill-run"))["id"]

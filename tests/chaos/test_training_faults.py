@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.chaos.conftest import on_both_databases
 from tests.chaos.harness import kill, wait_until
 from tests.chaos.own_code import OWN_DIGITS, OWN_DIGITS_WORKLOAD, upload, zip_package
 from tests.chaos.recovery import (
@@ -35,6 +36,7 @@ def test_worker_kill_restarts_the_worker_group_and_resumes(service, reference):
     assert len(rec.resumes[1]) == 1, rec.resumes
 
 
+@on_both_databases
 def test_driver_kill_starts_a_new_attempt_that_resumes(service, reference):
     api = service.api()
     job_id = api.submit(spec("driver-kill"))["id"]
