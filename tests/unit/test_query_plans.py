@@ -222,3 +222,29 @@ def test_a_queue_that_stays_put_costs_the_scheduler_no_writes(engine, sessions):
     assert {(j.reason, j.message.split(":")[0]) for j in queued} == {
         ("insufficient_resources", "waiting for resources")
     }
+
+
+def test_usage_reads_its_ledger_through_an_index(engine, sessions):
+    """``GET /v1/usage`` (issue 20) over the last 30 days of a year of history, for one project and for every
+    project, each ``group_by``: the ledger (filled from the seeded history by migration 0013's backfill) is
+    read through its ``ended_at`` indexes, the names and labels by primary key."""
+    from datetime import timedelta
+
+    from bench.seed_db import NEWEST
+    from orchestrator.usage import usage_report
+
+    start = NEWEST - timedelta(days=30)
+    with sessions() as session:
+        project_id = session.scalar(select(Job.project_id).order_by(Job.id).limit(1))
+        with captured(engine) as statements:
+            for scope in (project_id, None):
+                for group_by in ("project", "job", "label:team", "day"):
+                    report = usage_report(session, project_id=scope, start=start, end=NEWEST, group_by=group_by)
+                    assert report.rows and report.total.cpu_seconds > 0
+    plans = plans_of(engine, statements)
+    ledger = [(s, p) for s, p in plans if "FROM usage_intervals" in s]
+    assert len(ledger) == 16  # two range reads per report
+    sequential = [(s, p) for s, p in plans if any(n == "Seq Scan" and t in WATCHED | {"usage_intervals"} for n, t in p)]
+    assert sequential == [], "sequential scans:\n" + "\n\n".join(f"{s}\n  -> {p}" for s, p in sequential)
+    indexed = ("Index Scan", "Index Only Scan", "Bitmap Heap Scan")  # a bitmap heap scan reads what an index found
+    assert all(any(n in indexed and t == "usage_intervals" for n, t in p) for _, p in ledger), ledger
