@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from api.errors import error_response, status_of
-from api.ui import jobs, jobs_api, login
+from api.ui import cluster, deployments, jobs, jobs_api, login, sweeps
 from api.ui.auth import LoginRequired
 from api.ui.session import SESSION_COOKIE, clear_cookie
 from api.ui.templating import render
@@ -28,6 +28,12 @@ PAGE_ROUTERS: list[APIRouter] = [
     login.router,
     jobs.router,
     jobs_api.router,
+    sweeps.router,
+    sweeps.api_router,
+    deployments.router,
+    deployments.api_router,
+    cluster.router,
+    cluster.api_router,
 ]
 
 

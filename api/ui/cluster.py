@@ -1,0 +1,90 @@
+"""The cluster page (``/ui/cluster``) and its JSON (``/ui/api/cluster``): the Ray nodes and what each holds, the
+CPUs and GPUs in use and free as the scheduler reckons them, and the queue with the reason each job waits.
+
+Resources and nodes are the cluster's (shared by every project: another project's running work shows as
+"used", never by name). The queue, the job counts and the queued sweeps are the user's scope's only: a
+project's key sees its own project's waiting jobs; a cluster-wide admin sees every project's (or the chosen
+project's). The numbers are ``GET /v1/cluster``'s (``orchestrator.services.cluster_status``)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from api.deps import ControlPlaneDep, SessionDep
+from api.ui.auth import UiUser, UiUserDep
+from api.ui.live import json_answer
+from api.ui.templating import render
+from orchestrator.backend import BackendUnavailable
+from orchestrator.db.models import JobState, Sweep
+from orchestrator.services.cluster_status import QUEUE_LIMIT, cluster_status
+
+log = logging.getLogger(__name__)
+
+router = APIRouter()
+api_router = APIRouter(prefix="/api")
+
+RESOURCES = ("CPU", "GPU")
+
+
+def queued_sweeps(session: Session, scope: str | None) -> list[dict[str, Any]]:
+    """The QUEUED sweeps of the scope, in admission order (priority, then age), why each waits."""
+    query = select(Sweep).where(Sweep.state == JobState.QUEUED)
+    if scope is not None:
+        query = query.where(Sweep.project_id == scope)
+    query = query.order_by(Sweep.priority.desc(), Sweep.created_at, Sweep.id).limit(QUEUE_LIMIT)
+    return [
+        {
+            "id": s.id,
+            "name": s.name,
+            "project_id": s.project_id,
+            "priority": s.priority,
+            "reason": s.reason,
+            "message": s.message,
+            "created_at": s.created_at.isoformat(),
+        }
+        for s in session.scalars(query)
+    ]
+
+
+def cluster_view(session: Session, service, user: UiUser) -> dict[str, Any]:
+    status = cluster_status(session, service.backend, user.scope).model_dump(mode="json")
+    resources = []
+    for name in RESOURCES:
+        total = float(status["total"].get(name, 0.0))
+        free = float(status["available"].get(name, 0.0))
+        resources.append({"name": name, "total": total, "free": free, "used": max(total - free, 0.0)})
+    nodes: list[dict[str, Any]] = []
+    if status["ray"] == "ok":
+        try:
+            nodes = [
+                {"node_id": n.node_id, "address": n.address, "is_head": n.is_head, "total": n.total}
+                for n in service.backend.nodes()
+            ]
+        except BackendUnavailable as exc:
+            log.warning("cluster page: listing the Ray nodes failed: %s", exc)
+    return {
+        "ray": status["ray"],
+        "resources": resources,
+        "nodes": nodes,
+        "jobs": status["jobs"],
+        "queue": status["queue"],
+        "queue_limit": status["queue_limit"],
+        "queued_sweeps": queued_sweeps(session, user.scope),
+        "all_projects": user.scope is None,
+    }
+
+
+@router.get("/cluster")
+def cluster_page(request: Request, session: SessionDep, service: ControlPlaneDep, user: UiUserDep) -> Response:
+    return render(request, "cluster.html", user, session=session, c=cluster_view(session, service, user))
+
+
+@api_router.get("/cluster")
+def cluster_json(request: Request, session: SessionDep, service: ControlPlaneDep, user: UiUserDep) -> Response:
+    return json_answer(request, cluster_view(session, service, user))
