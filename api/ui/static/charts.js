@@ -1,7 +1,8 @@
 // Line charts over uPlot (vendor/uPlot.iife.min.js), for every page that draws curves.
 //
 //   const chart = Charts.line(element, { title: "loss", xLabel: "step", time: false });
-//   chart.update({ x: [...], series: [{ label, y: [...], group, dash }], markers: [{ x, label }] });
+//   chart.update({ x: [...], series: [{ label, y: [...], group, dash, points }], markers: [{ x, label }] });
+//   (points: true draws each point as a dot too: a series of one point is otherwise invisible)
 //   chart.setOptions({ log: true, smoothing: 0.6 });
 //
 // An update keeps the user's zoom: once zoomed (drag to select a range), new data is drawn inside that range
@@ -78,7 +79,7 @@ const Charts = (() => {
       data.series.forEach((s) => {
         const key = s.group || s.label;
         if (!(key in colorOf)) colorOf[key] = PALETTE[Object.keys(colorOf).length % PALETTE.length];
-        series.push({ label: s.label, stroke: colorOf[key], width: 1.5, dash: s.dash, spanGaps: false, points: { show: false } });
+        series.push({ label: s.label, stroke: colorOf[key], width: 1.5, dash: s.dash, spanGaps: false, points: { show: !!s.points, size: 5 } });
       });
       const opts = {
         title: config.title,

@@ -113,7 +113,7 @@
     document.getElementById("curves-info").textContent = curves.series.length
       ? `${curves.series.length} trial(s), ${curves.x.length} epoch value(s)`
       : "";
-    if (curves.series.length) chart.update({ x: curves.x, series: curves.series.map((s) => ({ label: s.label, y: s.y })) });
+    if (curves.series.length) chart.update({ x: curves.x, series: curves.series.map((s) => ({ label: s.label, y: s.y, points: true })) });
   }
 
   // --- parallel coordinates: each searched value and the metric ------------------------------------------
@@ -186,7 +186,7 @@
         .filter(Boolean)
         .join(" ");
       const g = goodness(trial.best_metric);
-      const shade = Math.round(200 - 170 * g);
+      const shade = Math.round(165 - 135 * g);
       const isBest = trial.id === bestId;
       const line = svg("polyline", {
         points,
