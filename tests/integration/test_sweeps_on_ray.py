@@ -28,6 +28,9 @@ pytestmark = pytest.mark.integration
 
 TRIAL_SCALING = {"num_workers": 2, "cpus_per_worker": 0.45}
 SEARCH_TRIAL_SCALING = {"num_workers": 1, "cpus_per_worker": 0.9}
+# Two of these fill the 2 CPUs exactly: they run side by side only because a trial's own actor asks no CPU
+# (issue 20: it asked 0.01, and max_concurrent_trials 2 of them was refused at submit).
+WHOLE_CPU_TRIAL = {"num_workers": 1, "cpus_per_worker": 1.0}
 SWEEP_TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
 
@@ -198,10 +201,12 @@ def test_the_best_trial_deploys_to_ray_serve(admin, ray_cluster, asha_sweep):
 
 
 def test_a_grid_sweep_runs_exactly_the_grid_two_trials_at_a_time(admin, ray_cluster):
+    """Two 1-CPU trials at a time on the 2-CPU cluster (issue 20's admission arithmetic)."""
     space = {"config.hidden": [16, 32], "batch.per_worker": [32, 64]}
+    wait_cluster_idle(ray_cluster)  # two whole-CPU trials side by side need the whole cluster
     sweep = _submit(
         admin,
-        base=_base(scaling=SEARCH_TRIAL_SCALING),
+        base=_base(scaling=WHOLE_CPU_TRIAL),
         search_space={path: {"type": "grid", "values": values} for path, values in space.items()},
         algorithm="grid",
         max_concurrent_trials=2,
@@ -218,7 +223,7 @@ def test_a_grid_sweep_runs_exactly_the_grid_two_trials_at_a_time(admin, ray_clus
     # Never more than two trials (by the times recorded for each: a poll could miss an overlap), nor more
     # workers than two trials have (an upper bound, which a missed poll cannot break); none left at the end.
     assert _most_at_once(trials) == 2, [(t["started_at"], t["finished_at"]) for t in trials]
-    assert 0 < most_workers <= 2 * SEARCH_TRIAL_SCALING["num_workers"]
+    assert 0 < most_workers <= 2 * WHOLE_CPU_TRIAL["num_workers"]
     _wait_no_train_workers(ray_cluster)
     configs = sorted(tuple(t["config"][p] for p in space) for t in trials)
     assert configs == sorted(itertools.product(*space.values()))
