@@ -79,6 +79,31 @@ def test_digits_job_trains_to_95_percent_and_reports_everything(member, ray_clus
     assert followed == logs
 
     assert len(_ray_submissions_of(ray_cluster, job_id)) == 1
+    _usage_matches_the_events(member, job, workers=2, cpus=1.0)
+
+
+def _usage_matches_the_events(member, job: dict, workers: int, cpus: float) -> None:
+    """Usage accounting (issue 20, docs/usage.md): what an ended job held is workers x CPUs x the sum of its
+    RUNNING intervals, read from its own history rows."""
+    events = member.http.get(f"/v1/jobs/{job['id']}/events").json()
+    running, since = 0.0, None
+    for event in events:
+        at = datetime.fromisoformat(event["created_at"])
+        if event["to_state"] == "RUNNING" and since is None:
+            since = at
+        elif event["to_state"] not in ("RUNNING", "CANCELLING") and since is not None:
+            running, since = running + (at - since).total_seconds(), None
+    assert since is None and running > 0
+    usage = member.http.get("/v1/usage", params={"group_by": "job", "from": job["created_at"]})
+    assert usage.status_code == 200, usage.text
+    row = next(row for row in usage.json()["rows"] if row["key"] == job["id"])
+    # The ledger is written at the transitions' own instants: exact (to the millisecond it is rounded to).
+    assert row["seconds"] == pytest.approx(running, abs=0.002)
+    assert row["cpu_seconds"] == pytest.approx(workers * cpus * running, abs=0.01)
+    assert row["memory_gb_seconds"] == pytest.approx(
+        workers * job["spec"]["scaling"]["memory_per_worker_gb"] * running, abs=0.05
+    )
+    assert row["wasted_seconds"] == 0 and [a["ended"] for a in row["attempts"]] == ["SUCCEEDED"]
 
 
 def test_queueing_cancel_and_idempotent_retry(member, ray_cluster):
