@@ -13,7 +13,10 @@ form asks for one, sends it to the deployment only, and keeps it nowhere."""
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections import Counter
+from contextlib import contextmanager
 from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
 
@@ -30,7 +33,7 @@ from api.ui.live import json_answer
 from api.ui.templating import render
 from api.views import deployment_out
 from orchestrator.db.models import Deployment, DeploymentState
-from orchestrator.errors import Conflict, Invalid, NotFound
+from orchestrator.errors import Conflict, Invalid, NotFound, TooMany
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.services import deployments as deployments_ops
 from orchestrator.states.deployments import lock_deployment
@@ -42,6 +45,10 @@ PAGE_SIZES = (25, 50, 100, 200)
 EVENTS_SHOWN = 200  # the newest state changes on the page
 TRY_TIMEOUT_S = 30.0
 TRY_ANSWER_CHARS = 64 * 1024  # of a deployment's answer, shown; the rest is cut (said so)
+# "Try it" holds a worker thread while the deployment answers (up to TRY_TIMEOUT_S): bounded per signed-in key
+# and for the whole process, so nobody can tie up the API's thread pool with slow deployments.
+TRY_PER_USER = 2
+TRY_IN_ALL = 8
 
 # A body to start from, by workload (a GET to the deployment answers what it expects).
 EXAMPLES: dict[str, Any] = {
@@ -249,6 +256,29 @@ class TryRequest(BaseModel):
     key: str | None = Field(None, max_length=512, description="A key of the deployment's project; kept nowhere.")
 
 
+_in_flight: Counter[str] = Counter()
+_in_flight_lock = threading.Lock()
+
+
+@contextmanager
+def _try_slot(user: UiUser):
+    """One of the bounded "try it" slots, or 429 saying which bound."""
+    who = user.principal.key_id or "admin-token"
+    with _in_flight_lock:
+        if _in_flight[who] >= TRY_PER_USER:
+            raise TooMany(f"at most {TRY_PER_USER} try-it requests of one key at once: wait for the answers")
+        if sum(_in_flight.values()) >= TRY_IN_ALL:
+            raise TooMany(f"at most {TRY_IN_ALL} try-it requests at once on this control plane: try again shortly")
+        _in_flight[who] += 1
+    try:
+        yield
+    finally:
+        with _in_flight_lock:
+            _in_flight[who] -= 1
+            if not _in_flight[who]:
+                del _in_flight[who]
+
+
 @api_router.post("/deployments/{ref}/try")
 def try_it(ref: str, request_body: TryRequest, service: ControlPlaneDep, user: CsrfUser) -> Response:
     """Send one request to the deployment's URL and answer what came back: ``status`` (the deployment's),
@@ -271,14 +301,15 @@ def try_it(ref: str, request_body: TryRequest, service: ControlPlaneDep, user: C
     headers = {"Authorization": f"Bearer {request_body.key.strip()}"} if (request_body.key or "").strip() else {}
     started = time.monotonic()
     try:
-        answer = httpx.request(
-            request_body.method,
-            out.url,
-            json=payload if request_body.method == "POST" else None,
-            headers=headers,
-            timeout=TRY_TIMEOUT_S,
-            follow_redirects=False,
-        )
+        with _try_slot(user):
+            answer = httpx.request(
+                request_body.method,
+                out.url,
+                json=payload if request_body.method == "POST" else None,
+                headers=headers,
+                timeout=TRY_TIMEOUT_S,
+                follow_redirects=False,
+            )
     except httpx.TimeoutException:
         return JSONResponse(
             {"detail": f"the deployment at {out.url} did not answer within {TRY_TIMEOUT_S:g} s", "url": out.url},

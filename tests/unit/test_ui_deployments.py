@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -26,7 +27,9 @@ class FakeServe:
 
     def __init__(self, port: int):
         self.requests: list[dict] = []
+        self.gate: threading.Event | None = None  # set: every answer waits for it
         calls = self.requests
+        stub = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
@@ -46,6 +49,8 @@ class FakeServe:
                 calls.append(
                     {"method": self.command, "path": self.path, "auth": self.headers.get("Authorization"), "body": body}
                 )
+                if stub.gate is not None:
+                    stub.gate.wait(10)
                 if self.path != "/dep-a":
                     return self._answer(404, {"detail": "no route"})
                 if self.headers.get("Authorization") != f"Bearer {GOOD_KEY}":
@@ -222,6 +227,44 @@ def test_try_it_sends_the_request_to_the_deployment_and_shows_its_answer(app, tw
     bad = viewer.post(url, json={**body, "body": "{nope"}, headers={"X-CSRF-Token": token})
     assert bad.status_code == 422 and "not JSON" in bad.json()["detail"]
     assert len(serve.requests) == count
+
+
+def test_try_it_requests_in_flight_are_bounded_per_key(app, two_projects, serve):
+    """A slow deployment holds a worker thread per request: a key gets 2 at once, the third is a 429 saying so."""
+    viewer = user(app, two_projects["a"]["keys"]["viewer"])
+    member = user(app, two_projects["a"]["keys"]["member"])
+    headers = {"X-CSRF-Token": csrf(viewer, "/ui/deployments/dep-a")}
+    body = {"body": "{}", "key": GOOD_KEY}
+    serve.gate = threading.Event()
+    statuses: list[int] = []
+
+    def call() -> None:
+        statuses.append(viewer.post("/ui/api/deployments/dep-a/try", json=body, headers=headers).status_code)
+
+    callers = [threading.Thread(target=call) for _ in range(2)]
+    for caller in callers:
+        caller.start()
+    deadline = time.monotonic() + 10
+    while len(serve.requests) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    third = viewer.post("/ui/api/deployments/dep-a/try", json=body, headers=headers)
+    assert third.status_code == 429 and "at most 2 try-it requests of one key" in third.json()["detail"]
+    member_headers = {"X-CSRF-Token": csrf(member, "/ui/deployments/dep-a")}
+    other_key: list[int] = []
+    another = threading.Thread(
+        target=lambda: other_key.append(
+            member.post("/ui/api/deployments/dep-a/try", json=body, headers=member_headers).status_code
+        )
+    )
+    another.start()
+    while len(serve.requests) < 3 and time.monotonic() < deadline:  # another key has slots of its own
+        time.sleep(0.02)
+    assert len(serve.requests) == 3
+    serve.gate.set()
+    for caller in [*callers, another]:
+        caller.join(10)
+    assert statuses == [200, 200] and other_key == [200]
+    assert viewer.post("/ui/api/deployments/dep-a/try", json=body, headers=headers).status_code == 200
 
 
 def test_try_it_says_plainly_when_the_deployment_cannot_be_reached(app, two_projects):
