@@ -413,3 +413,29 @@ def test_migration_0013_fills_the_ledger_from_the_history_as_the_hooks_do(app, c
         ]
         == 740
     )
+
+
+def test_a_preempted_attempt_is_wasted_from_its_checkpoint_and_a_cancel_is_not(app, client, clock):
+    """Preemption (back to QUEUED, reason preempted) ends a stretch wasted from its last checkpoint, and the next
+    attempt is its own; a job cancelled while it runs holds until it ends CANCELLED, none of it wasted."""
+    _, keys = make_project(client, "shared")
+    preempted = new_job(client, keys["member"], num_workers=1, cpus_per_worker=1)
+    cancelled = new_job(client, keys["member"], num_workers=1, cpus_per_worker=1)
+    move(app, clock, preempted, 0, S.STARTING)
+    move(app, clock, preempted, 10, S.RUNNING)
+    move(app, clock, cancelled, 10, S.STARTING)
+    move(app, clock, cancelled, 20, S.RUNNING)
+    checkpoint(app, preempted, 90, 9)
+    move(app, clock, preempted, 100, S.QUEUED, "preempted")
+    move(app, clock, cancelled, 100, S.CANCELLING, "cancel_requested")
+    move(app, clock, cancelled, 105, S.CANCELLED, "cancelled")
+    move(app, clock, preempted, 110, S.STARTING)
+    move(app, clock, preempted, 120, S.RUNNING)
+    move(app, clock, preempted, 200, S.SUCCEEDED)
+    rows = by_key(usage(client, keys["viewer"], group_by="job", **{"from": iso(0), "to": iso(300)}))
+    attempts = [
+        (a["attempt"], a["seconds"], a["wasted_seconds"], a["ended"], a["reason"]) for a in rows[preempted]["attempts"]
+    ]
+    assert attempts == [(1, 90, 10, "QUEUED", "preempted"), (2, 80, 0, "SUCCEEDED", "x")]
+    assert (rows[cancelled]["seconds"], rows[cancelled]["wasted_seconds"]) == (85, 0)
+    assert rows[cancelled]["attempts"][0]["ended"] == "CANCELLED"
