@@ -119,9 +119,10 @@ def trials_shown(session: Session, sweep: Sweep) -> list[Trial]:
 
 
 def curves(session: Session, sweep: Sweep, trials: list[Trial], metric: str) -> dict[str, Any]:
-    """Every trial's curve of the sweep's metric by epoch, each downsampled (``minmax``), on one shared x
-    (the union of the epochs; a trial without a point at an x has a gap there)."""
+    """Every trial's curve of ``metric`` by epoch, each downsampled (``minmax``), on one shared x (the union of
+    the epochs; a trial without a point at an x has a gap there), and every metric name the trials reported."""
     per_trial: dict[str, tuple[list[float], list[float]]] = {t.id: ([], []) for t in trials}
+    names: set[str] = set()
     if trials:
         rows = session.execute(
             select(TrialMetric.trial_id, TrialMetric.epoch, TrialMetric.values)
@@ -130,6 +131,7 @@ def curves(session: Session, sweep: Sweep, trials: list[Trial], metric: str) -> 
             .order_by(TrialMetric.trial_id, TrialMetric.epoch)
         )
         for trial_id, epoch, values in rows:
+            names.update(name for name, value in (values or {}).items() if finite(value) is not None)
             y = finite((values or {}).get(metric))
             if y is not None and trial_id in per_trial:
                 per_trial[trial_id][0].append(float(epoch))
@@ -145,11 +147,12 @@ def curves(session: Session, sweep: Sweep, trials: list[Trial], metric: str) -> 
         for xv, yv in zip(*sampled[trial.id], strict=True):
             y[index[xv]] = yv
         series.append({"label": f"trial {trial.number}", "trial_id": trial.id, "y": y})
-    return {"x": x, "series": series}
+    return {"metric": metric, "metrics": sorted(names | {sweep.spec["metric"]}), "x": x, "series": series}
 
 
-def sweep_detail(session: Session, sweep: Sweep) -> dict[str, Any]:
-    """What the sweep page shows and polls: the sweep, its trials, their curves and the searched paths."""
+def sweep_detail(session: Session, sweep: Sweep, metric: str | None = None) -> dict[str, Any]:
+    """What the sweep page shows and polls: the sweep, its trials, their curves of ``metric`` (default: the
+    sweep's) and the searched paths."""
     summary = sweep_summary(session, sweep)
     trials = trials_shown(session, sweep)
     space = (sweep.spec or {}).get("search_space") or {}
@@ -157,12 +160,12 @@ def sweep_detail(session: Session, sweep: Sweep) -> dict[str, Any]:
         "sweep": summary,
         "trials": [trial_row(t) for t in trials],
         "trials_total": sum(summary["trials"].values()),
-        "curves": curves(session, sweep, trials, summary["metric"]),
+        "curves": curves(session, sweep, trials, metric or summary["metric"]),
         "params": [{"path": path, "log": dim.get("type") == "loguniform"} for path, dim in sorted(space.items())],
     }
 
 
-def detail_stamp(session: Session, sweep: Sweep) -> str:
+def detail_stamp(session: Session, sweep: Sweep, metric: str | None = None) -> str:
     """A cheap ETag of the sweep page's data: the sweep's and its trials' last changes and their metric points."""
     trials_changed, trials = session.execute(
         select(func.max(Trial.updated_at), func.count(Trial.id)).where(Trial.sweep_id == sweep.id)
@@ -172,7 +175,7 @@ def detail_stamp(session: Session, sweep: Sweep) -> str:
         .join(Trial, Trial.id == TrialMetric.trial_id)
         .where(Trial.sweep_id == sweep.id)
     ).one()
-    return etag_of("sweep", sweep.id, sweep.updated_at, trials_changed, trials, points, last_point)
+    return etag_of("sweep", sweep.id, sweep.updated_at, trials_changed, trials, points, last_point, metric)
 
 
 def deployment_name(sweep: Sweep, trial: Trial) -> str:
@@ -292,12 +295,20 @@ def sweeps_json(
 
 
 @api_router.get("/sweeps/{sweep_id}")
-def sweep_json(request: Request, sweep_id: str, session: SessionDep, user: UiUserDep) -> Response:
-    """The sweep, its trials (the first 1,000 by number), every trial's curve of the sweep's metric (downsampled)
-    and the searched paths. The ETag comes from the rows' last changes: an unchanged sweep reads no points."""
+def sweep_json(
+    request: Request,
+    sweep_id: str,
+    session: SessionDep,
+    user: UiUserDep,
+    metric: Annotated[
+        str | None, Query(max_length=128, description="The curves' metric (default: the sweep's).")
+    ] = None,
+) -> Response:
+    """The sweep, its trials (the first 1,000 by number), every trial's curve of a metric (downsampled) and the
+    searched paths. The ETag comes from the rows' last changes: an unchanged sweep reads no points."""
     sweep = sweep_or_404(session, sweep_id, user)
-    etag = detail_stamp(session, sweep)
+    etag = detail_stamp(session, sweep, metric)
     unchanged = not_modified(request, etag)
     if unchanged is not None:
         return unchanged
-    return json_answer(request, sweep_detail(session, sweep), etag)
+    return json_answer(request, sweep_detail(session, sweep, metric), etag)

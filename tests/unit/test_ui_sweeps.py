@@ -111,6 +111,11 @@ def test_the_sweep_page_shows_the_trials_the_curves_and_the_best_trial(app, two_
     assert [s["label"] for s in curves["series"]] == ["trial 1", "trial 2", "trial 3"]
     assert curves["series"][1]["y"] == [0.8, 0.4, 0.2]
     assert curves["series"][2]["y"] == [1.5, None, None]
+    assert (curves["metric"], curves["metrics"]) == ("val_loss", ["val_accuracy", "val_loss"])
+    # Another metric the trials reported, on request (the page's metric picker).
+    accuracy = member.get(f"/ui/api/sweeps/{sweep['id']}", params={"metric": "val_accuracy"}).json()["curves"]
+    assert accuracy["metric"] == "val_accuracy" and accuracy["series"][1]["y"] == [0.6, 0.8, 0.9]
+    assert member.get(f"/ui/api/sweeps/{sweep['id']}", params={"metric": "nope"}).json()["curves"]["series"] == []
     # Live: the same answer again is a 304; a new point changes the ETag.
     etag = data.headers["ETag"]
     assert member.get(f"/ui/api/sweeps/{sweep['id']}", headers={"If-None-Match": etag}).status_code == 304

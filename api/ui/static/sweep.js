@@ -12,11 +12,19 @@
   // --- the trial table -----------------------------------------------------------------------------------
   const table = document.getElementById("trials");
   const params = state.params.map((p) => p.path);
+  // The reader's choices live in the URL's hash (sort=, dir=, metric=): a reload or a shared link keeps them.
   const sort = { key: "number", desc: false };
   const hash = new URLSearchParams(location.hash.slice(1));
   if (hash.get("sort")) {
     sort.key = hash.get("sort");
     sort.desc = hash.get("dir") === "desc";
+  }
+  let curveMetric = hash.get("metric") || state.sweep.metric;
+
+  function saveChoices() {
+    const choices = new URLSearchParams({ sort: sort.key, dir: sort.desc ? "desc" : "asc" });
+    if (curveMetric !== state.sweep.metric) choices.set("metric", curveMetric);
+    history.replaceState(null, "", `${location.pathname}${location.search}#${choices}`);
   }
 
   function sortValue(trial, key) {
@@ -96,7 +104,7 @@
         // The metric: best first (its mode says which way); anything else ascending first.
         sort.desc = key === "metric" ? state.sweep.mode === "max" : false;
       }
-      history.replaceState(null, "", `${location.pathname}${location.search}#sort=${encodeURIComponent(sort.key)}&dir=${sort.desc ? "desc" : "asc"}`);
+      saveChoices();
       renderTrials();
     });
   });
@@ -106,8 +114,17 @@
   const chart = Charts.line(chartElement, { xLabel: "epoch", height: 320 });
   document.getElementById("log-scale").addEventListener("change", (event) => chart.setOptions({ log: event.target.checked }));
 
+  const metricSelect = document.getElementById("curve-metric");
+
   function renderCurves() {
     const curves = state.curves;
+    // New metric names (a trial reported one for the first time) join the choices; the choice stays.
+    const have = new Set([...metricSelect.options].map((o) => o.value));
+    for (const name of curves.metrics) {
+      if (!have.has(name)) metricSelect.add(new Option(name, name));
+    }
+    metricSelect.value = curves.metric;
+    document.getElementById("curves-metric").textContent = curves.metric;
     document.getElementById("no-curves").classList.toggle("hidden", curves.series.length > 0);
     chartElement.classList.toggle("hidden", curves.series.length === 0);
     document.getElementById("curves-info").textContent = curves.series.length
@@ -261,8 +278,17 @@
       renderParallel();
     }
   });
-  Live.poll(`/ui/api/sweeps/${encodeURIComponent(page.id)}`, (data) => {
+  const liveUrl = () =>
+    `/ui/api/sweeps/${encodeURIComponent(page.id)}` +
+    (curveMetric !== state.sweep.metric ? `?metric=${encodeURIComponent(curveMetric)}` : "");
+  const poller = Live.poll(liveUrl(), (data) => {
     state = data;
     render();
+  });
+  metricSelect.addEventListener("change", () => {
+    curveMetric = metricSelect.value;
+    saveChoices();
+    chart.resetZoom(); // another metric: another y range (the next answer draws it)
+    poller.setUrl(liveUrl());
   });
 })();
