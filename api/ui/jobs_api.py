@@ -13,7 +13,7 @@ from api.filters import NamePrefix
 from api.ui.auth import UiUserDep
 from api.ui.job_views import job_summary
 from api.ui.jobs import Cursor, LabelFilter, Limit, StateFilter, job_or_404, list_page
-from api.ui.live import etag_of, json_answer, not_modified
+from api.ui.live import AnswerCache, etag_of, json_answer, json_body, not_modified
 from orchestrator.errors import NotFound
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import metric_points
@@ -25,6 +25,7 @@ from orchestrator.states.jobs import TERMINAL
 
 router = APIRouter(prefix="/api")
 
+CHARTS = AnswerCache()  # downsampled curves by ETag: reading 100,000 points takes a second
 MAX_LOG_LINES = 5000  # lines in one answer of the logs route (the download has them all)
 
 
@@ -63,13 +64,18 @@ def job_metrics(
     points: Annotated[int, Query(ge=16, le=MAX_POINTS, description="Points per series at most.")] = DEFAULT_POINTS,
 ) -> Response:
     """The job's curves, downsampled per series (min and max per bucket), one series per metric and attempt.
-    The ETag comes from a count of the points: polling a job whose points did not change reads none of them."""
+    The ETag comes from a count of the points: polling a job whose points did not change reads none of them,
+    and an answer already made for that ETag (another viewer's, a reload) is served again."""
     job = job_or_404(session, job_id, user)
     etag = etag_of("metrics", job.id, job.updated_at, metric_points.job_metrics_stamp(session, job.id), x, points)
     unchanged = not_modified(request, etag)
     if unchanged is not None:
         return unchanged
-    return json_answer(request, charts(metric_points.job_metric_points(session, job.id), x, points), etag)
+    body = CHARTS.get(etag)
+    if body is None:
+        body = json_body(charts(metric_points.job_metric_points(session, job.id, with_time=x == "time"), x, points))
+        CHARTS.put(etag, body)
+    return json_answer(request, None, etag, body)
 
 
 @router.get("/jobs/{job_id}/logs")

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from orchestrator.services.downsample import DEFAULT_POINTS, finite, minmax
 
 XAxis = Literal["step", "epoch", "time"]
-Point = tuple[int, int, int, datetime, dict[str, Any]]
+Point = tuple[int, int, int, datetime | None, dict[str, Any]]  # created_at: needed on the time axis only
 SKIPPED = frozenset({"epoch", "step", "attempt"})  # positions, not metrics
 
 
@@ -51,7 +51,7 @@ def raw_series(points: Iterable[Point], x_axis: XAxis) -> dict[tuple[str, int], 
             ys.append(total / count)
         return dict(series)
     for attempt, _epoch, step, when, values in points:
-        x = float(step) if x_axis == "step" else _seconds(when)
+        x = float(step) if x_axis == "step" else _seconds(when)  # type: ignore[arg-type]
         for name, value in values.items():
             number = finite(value)
             if number is not None and name not in SKIPPED:

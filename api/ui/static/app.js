@@ -37,7 +37,7 @@ const App = (() => {
     if (typeof value !== "number") return String(value);
     if (Number.isInteger(value)) return value.toLocaleString();
     const abs = Math.abs(value);
-    return abs !== 0 && (abs < 1e-3 || abs >= 1e6) ? value.toExponential(3) : value.toPrecision(4);
+    return abs !== 0 && (abs < 1e-3 || abs >= 1e6) ? value.toExponential(2) : String(Number(value.toPrecision(4)));
   }
 
   document.addEventListener("DOMContentLoaded", () => {

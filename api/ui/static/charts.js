@@ -4,6 +4,7 @@
 //   chart.update({ x: [...], series: [{ label, y: [...], group, dash, points }], markers: [{ x, label }] });
 //   (points: true draws each point as a dot too: a series of one point is otherwise invisible)
 //   chart.setOptions({ log: true, smoothing: 0.6 });
+//   element.chart.xRange() / .points() / .zoomTo(min, max)   (what the browser tests use)
 //
 // An update keeps the user's zoom: once zoomed (drag to select a range), new data is drawn inside that range
 // until a double click zooms back out; unzoomed, the range grows with the data.
@@ -86,7 +87,7 @@ const Charts = (() => {
         ...size(),
         series,
         scales: { x: { time: !!config.time }, y: { distr: options.log ? 3 : 1 } },
-        axes: [{ label: config.xLabel }, {}],
+        axes: [{ label: config.xLabel }, { size: 64, values: (u, splits) => splits.map(App.formatNumber) }],
         cursor: { drag: { x: true, y: false } },
         legend: { live: true },
         plugins: [markersPlugin(() => data.markers || [])],
@@ -134,7 +135,20 @@ const Charts = (() => {
     }
 
     window.addEventListener("resize", () => plot && plot.setSize(size()));
-    return { update, setOptions, resetZoom: () => ((zoom = null), plot && build()) };
+    const api = {
+      update,
+      setOptions,
+      resetZoom: () => ((zoom = null), plot && build()),
+      // What the x-axis shows now, and how many x values the chart holds (the browser tests read these).
+      xRange: () => (plot ? [plot.scales.x.min, plot.scales.x.max] : null),
+      points: () => data.x.length,
+      zoomTo: (min, max) => {
+        zoom = [min, max];
+        if (plot) plot.setScale("x", { min, max });
+      },
+    };
+    element.chart = api; // reachable from the page: document.querySelector(".chart").chart
+    return api;
   }
 
   return { line, smooth };

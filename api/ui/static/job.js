@@ -124,7 +124,7 @@
     }
   }
 
-  const metricsPoller = Live.poll(metricsUrl(), onMetrics);
+  const metricsPoller = Live.poll(metricsUrl(), onMetrics, { intervalMs: 4000 }); // a new answer reads every point
   $("x-axis").addEventListener("change", () => {
     for (const title of Object.keys(charts)) delete charts[title];
     $("charts").querySelectorAll(".chart").forEach((node) => node.remove());
