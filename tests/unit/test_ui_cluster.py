@@ -8,7 +8,7 @@ import re
 from fastapi.testclient import TestClient
 
 from tests.unit.api_helpers import ADMIN, auth, make_project, submit, tick
-from tests.unit.ui_helpers import signed_in
+from tests.unit.ui_helpers import csrf, signed_in
 
 FOUR_CPUS = {"scaling": {"num_workers": 2, "cpus_per_worker": 2}}  # the fake cluster's whole 4 CPUs
 SWEEP = {
@@ -94,6 +94,16 @@ def test_a_project_sees_only_its_own_queue_and_an_admin_sees_every_one(app, clie
     assert [s["id"] for s in data["queued_sweeps"]] == [q["sweep_b"]]
     html = admin.get("/ui/cluster").text
     assert q["waiting_b"] in html and "<th>Project</th>" in html
+    # An admin who chose project b in the top bar sees b's queue only.
+    b_id = client.get(f"/v1/jobs/{q['waiting_b']}", headers=auth(ADMIN)).json()["project_id"]
+    switched = admin.post(
+        "/ui/project",
+        data={"project_id": b_id, "csrf_token": csrf(admin, "/ui/cluster"), "next": "/ui/cluster"},
+        follow_redirects=False,
+    )
+    assert switched.status_code == 303
+    data = admin.get("/ui/api/cluster").json()
+    assert data["all_projects"] is False and [j["id"] for j in data["queue"]] == [q["waiting_b"]]
 
 
 def test_a_cluster_that_does_not_answer_is_said_plainly(app, client, backend):
