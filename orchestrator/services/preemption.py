@@ -203,6 +203,11 @@ def settle(session: Session, job: Job, status: RunStatus, grace_s: float, now: d
     True when its Ray job must be stopped now (STARTING: nothing to checkpoint yet; past the grace: it did
     not stop by itself)."""
     now = now or utcnow()
+    if status == RunStatus.SUCCEEDED:
+        # Its driver exited 0: the run finished before it heard of the preemption (a preempted driver exits
+        # DriverExit.PREEMPTED), and its own "succeeded" report was lost. Done, not requeued.
+        set_job_state(session, job, S.SUCCEEDED, "completed", "the driver exited successfully before the preemption")
+        return False
     requested = job.preempt_requested_at
     since = (now - requested).total_seconds() if requested is not None else 0.0
     gone = status.finished or (

@@ -157,6 +157,16 @@ def test_a_preempted_job_goes_back_to_queued_with_its_attempt_and_says_by_whom(s
         assert (job.attempt, job.preemptions) == (2, 1)
 
 
+def test_a_victim_whose_run_finished_first_succeeds(sessions):
+    job_id = running_job(sessions)
+    assert preempt(sessions, job_id, "job abc", "priority")
+    with sessions.begin() as session:
+        job = lock_job(session, job_id)
+        assert settle(session, job, RunStatus.SUCCEEDED, grace_s=60) is False
+        assert (job.state, job.reason, job.preemptions) == (S.SUCCEEDED, "completed", 0)
+        assert job.preempt_requested_at is None
+
+
 def test_back_to_queued_only_preempted(sessions):
     job_id = running_job(sessions)
     with sessions.begin() as session:
