@@ -8,7 +8,7 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from orchestrator.db.models import JobState, Trial, TrialState
+from orchestrator.db.models import JobState, Trial, TrialMetric, TrialState
 from orchestrator.repositories import sweeps as sweeps_repo
 from tests.unit.api_helpers import ADMIN, auth, make_project
 from tests.unit.ui_helpers import csrf, signed_in
@@ -131,9 +131,10 @@ def test_a_trials_curve_is_downsampled_keeping_its_extremes(app, client, tmp_pat
     sweep = make_sweep(app, tmp_path, project)
     with app.state.service.sessions.begin() as session:
         trial = session.get(Trial, sweep["trials"][1])
-        for epoch in range(4, 3001):
-            loss = 50.0 if epoch == 1234 else 0.5
-            sweeps_repo.record_trial_metric(session, trial, epoch, epoch, {"val_loss": loss})
+        session.add_all(
+            TrialMetric(trial_id=trial.id, epoch=epoch, step=epoch, values={"val_loss": 50.0 if epoch == 1234 else 0.5})
+            for epoch in range(4, 3001)
+        )
     body = user(app, keys["viewer"]).get(f"/ui/api/sweeps/{sweep['id']}").json()
     series = body["curves"]["series"][0]
     points = [v for v in series["y"] if v is not None]
