@@ -266,3 +266,17 @@ def test_a_trial_still_running_cannot_be_deployed_and_the_button_says_so(app, cl
         f"/ui/sweeps/{sweep['id']}/deploy", data={"name": "early", "trial_id": sweep["trials"][2], "csrf_token": token}
     )
     assert answer.status_code == 422 and "is RUNNING" in answer.text
+
+
+def test_a_sweep_without_trials_yet_renders_with_nothing_to_deploy(app, client):
+    _project, keys = make_project(client, "a")
+    spec = {"name": "fresh", "base": BASE, "search_space": SPACE, "metric": "val_loss"}
+    made = client.post("/v1/sweeps", json=spec, headers=auth(keys["member"]))
+    assert made.status_code == 201, made.text
+    member = user(app, keys["member"])
+    page = member.get(f"/ui/sweeps/{made.json()['id']}")
+    assert page.status_code == 200 and "QUEUED" in page.text and "No trials yet." in page.text
+    assert 'id="deploy-form" class="hidden"' in page.text and 'id="best-none" class="muted "' in page.text
+    data = member.get(f"/ui/api/sweeps/{made.json()['id']}").json()
+    assert data["trials"] == [] and data["curves"]["series"] == [] and data["sweep"]["best_trial"] is None
+    assert data["sweep"]["best_deployable"] is False and data["trials_total"] == 0
