@@ -85,6 +85,7 @@ def preempted_then_resumed(workers: int, root: str, at_steps: list[int]) -> list
 
 
 def check(run: dict, at_step: int, epoch_end: bool) -> None:
+    """``at_step``: where the run was expected to stop."""
     assert run["preempted"] == {PREEMPTED_KEY: at_step}
     last = run["preempted_reports"][-1]
     assert last["step"] == at_step  # the checkpoint of the very step it was told at
@@ -126,10 +127,11 @@ def test_a_job_that_is_not_preemptible_or_has_no_control_plane_never_asks(tmp_pa
 
 
 def test_two_ranks_stop_at_the_same_step_and_resume_exactly(tmp_path):
-    # 2 workers of 32: 22 steps an epoch; step 30 is mid-epoch 2. Rank 1 hears of it only through rank 0.
+    # 2 workers of 32: 22 steps an epoch; rank 0 hears at step 30 (mid-epoch 2). Rank 1 learns it through
+    # the background all-reduce read after the next step, so both stop at step 31 (SharedFlag).
     results = run_on_ranks(
         [(preempted_then_resumed, {"workers": 2, "root": str(tmp_path), "at_steps": [30]})], tmp_path
     )
     for ((run,),) in results:
-        assert run["preempted"] == {PREEMPTED_KEY: 30}, run["rank"]
-    check(results[0][0][0], 30, epoch_end=False)
+        assert run["preempted"] == {PREEMPTED_KEY: 31}, run["rank"]
+    check(results[0][0][0], 31, epoch_end=False)

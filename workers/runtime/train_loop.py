@@ -22,7 +22,7 @@ import torch
 from workers.contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
 from workers.runtime.checkpoint_io import Position, restore_checkpoint, save_checkpoint
 from workers.runtime.context import LoopContext
-from workers.runtime.control import control_poller
+from workers.runtime.control import SharedFlag, control_poller
 from workers.runtime.data import TrainBatches, val_batches
 from workers.runtime.distributed import all_reduce_sum, unwrap
 from workers.runtime.reporter import EventReporter
@@ -84,7 +84,9 @@ def run_training(config: dict, ctx: LoopContext, reporter: Reporter | None = Non
         poller = control_poller(config, ctx.rank) if watched else None
         loop.watch(watched, poller)
         try:
-            return loop.run()
+            result = loop.run()
+            loop.unwatch()
+            return result
         except Preempted:
             return {PREEMPTED_KEY: loop.position.step}
         finally:
@@ -140,21 +142,24 @@ class _Loop:
         self.epoch_loss = self._zeros(2)  # this rank's [sum of step losses, steps] in the epoch
         self.epoch_throughput: list[tuple[int, float]] = []  # (samples, seconds) per epoch run here
         self.metric_names: list[str] | None = None  # the workload's, checked at the first validation
-        self.watched = False  # whether every rank asks, each step, if rank 0 heard of a preemption
+        self.flag: SharedFlag | None = None  # set on every rank when rank 0 listens for a preemption
         self.poller = None  # rank 0's ControlPoller
         self.stop_after_epoch = False  # preempted at an epoch's last step: checkpoint at its end, then stop
 
     def watch(self, watched: bool, poller) -> None:
-        self.watched, self.poller = watched, poller
+        self.poller = poller
+        self.flag = SharedFlag(self.ctx.world_size) if watched else None
+
+    def unwatch(self) -> None:
+        if self.flag is not None:
+            self.flag.close()
 
     def _preempt_requested(self) -> bool:
-        """Rank 0's flag on every rank (one tiny collective per step, only for a job that can be preempted)."""
-        if not self.watched:
+        """Rank 0's flag on every rank, one step after rank 0 heard (``SharedFlag``: no step waits for it);
+        only for a job that can be preempted."""
+        if self.flag is None:
             return False
-        flag = 1.0 if self.poller is not None and self.poller.checkpoint_now else 0.0
-        if self.ctx.world_size == 1:
-            return flag > 0
-        return all_reduce_sum(torch.tensor([flag], dtype=torch.float64, device=self.ctx.device)).item() > 0
+        return self.flag.exchange(self.poller is not None and self.poller.checkpoint_now)
 
     def _preemption_checkpoint(self, metrics: dict[str, float]) -> None:
         """The checkpoint outside the schedule, committed (registered by Ray Train) before training stops."""
