@@ -18,6 +18,7 @@ from orchestrator.auth import Principal
 from orchestrator.db.models import Deployment, DeploymentState
 from orchestrator.errors import NotFound
 from orchestrator.repositories import deployments as deployments_repo
+from orchestrator.scheduling.quotas import check_deployment_quota
 from orchestrator.services import deployments as ops
 from orchestrator.services.submission import SpecRejected
 from orchestrator.states.deployments import lock_deployment
@@ -54,6 +55,7 @@ def create_deployment(
         settings["resources"], service.backend, settings["replicas"]
     )  # asks Ray: before the transaction
     target = target_project(session, principal, project_id)
+    check_deployment_quota(session, target, settings)  # 422: its replicas could never fit the project's quota
     resolved = ops.resolve_source(session, body.source, principal.project_scope())
     deployment = ops.create_deployment(session, target, body, resolved, settings)
     session.commit()
@@ -109,6 +111,7 @@ def update_deployment(
     settings = ops.patched_settings(current.settings, body, service.settings)
     if body.resources is not None or body.replicas is not None:
         ops.check_resources(settings["resources"], service.backend, settings["replicas"])
+        check_deployment_quota(session, deployment.project_id, settings)
     resolved = ops.resolve_source(session, body.source, principal.project_scope()) if body.source else None
     locked = _locked(session, deployment)
     if locked.version != deployment.version:

@@ -4,6 +4,7 @@ checks at submit (a run that could never fit its quota: 422; a full queue: 429).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -69,6 +70,24 @@ def serving_holdings(session: Session) -> list[Holding]:
                 )
             )
     return holdings
+
+
+def check_deployment_quota(session: Session, project_id: str, settings: dict) -> None:
+    """A deployment's replicas (at most ``replicas``, or autoscaling's ``max``) that could never fit its project's
+    CPU/GPU quota (and the project may not borrow): 422 at create or update. Its replicas are not runs, so
+    neither ``max_running_jobs`` nor ``max_queued`` applies."""
+    project = session.get(Project, project_id)
+    if project is None:
+        return
+    replicas = settings["replicas"]
+    most = replicas if isinstance(replicas, int) else int(replicas["max"])
+    resources = settings["resources"]
+    per_replica = {"CPU": resources["cpus"], "GPU": resources["gpus"]}
+    demand = Demand({r: most * amount for r, amount in per_replica.items()}, per_replica, f"{most} replicas")
+    quota = replace(quota_of(project), max_running_jobs=None)
+    impossible = never_fits_quota(quota, demand)
+    if impossible:
+        raise Invalid(f"this deployment can never run under its project's quota: {impossible}", ("replicas",))
 
 
 def queued_count(session: Session, project_id: str) -> int:

@@ -590,6 +590,29 @@ def test_replicas_cpu_shares_count_against_training_admission(app, client, backe
     assert body["state"] == "QUEUED" and body["message"] == "waiting for resources: needs 3 CPU, 2 free"
 
 
+def test_replicas_count_against_their_projects_cpu_quota(app, client, backend, tmp_path):
+    """Issue 20: a deployment's replicas (x most replicas) are its project's CPUs: more than the quota, with
+    borrowing off, is a 422 at create and update; within it, they leave the project's jobs less quota."""
+    job_id, _ = finished_job(app, tmp_path)
+    project = next(p for p in client.get("/v1/projects", headers=auth(ADMIN)).json() if p["name"] == "default")
+    quota = {"max_cpus": 2, "borrowing": False}
+    assert client.put(f"/v1/projects/{project['id']}/quota", json=quota, headers=auth(ADMIN)).status_code == 200
+    refused = deploy(client, name="big", source={"job_id": job_id}, replicas=3, resources={"cpus": 1})
+    assert refused.status_code == 422, refused.text
+    assert "needs 3 CPU for 3 replicas but project default's quota is 2 CPUs (max_cpus)" in refused.text
+    healthy(app, client, backend, "paid", source={"job_id": job_id}, replicas=2, resources={"cpus": 1})
+    grow = client.patch("/v1/deployments/paid", json={"replicas": 4}, headers=auth(ADMIN))
+    assert grow.status_code == 422 and "max_cpus" in grow.text
+    waiting = client.post(
+        "/v1/jobs", json={"workload": "digits", "scaling": {"num_workers": 1}}, headers=auth(ADMIN)
+    ).json()
+    service = app.state.service
+    Scheduler(service.sessions, service.backend, service.settings).tick()
+    body = client.get(f"/v1/jobs/{waiting['id']}", headers=auth(ADMIN)).json()
+    assert body["state"] == "QUEUED" and body["reason"] == "quota_exceeded"
+    assert body["message"] == "project default uses 2 of 2 CPUs; this job needs 1 (borrowing is off)"
+
+
 def test_transition_function_records_history_and_refuses_illegal_moves(app, client, tmp_path):
     job_id, _ = finished_job(app, tmp_path)
     deployment_id = deploy(client, name="digits", source={"job_id": job_id}).json()["id"]

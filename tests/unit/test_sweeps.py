@@ -298,8 +298,9 @@ def test_a_submitted_sweep_is_queued_then_admitted_as_a_sweep_driver(app, client
     sweep = response.json()
     assert (sweep["state"], sweep["total_trials"], sweep["best_trial"]) == ("QUEUED", 8, None)
     assert sweep["trials"] == {s: 0 for s in ("PENDING", "RUNNING", "SUCCEEDED", "STOPPED", "FAILED", "CANCELLED")}
-    # The sweep holds 2 x 1.01 CPU of the fake's 4: a 2 x 1 CPU job submitted after it must wait.
-    job = submit(client, ADMIN, scaling={"num_workers": 2, "cpus_per_worker": 1}).json()
+    # The sweep holds 2 x 1 CPU of the fake's 4 (its trials' own actors ask none): a 3 x 1 CPU job submitted
+    # after it must wait.
+    job = submit(client, ADMIN, scaling={"num_workers": 3, "cpus_per_worker": 1}).json()
     tick(app)
     sweep = client.get(f"/v1/sweeps/{sweep['id']}", headers=auth(ADMIN)).json()
     assert (sweep["state"], sweep["attempt"]) == ("STARTING", 1)
@@ -307,7 +308,7 @@ def test_a_submitted_sweep_is_queued_then_admitted_as_a_sweep_driver(app, client
     assert submission == f"{sweep['id']}-1"
     assert entrypoint == f"python -m workers.tune.driver --sweep-id {sweep['id']} --attempt 1"
     job = client.get(f"/v1/jobs/{job['id']}", headers=auth(ADMIN)).json()
-    assert job["state"] == "QUEUED" and "needs 2 CPU, 1.98 free" in job["message"]
+    assert job["state"] == "QUEUED" and "needs 3 CPU, 2 free" in job["message"]
     assignment = client.get(
         f"/internal/v1/sweeps/{sweep['id']}/assignment",
         params={"attempt": 1},
