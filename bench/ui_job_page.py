@@ -22,6 +22,10 @@ Measured, ``--rounds`` times each, alternating which goes first, median and min:
 - **poll**: a live update of the curves when nothing changed (If-None-Match, 304).
 
 Prints the ratio page / reference (below 1: the page is faster than reading the points over REST).
+
+``--browser``: also the time a real headless Chromium (Debian's, through Playwright's ``executable_path``;
+ORCHESTRATOR_CHROMIUM or the first on PATH) takes from starting to load the page to every curve drawn, with
+the curves' cache emptied first, median of ``--rounds``.
 """
 
 from __future__ import annotations
@@ -177,12 +181,54 @@ def load_reference(client: httpx.Client, job_id: str, key: str) -> tuple[float, 
     return time.perf_counter() - began, count
 
 
+def browser_times(url: str, key: str, job_id: str, rounds: int) -> list[float]:
+    import os
+    import shutil
+
+    from playwright.sync_api import sync_playwright
+
+    path = os.environ.get("ORCHESTRATOR_CHROMIUM") or next(
+        filter(None, (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome"))), None
+    )
+    if path is None:
+        raise SystemExit("--browser: no Chromium found (scripts/ensure-chromium.sh installs Debian's)")
+    times = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=path, args=["--no-sandbox"])
+        # wait_for_function evaluates its predicate as a string: the pages' CSP (no eval) would refuse it
+        options = {"viewport": {"width": 1400, "height": 1200}, "bypass_csp": True}
+        signing = browser.new_context(**options)
+        page = signing.new_page()
+        page.goto(f"{url}/ui/login")
+        page.fill("input[name=api_key]", key)
+        page.click("button[type=submit]")
+        page.wait_for_url("**/ui/jobs")
+        session = signing.storage_state()
+        for _ in range(rounds + 1):  # the first one warms up
+            # A new context each time: an empty HTTP cache (else the browser revalidates the curves it has: 304)
+            context = browser.new_context(storage_state=session, **options)
+            page = context.new_page()
+            CHARTS.clear()
+            began = time.perf_counter()
+            page.goto(f"{url}/ui/jobs/{job_id}")
+            page.wait_for_function(
+                "document.querySelectorAll('#charts .chart canvas').length >= 3 && "
+                "document.getElementById('points-info').textContent.length > 0",
+                timeout=120_000,
+            )
+            times.append(time.perf_counter() - began)
+            context.close()
+        browser.close()
+    return times[1:]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--points", type=int, default=100_000)
     parser.add_argument("--steps-per-epoch", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--database-url", default=None, help="default: SQLite in a temporary folder")
+    parser.add_argument("--browser", action="store_true", help="also time a headless Chromium drawing the page")
     args = parser.parse_args()
 
     folder = Path(tempfile.mkdtemp(prefix="ui-bench-"))
@@ -219,6 +265,7 @@ def main() -> None:
                 poll = client.get(f"/ui/api/jobs/{job_id}/metrics?x=step&points=2000", headers={"If-None-Match": etag})
                 poll_times.append(time.perf_counter() - poll_began)
                 assert poll.status_code == 304
+        drawn = browser_times(url, key, job_id, args.rounds) if args.browser else []
     finally:
         server.should_exit = True
         thread.join(timeout=30)
@@ -235,6 +282,11 @@ def main() -> None:
         f"min {min(reference_times) * 1000:.0f} ms"
     )
     print(f"live poll, unchanged (304): median {polled * 1000:.1f} ms")
+    if drawn:
+        print(
+            f"browser, navigation to every curve drawn (Chromium): median {statistics.median(drawn) * 1000:.0f} ms, "
+            f"min {min(drawn) * 1000:.0f} ms"
+        )
     print(f"ratio page / reference: {page / reference:.2f}; cached page / reference: {cached / reference:.3f}")
 
 
