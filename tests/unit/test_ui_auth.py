@@ -174,3 +174,40 @@ def test_only_a_cluster_admin_switches_projects(client):
     answer = client.post("/ui/project", data={"csrf_token": token, "project_id": a}, follow_redirects=False)
     assert answer.status_code == 303
     assert f'<option value="{a}" selected>' in client.get("/ui/jobs").text
+
+
+def test_the_secret_is_made_once_kept_private_and_outlives_a_restart(tmp_path):
+    import stat
+
+    from api.ui.secret import SECRET_FILE, ui_secret
+    from orchestrator.settings import Settings
+
+    settings = Settings(var_dir=str(tmp_path / "var"))
+    made = ui_secret(settings)
+    path = tmp_path / "var" / SECRET_FILE
+    assert len(made) >= 32 and path.read_text() == made
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert ui_secret(Settings(var_dir=str(tmp_path / "var"))) == made  # a restart signs with the same one
+    assert ui_secret(Settings(var_dir=str(tmp_path / "var"), ui_secret="s" * 32)) == "s" * 32  # the setting wins
+
+
+def test_a_short_secret_setting_is_refused_by_name():
+    from pydantic import ValidationError
+
+    from orchestrator.settings import Settings
+
+    with pytest.raises(ValidationError, match="ui_secret"):
+        Settings(ui_secret="too-short")
+
+
+def test_a_session_survives_a_restart_of_the_service(app, client, tmp_path, backend):
+    """Two apps on one var_dir and database: the second accepts the first one's cookie (the same secret)."""
+    from api.app import create_app
+
+    _project, keys = make_project(client, "a")
+    signed_in(client, keys["viewer"])
+    cookie = client.cookies["orch_ui"]
+    again = create_app(app.state.service.settings, backend=backend, run_loops=False)
+    with TestClient(again) as restarted:
+        restarted.cookies.set("orch_ui", cookie, path="/ui")
+        assert restarted.get("/ui/api/jobs").status_code == 200

@@ -307,6 +307,13 @@ def test_static_files_and_the_vendored_chart_library_are_served(client):
     vendored = client.get("/ui/static/vendor/uPlot.iife.min.js")
     assert vendored.status_code == 200 and "uPlot" in vendored.text
     assert client.get("/ui/static/vendor/uPlot.min.css").status_code == 200
+    # the vendored copy is the version scripts/vendor-ui.sh pins (it checks that tarball's sha512)
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    pinned = re.search(r"^VERSION=(\S+)$", (root / "scripts/vendor-ui.sh").read_text(), re.M).group(1)
+    assert f"(v{pinned})" in vendored.text[:200]
+    assert "MIT License" in (root / "api/ui/static/vendor/uPlot.LICENSE").read_text()
 
 
 def test_the_ui_is_not_part_of_the_rest_contract(app):
