@@ -30,6 +30,7 @@ from orchestrator.services import deployments as deployments_ops
 from orchestrator.services.downsample import finite, minmax
 from orchestrator.states.sweeps import TRIAL_TERMINAL
 from workers.contract.deployments import DeploymentCreate, SourceSpec
+from workers.contract.metrics import POSITION_KEYS
 
 router = APIRouter()
 api_router = APIRouter(prefix="/api")
@@ -122,17 +123,23 @@ def curves(session: Session, sweep: Sweep, trials: list[Trial], metric: str) -> 
     """Every trial's curve of ``metric`` by epoch, each downsampled (``minmax``), on one shared x (the union of
     the epochs; a trial without a point at an x has a gap there), and every metric name the trials reported."""
     per_trial: dict[str, tuple[list[float], list[float]]] = {t.id: ([], []) for t in trials}
-    names: set[str] = set()
+    # The names to choose from: what each trial reported last (every epoch reports the same names).
+    names = {
+        name
+        for t in trials
+        for name, value in (t.latest_metrics or {}).items()
+        if name not in POSITION_KEYS and finite(value) is not None
+    }
     if trials:
+        # Only the one metric's value of each point is read, as a number (the database extracts it from the JSON).
         rows = session.execute(
-            select(TrialMetric.trial_id, TrialMetric.epoch, TrialMetric.values)
+            select(TrialMetric.trial_id, TrialMetric.epoch, TrialMetric.values[metric].as_float())
             .join(Trial, Trial.id == TrialMetric.trial_id)
             .where(Trial.sweep_id == sweep.id)
             .order_by(TrialMetric.trial_id, TrialMetric.epoch)
         )
-        for trial_id, epoch, values in rows:
-            names.update(name for name, value in (values or {}).items() if finite(value) is not None)
-            y = finite((values or {}).get(metric))
+        for trial_id, epoch, value in rows:
+            y = finite(value)
             if y is not None and trial_id in per_trial:
                 per_trial[trial_id][0].append(float(epoch))
                 per_trial[trial_id][1].append(y)

@@ -51,6 +51,7 @@ def make_sweep(app, tmp_path, project_id: str, name: str = "search", state: JobS
                 (folder / "model.pt").write_bytes(b"weights")
                 values = {"val_loss": loss, "val_accuracy": 1 - loss / 2}
                 sweeps_repo.record_trial_metric(session, trial, epoch, 10 * epoch, values, str(folder))
+                trial.latest_metrics = {**values, "epoch": epoch}  # as the driver's events set it
             if losses:
                 best = min(range(len(losses)), key=lambda i: losses[i])
                 trial.best_metric, trial.best_epoch = losses[best], best + 1
