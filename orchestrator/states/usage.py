@@ -101,7 +101,7 @@ def job_usage(session: Session, change: Change) -> None:
                     **_held(scaling_of(job.spec)),
                 )
             )
-    elif change.to_state not in _RUN_HELD:
+    elif change.from_state in _RUN_HELD and change.to_state not in _RUN_HELD:  # only then can one be open
         interval = _open_interval(session, job.id)
         if interval is None:
             return
@@ -139,7 +139,7 @@ def trial_usage(session: Session, change: Change) -> None:
                 **_held(scaling),
             )
         )
-    elif change.to_state != TrialState.RUNNING:
+    elif change.from_state == TrialState.RUNNING:
         interval = _open_interval(session, trial.id)
         if interval is None:
             return
@@ -171,7 +171,7 @@ def deployment_usage(session: Session, change: Change) -> None:
     """Every transition (and the creation) closes the open stretch and, while the deployment serves, opens
     the next with the replicas and resources of the version it serves now."""
     deployment = change.row
-    interval = _open_interval(session, deployment.id)
+    interval = _open_interval(session, deployment.id) if change.from_state in _DEPLOYMENT_HELD else None
     if interval is not None:
         _close(interval, change)
     if change.to_state not in _DEPLOYMENT_HELD:
