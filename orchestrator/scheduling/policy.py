@@ -16,9 +16,10 @@ The rules (docs/scheduling.md):
    on what is left once every project's runs within quota have had their turn, and it is marked borrowing.
 5. A run that fits what is free starts; one that does not waits (``insufficient_resources``) while smaller
    ones behind it may still start (only on what a reservation does not hold).
-6. Preemption: the first run that waits for resources only (within its quota) asks for victims when the
-   resources they hold, with what is free, would let it start: runs of its project with a lower priority,
-   runs that borrow, and runs of projects above their fair share while its project is below its own.
+6. Preemption: the first run (in the order above) that preempting would let start asks for victims: runs
+   of its project with a lower priority (also for a run over its project's quota: they give the quota back);
+   for a run waiting for the cluster, also runs of other projects that borrow, and runs of projects above
+   their fair share while its project, with it, stays at or below its own. One preemption a tick.
 """
 
 from __future__ import annotations
@@ -86,8 +87,9 @@ class Holding:
 @dataclass(frozen=True)
 class Preemption:
     """``for_key`` cannot start otherwise: ``eligible`` (key -> trigger: "priority", "quota" for a run that
-    borrows, "fair_share"), in victim order, may be preempted for it; ``victims`` is the shortest prefix
-    that frees enough with what is free (``orchestrator.services.preemption.choose_victims`` makes the final
+    borrows, "fair_share"), in victim order, may be preempted for it; ``free`` is what it may take now (the
+    cluster's free resources, capped by its project's quota headroom); ``victims`` is the shortest prefix
+    that frees enough (``orchestrator.services.preemption.choose_victims`` makes the final
     choice: it also knows which runs are already being preempted)."""
 
     for_key: str
@@ -314,15 +316,17 @@ def plan_tick(
                 f"{now_over[1] if now_over else over}; no idle capacity to borrow: {missing}",
             )
 
-    # 6. Preemption: the reserved run first, then in fair-share order.
-    candidates = [r for r in starved if r.key == plan.reserved_for] + order
+    # 6. Preemption: the reserved run first, then in fair-share order; the first run that can start by it asks.
+    candidates = [r for r in starved if r.key == plan.reserved_for] + order + [run for run, _ in deferred]
+    seen: set[str] = set()
     for run in candidates:
-        if plan.waits.get(run.key, ("",))[0] != INSUFFICIENT:
+        reason = plan.waits.get(run.key, ("",))[0]
+        if run.key in seen or reason not in (INSUFFICIENT, QUOTA_EXCEEDED):
             continue
-        preemption = _preemption_for(run, holding, quotas, state, quota_of)
-        if preemption is not None:
-            plan.preemption = preemption
-        break  # only the first run that waits for resources may ask, once a tick
+        seen.add(run.key)
+        plan.preemption = _preemption_for(run, reason, holding, state, quota_of)
+        if plan.preemption is not None:
+            break  # one preemption a tick
     return plan
 
 
@@ -343,10 +347,16 @@ def victim_order(victim: Holding) -> tuple:
     return (victim.priority, not victim.borrowing, -started, victim.key)
 
 
-def _preemption_for(run: Waiting, holding: Sequence[Holding], quotas, state: _State, quota_of) -> Preemption | None:
-    projects = {h.project_id for h in holding} | {run.project_id}
-    entitled, ratio = fair_shares(projects, quota_of, state.shares)
+def _preemption_for(
+    run: Waiting, reason: str, holding: Sequence[Holding], state: _State, quota_of
+) -> Preemption | None:
+    """Whom ``run`` may preempt, and whether that would let it start. A run over its project's quota may take
+    only its own project's lower-priority runs (which give back quota too); one waiting for the cluster also
+    borrowers of other projects, and runs of projects above their fair share while its own is below."""
     mine = run.project_id
+    quota = quota_of(mine)
+    projects = {h.project_id for h in holding} | {mine}
+    entitled, ratio = fair_shares(projects, quota_of, state.shares)
     under_share = ratio.get(mine, 0.0) + dominant_share(run.demand.total, state.capacity) / entitled[mine] <= 1.0 + _EPS
     eligible: list[tuple[Holding, str]] = []
     for h in holding:
@@ -354,30 +364,65 @@ def _preemption_for(run: Waiting, holding: Sequence[Holding], quotas, state: _St
             continue
         if h.project_id == mine and h.priority < run.priority:
             eligible.append((h, "priority"))
-        elif h.borrowing and h.project_id != mine:
+        elif reason != INSUFFICIENT or h.project_id == mine:
+            continue
+        elif h.borrowing:
             eligible.append((h, "quota"))  # the capacity it borrows is wanted back
-        elif h.project_id != mine and under_share and ratio.get(h.project_id, 0.0) > 1.0 + _EPS:
+        elif under_share and ratio.get(h.project_id, 0.0) > 1.0 + _EPS:
             eligible.append((h, "fair_share"))
+    if not eligible:
+        return None
     eligible.sort(key=lambda pair: victim_order(pair[0]))
-    free = dict(state.available())
     request = run.demand.total
+    free = dict(state.available())
+    used = dict(state.used_by(mine))
+    running = state.running.get(mine, 0)
+    # What the run may take now, its quota counted: the free that choose_victims weighs victims against.
+    room = dict(free)
+    for r in RESOURCES:
+        limit = quota.limit(r)
+        if limit is not None and not quota.borrowing:
+            room[r] = min(room[r], max(0.0, limit - used.get(r, 0.0)))
+        if quota.max_running_jobs is not None and running >= quota.max_running_jobs:
+            room[r] = 0.0  # a run of its own must go first, whatever it holds
+
+    def lacking() -> set[str]:
+        """What still stops the run: a resource of the cluster ("CPU"), of its quota ("quota:CPU"), or its
+        project's count of running jobs ("quota:runs")."""
+        missing = {r for r in RESOURCES if request.get(r, 0.0) > free[r] + _EPS}
+        over = over_quota(quota, used, request)
+        if over is not None and not quota.borrowing:
+            missing.add(f"quota:{over[0]}")
+        if quota.max_running_jobs is not None and running >= quota.max_running_jobs:
+            missing.add("quota:runs")
+        return missing
+
     chosen: list[Holding] = []
     for victim, _ in eligible:
-        if shortfall(request, free) is None:
+        missing = lacking()
+        if not missing:
             break
-        if not any(victim.request.get(r, 0.0) > _EPS and request.get(r, 0.0) > free[r] + _EPS for r in RESOURCES):
+        own = victim.project_id == mine
+        gives = {r for r in RESOURCES if victim.request.get(r, 0.0) > _EPS}
+        helps = bool(gives & missing) or (
+            own and ("quota:runs" in missing or any(f"quota:{r}" in missing for r in gives))
+        )
+        if not helps:
             continue  # frees nothing this run lacks
         chosen.append(victim)
+        running -= 1 if own else 0
         for r in RESOURCES:
             free[r] += victim.request.get(r, 0.0)
-    if not chosen or shortfall(request, free) is not None:
+            if own:
+                used[r] -= victim.request.get(r, 0.0)
+    if not chosen or lacking():
         return None
     return Preemption(
         for_key=run.key,
         for_project=mine,
         priority=run.priority,
         need=dict(request),
-        free=state.available(),
+        free=room,
         eligible=tuple((v.key, trigger) for v, trigger in eligible),
         victims=tuple(v.key for v in chosen),
     )

@@ -178,3 +178,20 @@ def test_a_higher_priority_job_asks_the_lower_priority_one_to_checkpoint_and_sto
     assert again.preemption is not None
     assert job(client, high)["reason"] == "preempting"
     assert "stop" not in backend.asked
+
+
+def test_a_higher_priority_job_over_its_quota_takes_it_back_from_a_lower_priority_one(app, client, backend):
+    """The cluster has room (4 CPUs, 1 used) but the project's 1-CPU quota is full of low-priority work:
+    S2's choose_victims, told the quota's headroom as what is free, picks the low job."""
+    project_id, keys = make_project(client, "vision")
+    set_quota(client, project_id, max_cpus=1, borrowing=False)
+    low = submit(client, keys["member"], scaling=ONE_CPU, priority=0).json()["id"]
+    scheduler(app).tick()
+    high = submit(client, keys["member"], scaling=ONE_CPU, priority=10).json()["id"]
+    plan = scheduler(app).tick()
+    assert plan.waits[f"job:{high}"][0] == "quota_exceeded"
+    assert plan.preemption is not None and plan.preemption.victims == (f"job:{low}",)
+    with app.state.service.sessions() as session:
+        victim = session.get(Job, low)
+        assert victim.preempt_requested_at is not None and "(priority)" in victim.preempt_by
+    assert job(client, high)["reason"] == "preempting"

@@ -305,12 +305,33 @@ def test_a_project_under_its_fair_share_preempts_one_above_it():
     assert plan([waiting("a-big", "a", cpus=3)], holding=holding, shares={"b": 1.0}).preemption is None
 
 
-def test_no_preemption_for_a_quota_wait_or_when_victims_cannot_free_enough():
+def test_a_higher_priority_job_over_its_quota_preempts_its_projects_lower_priority_job():
+    """The project's quota is full of its own low-priority work: the urgent job takes the quota back from it
+    (the cluster has room: the quota is what it lacks), and choose_victims sees the quota's headroom as free."""
     quotas = [ProjectQuota("a", max_cpus=1, borrowing=False)]
     holding = [held("a-low", "a", cpus=1, priority=0)]
-    assert plan([waiting("a-high", "a", cpus=1, priority=5)], holding, quotas).preemption is None  # quota, not room
+    result = plan([waiting("a-high", "a", cpus=1, priority=5)], holding, quotas)
+    assert result.waits["a-high"][0] == "quota_exceeded"
+    assert result.preemption is not None and result.preemption.victims == ("a-low",)
+    assert result.preemption.free == {"CPU": 0.0, "GPU": 0.0}  # 3 CPUs free in the cluster, none in the quota
+    # max_running_jobs: one of its own runs must go, whatever it holds.
+    count = [ProjectQuota("a", max_running_jobs=1)]
+    result = plan([waiting("a-high", "a", cpus=1, priority=5)], [held("a-low", "a", cpus=0.5)], count)
+    assert result.preemption is not None and result.preemption.victims == ("a-low",)
+
+
+def test_no_preemption_when_victims_cannot_free_enough_or_only_other_projects_hold_the_quota():
+    # Over its own quota, another project's borrower or over-share run gives it no quota back.
+    quotas = [ProjectQuota("a", max_cpus=1, borrowing=False)]
+    holding = [held("a-run", "a", cpus=1, priority=9), held("b-borrow", "b", cpus=3, borrowing=True)]
+    assert plan([waiting("a-high", "a", cpus=1, priority=5)], holding, quotas).preemption is None
+    # Equal priority in its project: no trigger.
+    assert plan([waiting("a-same", "a", cpus=1, priority=9)], holding, quotas).preemption is None
     not_preemptible = [Holding("x", "a", {"CPU": 4, "GPU": 0}, priority=0, preemptible=False)]
     assert plan([waiting("a-high", "a", cpus=2, priority=5)], not_preemptible).preemption is None
+    # Victims that together free too little: nobody is asked.
+    small = [held("a-low", "a", cpus=1, priority=0), held("b-x", "b", cpus=3, priority=9)]
+    assert plan([waiting("a-high", "a", cpus=3, priority=5)], small, shares={"a": 0.25, "b": 0.75}).preemption is None
 
 
 def test_a_run_that_can_never_fit_the_cluster_fails():
