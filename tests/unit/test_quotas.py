@@ -195,3 +195,25 @@ def test_a_higher_priority_job_over_its_quota_takes_it_back_from_a_lower_priorit
         victim = session.get(Job, low)
         assert victim.preempt_requested_at is not None and "(priority)" in victim.preempt_by
     assert job(client, high)["reason"] == "preempting"
+
+
+def test_a_sweep_counts_its_concurrent_trials_against_the_quota(app, client, backend):
+    """A sweep holds max_concurrent_trials trials at their largest scaling: 2 x 1 CPU over a 1-CPU quota that
+    may not borrow is a 422 naming max_concurrent_trials; within the quota it runs, and counts as a running
+    job for max_running_jobs."""
+    project_id, keys = make_project(client, "vision")
+    set_quota(client, project_id, max_cpus=1, borrowing=False)
+    body = {
+        "base": {"workload": "digits", "scaling": ONE_CPU},
+        "search_space": {"lr.base": {"type": "choice", "values": [0.1, 0.2]}},
+        "max_concurrent_trials": 2,
+    }
+    refused = client.post("/v1/sweeps", json=body, headers=auth(keys["member"]))
+    assert refused.status_code == 422, refused.text
+    assert "max_concurrent_trials" in refused.text and "needs 2 CPU for 2 concurrent trial(s)" in refused.text
+    set_quota(client, project_id, max_cpus=2, max_running_jobs=1, borrowing=False)
+    sweep = client.post("/v1/sweeps", json=body, headers=auth(keys["member"])).json()
+    job_id = submit(client, keys["member"], scaling={"num_workers": 1, "cpus_per_worker": 0.5}).json()["id"]
+    scheduler(app).tick()
+    assert client.get(f"/v1/sweeps/{sweep['id']}", headers=auth(ADMIN)).json()["state"] == "STARTING"
+    assert job(client, job_id)["message"] == "project vision runs 1 of 1 jobs at once (max_running_jobs)"
