@@ -119,9 +119,10 @@ def trials_shown(session: Session, sweep: Sweep) -> list[Trial]:
     return list(session.scalars(query))
 
 
-def curves(session: Session, sweep: Sweep, trials: list[Trial], metric: str) -> dict[str, Any]:
+def curves(session: Session, sweep: Sweep, trials: list[Trial], metric: str, points: bool = True) -> dict[str, Any]:
     """Every trial's curve of ``metric`` by epoch, each downsampled (``minmax``), on one shared x (the union of
-    the epochs; a trial without a point at an x has a gap there), and every metric name the trials reported."""
+    the epochs; a trial without a point at an x has a gap there), and every metric name the trials reported.
+    ``points`` False: the names only (``pending``: the page's first poll brings the points)."""
     per_trial: dict[str, tuple[list[float], list[float]]] = {t.id: ([], []) for t in trials}
     # The names to choose from: what each trial reported last (every epoch reports the same names).
     names = {
@@ -130,7 +131,7 @@ def curves(session: Session, sweep: Sweep, trials: list[Trial], metric: str) -> 
         for name, value in (t.latest_metrics or {}).items()
         if name not in POSITION_KEYS and finite(value) is not None
     }
-    if trials:
+    if trials and points:
         # Only the one metric's value of each point is read, as a number (the database extracts it from the JSON).
         rows = session.execute(
             select(TrialMetric.trial_id, TrialMetric.epoch, TrialMetric.values[metric].as_float())
@@ -154,12 +155,13 @@ def curves(session: Session, sweep: Sweep, trials: list[Trial], metric: str) -> 
         for xv, yv in zip(*sampled[trial.id], strict=True):
             y[index[xv]] = yv
         series.append({"label": f"trial {trial.number}", "trial_id": trial.id, "y": y})
-    return {"metric": metric, "metrics": sorted(names | {sweep.spec["metric"]}), "x": x, "series": series}
+    names.add(sweep.spec["metric"])
+    return {"metric": metric, "metrics": sorted(names), "x": x, "series": series, "pending": not points}
 
 
-def sweep_detail(session: Session, sweep: Sweep, metric: str | None = None) -> dict[str, Any]:
+def sweep_detail(session: Session, sweep: Sweep, metric: str | None = None, points: bool = True) -> dict[str, Any]:
     """What the sweep page shows and polls: the sweep, its trials, their curves of ``metric`` (default: the
-    sweep's) and the searched paths."""
+    sweep's; ``points`` False: none yet) and the searched paths."""
     summary = sweep_summary(session, sweep)
     trials = trials_shown(session, sweep)
     space = (sweep.spec or {}).get("search_space") or {}
@@ -167,7 +169,7 @@ def sweep_detail(session: Session, sweep: Sweep, metric: str | None = None) -> d
         "sweep": summary,
         "trials": [trial_row(t) for t in trials],
         "trials_total": sum(summary["trials"].values()),
-        "curves": curves(session, sweep, trials, metric or summary["metric"]),
+        "curves": curves(session, sweep, trials, metric or summary["metric"], points),
         "params": [{"path": path, "log": dim.get("type") == "loguniform"} for path, dim in sorted(space.items())],
     }
 
@@ -237,7 +239,7 @@ def sweeps_page(
 @router.get("/sweeps/{sweep_id}")
 def sweep_page(request: Request, sweep_id: str, session: SessionDep, user: UiUserDep) -> Response:
     sweep = sweep_or_404(session, sweep_id, user)
-    detail = sweep_detail(session, sweep)
+    detail = sweep_detail(session, sweep, points=False)  # the curves come with the page's first poll
     best = session.get(Trial, sweep.best_trial_id) if sweep.best_trial_id else None
     return render(
         request,

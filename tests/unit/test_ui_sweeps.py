@@ -95,6 +95,7 @@ def test_the_sweep_page_shows_the_trials_the_curves_and_the_best_trial(app, two_
     assert 'id="deploy-best"' in html and f'value="{sweep["trials"][2]}"' in html
     assert "ValueError: boom" in html and 'id="sweep-chart"' in html and 'id="parallel"' in html
     assert "/ui/static/charts.js" in html and "/ui/static/sweep.js" in html
+    assert '"pending": true' in html  # the page reads no points: its first poll brings the curves
 
     data = member.get(f"/ui/api/sweeps/{sweep['id']}")
     assert data.status_code == 200

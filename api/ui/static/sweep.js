@@ -125,7 +125,9 @@
     }
     metricSelect.value = curves.metric;
     document.getElementById("curves-metric").textContent = curves.metric;
-    document.getElementById("no-curves").classList.toggle("hidden", curves.series.length > 0);
+    const empty = document.getElementById("no-curves");
+    empty.textContent = curves.pending ? "Loading the curves…" : "No trial has reported this metric yet.";
+    empty.classList.toggle("hidden", curves.series.length > 0);
     chartElement.classList.toggle("hidden", curves.series.length === 0);
     document.getElementById("curves-info").textContent = curves.series.length
       ? `${curves.series.length} trial(s), ${curves.x.length} epoch value(s)`
