@@ -108,7 +108,10 @@ def job_logs(
             request,
             {"attempt": attempt, "total": total, "q": q, "matches": len(found), "lines": numbered, "next": total},
         )
-    start = after if after is not None else max(0, total - tail)
+    # A follow past the end: the log it followed was replaced by a shorter copy (Ray's live copy lost, the
+    # archive behind it): start again from the tail, and say so (the page clears what it shows).
+    reset = after is not None and after > total
+    start = after if after is not None and not reset else max(0, total - tail)
     chunk = lines[start : start + MAX_LOG_LINES]
     return json_answer(
         request,
@@ -119,5 +122,6 @@ def job_logs(
             "lines": [(start + i, line) for i, line in enumerate(chunk)],
             "next": start + len(chunk),
             "ended": job.state in TERMINAL,
+            "reset": reset,
         },
     )

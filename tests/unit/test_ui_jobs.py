@@ -278,6 +278,10 @@ def test_logs_tail_follow_search_and_download_per_attempt(app, client, backend, 
     outputs[f"{job}-1"] += "a new line\n"  # a follow asks for what comes after the last line it has
     follow = client.get(f"/ui/api/jobs/{job}/logs?attempt=1&after=3000").json()
     assert follow["lines"] == [[3000, "a new line"]] and follow["next"] == 3001
+    outputs[f"{job}-1"] = "a shorter copy\n"  # e.g. Ray lost its live copy; the archive holds less
+    restarted = client.get(f"/ui/api/jobs/{job}/logs?attempt=1&after=3001").json()
+    assert restarted["reset"] is True and restarted["lines"] == [[0, "a shorter copy"]] and restarted["next"] == 1
+    outputs[f"{job}-1"] += "".join(f"first attempt line {i}\n" for i in range(2999)) + "a new line\n"
     found = client.get(f"/ui/api/jobs/{job}/logs?attempt=2&q=LOSS").json()
     assert found["matches"] == 2 and [n for n, _ in found["lines"]] == [1, 2]
     download = client.get(f"/ui/jobs/{job}/logs/download?attempt=1")

@@ -185,7 +185,7 @@
   }
 
   function onLogs(data) {
-    if (next == null) logs.textContent = "";
+    if (next == null || data.reset) logs.textContent = "";
     appendLines(data.lines);
     next = data.next;
     $("log-info").textContent = `${data.total.toLocaleString()} lines`;
