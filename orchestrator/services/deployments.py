@@ -458,5 +458,8 @@ def _add_version(
 
 
 def _describe(resolved: ResolvedSource) -> str:
+    epoch = resolved.checkpoint.get("epoch")
+    if resolved.checkpoint.get("trial_id"):  # a trial's checkpoint has no checkpoint row (nor id)
+        return f"trial {resolved.checkpoint['trial_id']} of sweep {resolved.checkpoint.get('sweep_id')} (epoch {epoch})"
     where = f"job {resolved.job_id} " if resolved.job_id else ""
-    return f"{where}checkpoint {resolved.checkpoint_id} (epoch {resolved.checkpoint.get('epoch')})"
+    return f"{where}checkpoint {resolved.checkpoint_id} (epoch {epoch})"

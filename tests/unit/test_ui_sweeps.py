@@ -189,6 +189,9 @@ def test_a_member_deploys_the_best_trial_with_the_csrf_token(app, two_projects):
     assert deployment["target"]["source"] == {"trial_id": sweep["trials"][2], "select": "best"}
     assert deployment["target"]["checkpoint"]["trial_id"] == sweep["trials"][2]
     assert deployment["target"]["checkpoint"]["epoch"] == 3  # the trial's best epoch (val_loss 0.2)
+    assert (
+        deployment["message"] == f"deploying version 1 from trial {sweep['trials'][2]} of sweep {sweep['id']} (epoch 3)"
+    )
     # Its page names where the checkpoint came from: the trial, linked to its sweep.
     page = member.get("/ui/deployments/best-of-a").text
     assert f'<a href="/ui/sweeps/{sweep["id"]}">trial {sweep["trials"][2]}</a>' in page

@@ -56,7 +56,7 @@
           .join(" ");
         return `<tr data-version="${v.version}" class="${serving ? "best" : ""}">
           <td>v${v.version}${marks}</td>
-          <td>${origin}<br><span class="muted mono">${esc(v.checkpoint_path)}</span></td>
+          <td>${origin}<br><span class="muted mono path">${esc(v.checkpoint_path)}</span></td>
           <td class="num">${esc(v.epoch == null ? "" : v.epoch)} / ${esc(v.step == null ? "" : v.step)}</td>
           <td class="mono">${metrics}</td>
           <td class="num">${esc(v.replicas_text)}</td>
