@@ -1,4 +1,4 @@
-"""``orch projects`` (create, list, get, update) and ``orch keys`` (create, list, revoke): cluster and
+"""``orch projects`` (create, list, get, update, quota) and ``orch keys`` (create, list, revoke): cluster and
 project admins."""
 
 from __future__ import annotations
@@ -61,6 +61,32 @@ def update(
     found = resolve(ctx, project)
     updated = client(ctx).projects.update(found.id, max_priority=max_priority)
     output.emit(updated, fmt, output.detail)
+
+
+@app.command()
+def quota(
+    ctx: typer.Context,
+    project: ProjectRef,
+    max_cpus: Annotated[float | None, typer.Option(help="CPUs its runs and replicas may hold.")] = None,
+    max_gpus: Annotated[float | None, typer.Option(help="GPUs they may hold.")] = None,
+    max_running_jobs: Annotated[int | None, typer.Option(help="Jobs and sweeps running at once.")] = None,
+    max_queued: Annotated[int | None, typer.Option(help="Jobs and sweeps queued; past it a submit is a 429.")] = None,
+    weight: Annotated[float, typer.Option(help="Its weight in fair share between projects.")] = 1.0,
+    borrowing: Annotated[bool, typer.Option(help="May use idle capacity beyond its CPU/GPU quota.")] = True,
+    fmt: OutputOption = output.Format.table,
+) -> None:
+    """Replace a project's quota (cluster-wide admins); a limit left out is no limit (docs/scheduling.md)."""
+    found = resolve(ctx, project)
+    updated = client(ctx).projects.set_quota(
+        found.id,
+        max_cpus=max_cpus,
+        max_gpus=max_gpus,
+        max_running_jobs=max_running_jobs,
+        max_queued=max_queued,
+        weight=weight,
+        borrowing=borrowing,
+    )
+    output.emit(updated.quota, fmt, output.detail)
 
 
 def resolve(ctx: typer.Context, ref: str) -> Any:

@@ -73,5 +73,12 @@ class Projects:
         response = self._http.request("PATCH", f"/v1/projects/{project_id}", json=limits)
         return ProjectOut.model_validate(response.json())
 
+    def set_quota(self, project_id: str, **quota: Any) -> ProjectOut:
+        """Replace the project's quota (cluster-wide admins): ``max_cpus``, ``max_gpus``, ``max_running_jobs``,
+        ``max_queued``, ``weight``, ``borrowing``; one left out goes back to its default (docs/scheduling.md)."""
+        # A wrong name or value is the server's 422 (an Invalid naming the field), as for every other call.
+        response = self._http.request("PUT", f"/v1/projects/{project_id}/quota", json=quota)
+        return ProjectOut.model_validate(response.json())
+
     def keys(self, project_id: str) -> Keys:
         return Keys(self._http, project_id)

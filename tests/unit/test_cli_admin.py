@@ -39,6 +39,27 @@ def test_projects_and_keys(live):
     assert orch(live, "projects", "list", token=key["key"]).exit_code == 2  # revoked: 401
 
 
+def test_project_quota(live):
+    """``orch projects quota`` and the SDK's ``set_quota`` (issue 20): PUT replaces the whole quota."""
+    assert orch(live, "projects", "create", "vision").exit_code == 0
+    set_ = orch(
+        live, "projects", "quota", "vision", "--max-gpus", "8", "--max-queued", "20", "--no-borrowing", "-o", "json"
+    )
+    assert set_.exit_code == 0, set_.output
+    assert json.loads(set_.stdout) == {
+        "max_cpus": None,
+        "max_gpus": 8.0,
+        "max_running_jobs": None,
+        "max_queued": 20,
+        "weight": 1.0,
+        "borrowing": False,
+    }
+    shown = json.loads(orch(live, "projects", "get", "vision", "-o", "json").stdout)
+    assert shown["quota"]["max_gpus"] == 8.0 and shown["quota"]["borrowing"] is False
+    bad = orch(live, "projects", "quota", "vision", "--weight", "0")
+    assert bad.exit_code == 2 and "weight" in bad.output
+
+
 def test_code_upload_list_get(live, tmp_path):
     code = tmp_path / "code"
     (code / "pkg").mkdir(parents=True)
