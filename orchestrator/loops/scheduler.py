@@ -100,7 +100,7 @@ class Scheduler:
         return plan
 
     def _decayed_shares(self, holding: list[Holding], capacity: ClusterCapacity) -> dict[str, float]:
-        current: dict[str, float] = {}
+        """Each project's dominant share now, folded into the decayed shares (``policy.decayed_shares``)."""
         per_project: dict[str, dict[str, float]] = {}
         for h in holding:
             bucket = per_project.setdefault(h.project_id, {})
