@@ -2,7 +2,7 @@
 //
 //   const chart = Charts.line(element, { title: "loss", xLabel: "step", time: false });
 //   chart.update({ x: [...], series: [{ label, y: [...], group, dash, points }], markers: [{ x, label }] });
-//   (points: true draws each point as a dot too: a series of one point is otherwise invisible)
+//   (points: true draws the points as dots where they are sparse, uPlot's rule: a one-point series shows)
 //   chart.setOptions({ log: true, smoothing: 0.6 });
 //   element.chart.xRange() / .points() / .zoomTo(min, max)   (what the browser tests use)
 //
@@ -80,7 +80,7 @@ const Charts = (() => {
       data.series.forEach((s) => {
         const key = s.group || s.label;
         if (!(key in colorOf)) colorOf[key] = PALETTE[Object.keys(colorOf).length % PALETTE.length];
-        series.push({ label: s.label, stroke: colorOf[key], width: 1.5, dash: s.dash, spanGaps: false, points: { show: !!s.points, size: 5 } });
+        series.push({ label: s.label, stroke: colorOf[key], width: 1.5, dash: s.dash, spanGaps: false, points: s.points ? { size: 5 } : { show: false } });
       });
       const opts = {
         title: config.title,
