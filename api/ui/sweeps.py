@@ -27,7 +27,10 @@ from orchestrator.db.models import JobState, Sweep, Trial, TrialMetric, TrialSta
 from orchestrator.errors import Invalid, NotFound
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services import deployments as deployments_ops
+from orchestrator.services.cancellation import cancel_run
 from orchestrator.services.downsample import finite, minmax
+from orchestrator.services.runs import SWEEPS
+from orchestrator.states.jobs import TERMINAL
 from orchestrator.states.sweeps import TRIAL_TERMINAL
 from workers.contract.deployments import DeploymentCreate, SourceSpec
 from workers.contract.metrics import POSITION_KEYS
@@ -63,6 +66,7 @@ def sweep_summary(session: Session, sweep: Sweep) -> dict[str, Any]:
     out["max_concurrent_trials"] = spec.get("max_concurrent_trials")
     out["best_number"] = best.number if best is not None and out["best_trial"] else None
     out["best_deployable"] = bool(out["best_trial"]) and best is not None and best.state in TRIAL_TERMINAL
+    out["terminal"] = sweep.state in TERMINAL
     return out
 
 
@@ -283,6 +287,15 @@ def deploy_trial(
     deployment = deployments_ops.create_deployment(session, sweep.project_id, body, resolved, settings)
     session.commit()
     return RedirectResponse(f"/ui/deployments/{deployment.name}", status_code=303)
+
+
+@router.post("/sweeps/{sweep_id}/cancel")
+def cancel(sweep_id: str, session: SessionDep, service: ControlPlaneDep, user: UiMember) -> Response:
+    """The REST cancel (``cancel_run``): a queued sweep ends at once, a running one goes CANCELLING and its
+    trials end with it; an ended one is a 409."""
+    sweep_or_404(session, sweep_id, user)
+    cancel_run(session, SWEEPS, sweep_id, service.backend)
+    return RedirectResponse(f"/ui/sweeps/{sweep_id}", status_code=303)
 
 
 # --- JSON the pages poll ------------------------------------------------------------------------------------

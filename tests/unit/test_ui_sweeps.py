@@ -285,3 +285,27 @@ def test_a_sweep_without_trials_yet_renders_with_nothing_to_deploy(app, client):
     data = member.get(f"/ui/api/sweeps/{made.json()['id']}").json()
     assert data["trials"] == [] and data["curves"]["series"] == [] and data["sweep"]["best_trial"] is None
     assert data["sweep"]["best_deployable"] is False and data["trials_total"] == 0
+
+
+def test_a_member_cancels_a_sweep_from_its_page_and_a_viewer_cannot(app, client):
+    _project, keys = make_project(client, "a")
+    _other, other_keys = make_project(client, "b")
+    spec = {"name": "to-cancel", "base": BASE, "search_space": SPACE, "metric": "val_loss"}
+    queued = client.post("/v1/sweeps", json=spec, headers=auth(keys["member"])).json()
+    path = f"/ui/sweeps/{queued['id']}"
+    viewer, member, stranger = user(app, keys["viewer"]), user(app, keys["member"]), user(app, other_keys["member"])
+    assert 'id="cancel-sweep"' not in viewer.get(path).text
+    refused = viewer.post(f"{path}/cancel", data={"csrf_token": csrf(viewer, path)}, follow_redirects=False)
+    assert refused.status_code == 403
+    assert member.post(f"{path}/cancel", follow_redirects=False).status_code == 403  # no CSRF token
+    stolen = stranger.post(f"{path}/cancel", data={"csrf_token": csrf(stranger, "/ui/sweeps")})
+    assert stolen.status_code == 404
+    assert client.get(f"/v1/sweeps/{queued['id']}", headers=auth(ADMIN)).json()["state"] == "QUEUED"
+    page = member.get(path)
+    assert 'id="cancel-sweep"' in page.text and 'id="sweep-cancel-form" data-confirm' in page.text
+    done = member.post(f"{path}/cancel", data={"csrf_token": csrf(member, path)}, follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == path
+    assert client.get(f"/v1/sweeps/{queued['id']}", headers=auth(ADMIN)).json()["state"] == "CANCELLED"
+    assert member.get(f"/ui/api/sweeps/{queued['id']}").json()["sweep"]["terminal"] is True
+    again = member.post(f"{path}/cancel", data={"csrf_token": csrf(member, path)})
+    assert again.status_code == 409 and "already ended CANCELLED" in again.text

@@ -239,6 +239,8 @@
     reason.classList.toggle("waiting", sweep.state === "QUEUED");
     reason.querySelector('[data-field="reason"]').textContent = sweep.reason;
     reason.querySelector('[data-field="message"]').textContent = sweep.message;
+    const cancel = document.getElementById("sweep-cancel-form");
+    if (cancel) cancel.classList.toggle("hidden", sweep.terminal);
     const counts = document.getElementById("trial-counts");
     counts.innerHTML =
       Object.entries(sweep.trials)
