@@ -89,8 +89,9 @@ class Settings(BaseSettings):
         600.0,
         ge=0,
         le=30 * 86400,
-        description="Fair share between projects: each project's dominant share of the cluster is averaged over a "
-        "window that halves every this many seconds (0: only what it holds now). docs/scheduling.md.",
+        description="Fair share between projects: a project's dominant share of the cluster is what it holds now or "
+        "what it held before halved every this many seconds, whichever is larger (0: only what it holds now). "
+        "docs/scheduling.md.",
     )
     starvation_s: float = Field(
         1800.0,

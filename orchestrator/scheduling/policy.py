@@ -126,13 +126,15 @@ def dominant_share(request: Mapping[str, float], capacity: Mapping[str, float]) 
 def decayed_shares(
     previous: Mapping[str, float] | None, elapsed_s: float, current: Mapping[str, float], half_life_s: float
 ) -> dict[str, float]:
-    """Each project's dominant share averaged over a window that halves every ``half_life_s`` (an exponential
-    moving average of the share in use at each tick). With no history (the first tick, a new leader), or a
-    half-life of 0, the share in use now."""
+    """Each project's dominant share with a memory: what it holds now, or what it held before decayed by half
+    every ``half_life_s``, whichever is larger. A project counts what it takes at once, and one that has just
+    filled the cluster keeps a high share for a while after its runs end (it does not jump the queue ahead of
+    projects that waited). With no history (the first tick, a new leader), or a half-life of 0, the share in
+    use now."""
     if previous is None or half_life_s <= 0:
         return {p: s for p, s in current.items() if s > _EPS}
     keep = 0.5 ** (max(0.0, elapsed_s) / half_life_s)
-    shares = {p: previous.get(p, 0.0) * keep + current.get(p, 0.0) * (1 - keep) for p in {*previous, *current}}
+    shares = {p: max(current.get(p, 0.0), previous.get(p, 0.0) * keep) for p in {*previous, *current}}
     return {p: s for p, s in shares.items() if s > 1e-6}
 
 

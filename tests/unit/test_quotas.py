@@ -217,3 +217,24 @@ def test_a_sweep_counts_its_concurrent_trials_against_the_quota(app, client, bac
     scheduler(app).tick()
     assert client.get(f"/v1/sweeps/{sweep['id']}", headers=auth(ADMIN)).json()["state"] == "STARTING"
     assert job(client, job_id)["message"] == "project vision runs 1 of 1 jobs at once (max_running_jobs)"
+
+
+def test_the_scheduler_remembers_who_just_used_the_cluster(app, client, backend):
+    """The decayed share lives in the scheduler between ticks: project a held all 4 CPUs, its job has just
+    ended; a and b then both queue a 4-CPU job, a's first: b's starts, since a's share is still near 1."""
+    a_id, a_keys = make_project(client, "a")
+    _, b_keys = make_project(client, "b")
+    whole = {"num_workers": 4, "cpus_per_worker": 1}
+    busy = submit(client, a_keys["member"], scaling=whole).json()["id"]
+    one = scheduler(app)
+    one.tick()
+    a_next = submit(client, a_keys["member"], scaling=whole).json()["id"]
+    one.tick()  # a holds the whole cluster: its share is 1
+    with app.state.service.sessions.begin() as session:
+        session.execute(update(Job).where(Job.id == busy).values(state="SUCCEEDED"))
+    b_first = submit(client, b_keys["member"], scaling=whole).json()["id"]
+    one.tick()
+    assert job(client, b_first)["state"] == "STARTING" and job(client, a_next)["state"] == "QUEUED"
+    # b's 4 CPUs now; a's share decays from 1 with a 600 s half-life: a fresh scheduler (a new leader) would
+    # have started from 0 for a and admitted a's older job instead.
+    assert one.shares[a_id] > 0.99

@@ -106,6 +106,10 @@ def test_decayed_shares_halve_every_half_life_and_start_from_what_is_held():
     assert decayed_shares({"a": 1.0}, 600, {"a": 0.0}, 600) == {"a": pytest.approx(0.5)}
     assert decayed_shares({"a": 1.0}, 1200, {}, 600) == {"a": pytest.approx(0.25)}
     assert decayed_shares({"a": 1.0}, 5, {"b": 0.4}, 0) == {"b": 0.4}  # half-life 0: no memory
+    # What a project takes counts at once; what it gave back fades.
+    assert decayed_shares({}, 1, {"a": 1.0}, 600) == {"a": 1.0}
+    assert decayed_shares({"a": 0.9}, 600, {"a": 0.2}, 600) == {"a": pytest.approx(0.45)}
+    assert decayed_shares({"a": 0.9}, 600, {"a": 0.6}, 600) == {"a": 0.6}
 
 
 def test_dominant_share_is_the_larger_of_cpu_and_gpu_fractions():
