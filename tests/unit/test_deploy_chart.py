@@ -392,6 +392,13 @@ def test_one_ray_token_for_the_cluster_and_the_api(rendered):
             "name": token_ref["name"],
             "key": "admin-token",
         }
+        # One dashboard cookie key for every replica (each would make its own, refusing the other's sessions).
+        assert len(secret["stringData"]["ui-secret"]) >= 32
+        assert api_env["ORCHESTRATOR_UI_SECRET"]["valueFrom"]["secretKeyRef"] == {
+            "name": token_ref["name"],
+            "key": "ui-secret",
+            "optional": True,
+        }
     if values.get("ray", {}).get("auth", {}).get("operatorManaged", True):
         assert cluster["spec"]["authOptions"] == {"mode": "token", "secretName": token_ref["name"]}
     else:
@@ -746,6 +753,7 @@ BAD_VALUES = {
         "/controlPlane/podDisruptionBudget/minAvailable",
     ),
     "the old networkPolicy.servePort": ("networkPolicy:\n  servePort: 8001\n", "servePort"),
+    "a short dashboard secret": ("auth:\n  uiSecret: short\n", "/auth/uiSecret"),
 }
 
 
