@@ -19,19 +19,21 @@ import pytest
 ACCURACY_TOLERANCE = 0.003
 LOSS_TOLERANCE = 0.001
 
-# digits, 2 workers of 8 (1 CPU each: the whole cluster), 89 steps an epoch, a metric point every step.
+# digits, 2 workers of 4 (1 CPU each: the whole cluster), 179 steps an epoch, a metric point every step.
+# Long enough that the victim is still training when the preemption reaches it: from the high job's submit
+# to the victim's stop took 5-6 s and 100-120 of its steps here (bench/preemption.py), and once over 150.
 SPEC = {
     "workload": "digits",
     "epochs": 2,
     "seed": 11,
     "scaling": {"num_workers": 2},
-    "batch": {"per_worker": 8},
+    "batch": {"per_worker": 4},
     "metrics_every_steps": 1,
-    "checkpoint": {"every_epochs": None, "every_steps": 40, "keep": 2, "wait_for_commit": True},
+    "checkpoint": {"every_epochs": None, "every_steps": 100, "keep": 2, "wait_for_commit": True},
     "retries": {"max_worker_restarts": 0, "max_attempts": 1},
 }
-TOTAL_STEPS = 2 * 89
-PREEMPT_AFTER_STEP = 25  # before the first scheduled checkpoint (40): only the preemption's can save the work
+TOTAL_STEPS = 2 * 179
+PREEMPT_AFTER_STEP = 10
 
 
 def metric_steps(api, job_id: str) -> dict[int, list[int]]:
@@ -70,6 +72,18 @@ def test_a_high_priority_job_preempts_a_running_low_one_which_checkpoints_and_re
     high = member.submit(**SPEC, name="preempt-high", priority=10)
     assert high.status_code == 201, high.text
     high_id = high.json()["id"]
+
+    # The low one is asked to checkpoint and stop, and goes back to the queue.
+    deadline = time.monotonic() + 120
+    while (low_now := member.job(low_id))["state"] != "QUEUED":
+        if low_now["state"] in {"SUCCEEDED", "FAILED", "CANCELLED"} or time.monotonic() > deadline:
+            high_now = member.job(high_id)
+            pytest.fail(
+                f"the low job is {low_now['state']} ({low_now['reason']}) at step "
+                f"{(low_now.get('latest_metrics') or {}).get('step')}, never requeued; the high job is "
+                f"{high_now['state']} ({high_now['reason']}: {high_now['message']})"
+            )
+        time.sleep(0.2)
 
     high_done = member.wait(high_id, {"SUCCEEDED"}, timeout_s=240)
     low_done = member.wait(low_id, {"SUCCEEDED"}, timeout_s=240)
