@@ -72,7 +72,7 @@ class Reconciler:
             if kind is JOBS and run.preempt_requested_at is not None and run.state in PREEMPTIBLE_STATES:
                 # Preempted (orchestrator.services.preemption): its Ray job ending, stopped or lost is the
                 # preemption itself, never a failure; back to QUEUED once it is gone.
-                if settle(session, run, status, self.settings.preemption_grace_s):
+                if settle(session, run, status, self.settings.preemption_grace_s, exit_code=info.exit_code):
                     stop_again = run.submission_id
             elif run.state == S.CANCELLING:
                 if status.finished and status != RunStatus.SUCCEEDED:

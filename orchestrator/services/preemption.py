@@ -37,7 +37,7 @@ from orchestrator.backend import RunStatus
 from orchestrator.db.models import Checkpoint, Job, JobState, utcnow
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.states.jobs import PREEMPTED, lock_job, note_waiting, set_job_state
-from workers.contract.jobs import ScalingSpec
+from workers.contract.jobs import DriverExit, ScalingSpec
 
 log = logging.getLogger(__name__)
 
@@ -198,10 +198,17 @@ def checkpoint_step(session: Session, job_id: str) -> int | None:
     return session.scalar(select(func.max(Checkpoint.step)).where(Checkpoint.job_id == job_id))
 
 
-def settle(session: Session, job: Job, status: RunStatus, grace_s: float, now: datetime | None = None) -> bool:
-    """The reconciler's part, ``job`` locked and marked: back to QUEUED once its Ray job is gone. Returns
-    True when its Ray job must be stopped now (STARTING: nothing to checkpoint yet; past the grace: it did
-    not stop by itself)."""
+def settle(
+    session: Session,
+    job: Job,
+    status: RunStatus,
+    grace_s: float,
+    now: datetime | None = None,
+    exit_code: int | None = None,
+) -> bool:
+    """The reconciler's part, ``job`` locked and marked: back to QUEUED once its Ray job is gone (its driver's
+    ``exit_code`` says whether it checkpointed first: ``DriverExit.PREEMPTED``). Returns True when its Ray
+    job must be stopped now (STARTING: nothing to checkpoint yet; past the grace: it did not stop by itself)."""
     now = now or utcnow()
     if status == RunStatus.SUCCEEDED:
         # Its driver exited 0: the run finished before it heard of the preemption (a preempted driver exits
@@ -216,7 +223,7 @@ def settle(session: Session, job: Job, status: RunStatus, grace_s: float, now: d
     if gone:
         step = checkpoint_step(session, job.id)
         resume = f"resumes from its checkpoint at step {step}" if step else "starts over (no checkpoint yet)"
-        stopped = "stopped" if since > grace_s else "checkpointed and stopped"
+        stopped = "checkpointed and stopped" if exit_code == DriverExit.PREEMPTED else "stopped"
         set_job_state(
             session,
             job,

@@ -143,11 +143,11 @@ def test_a_preempted_job_goes_back_to_queued_with_its_attempt_and_says_by_whom(s
         assert settle(session, job, RunStatus.RUNNING, grace_s=60) is False
         assert job.state == S.RUNNING
         # Its driver exited after the checkpoint: back to the queue.
-        assert settle(session, job, RunStatus.FAILED, grace_s=60) is False
+        assert settle(session, job, RunStatus.FAILED, grace_s=60, exit_code=DriverExit.PREEMPTED) is False
     with sessions() as session:
         job = session.get(Job, job_id)
         assert (job.state, job.reason, job.attempt, job.preemptions) == (S.QUEUED, "preempted", 1, 1)
-        assert "preempted by job abc (priority 10) (priority)" in job.message
+        assert "preempted by job abc (priority 10) (priority): checkpointed and stopped" in job.message
         assert job.preempt_requested_at is None and job.preempt_by == ""
         last = session.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id.desc())).first()
         assert (last.from_state, last.to_state, last.reason, last.attempt) == (S.RUNNING, S.QUEUED, "preempted", 1)
@@ -249,6 +249,7 @@ def test_preemption_flow_over_the_api(app, client, backend):
     reconcile(app)
     body = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
     assert (body["state"], body["attempt"], body["preemptions"]) == ("QUEUED", 1, 1)
+    assert "checkpointed and stopped" in body["message"]
     assert ("QUEUED", "preempted", 1) in events(client, job)
     assert not any(e[0] in ("FAILED", "RESTARTING") for e in events(client, job))
 
