@@ -65,6 +65,16 @@ def shot(page: Page, name: str) -> Path:
     return path
 
 
+def readme_shot(page: Page, selector: str, name: str) -> Path:
+    """The README's pictures (docs/img/, after pngquant): the viewport's width, 720 px down from ``selector``."""
+    box = page.locator(selector).bounding_box()
+    assert box is not None, selector
+    path = SHOTS / f"{name}.png"
+    clip = {"x": 0, "y": max(box["y"] - 12, 0), "width": VIEWPORT["width"], "height": VIEWPORT["height"]}
+    page.screenshot(path=str(path), clip=clip, full_page=True)
+    return path
+
+
 def wait_for(what: str, check: Callable[[], object], timeout_s: float = 60, every_s: float = 0.5):
     """Poll ``check`` until it returns something truthy; fail saying ``what`` was awaited."""
     deadline = time.monotonic() + timeout_s
@@ -191,7 +201,7 @@ def test_a_running_jobs_curve_grows_and_its_logs_follow_without_a_reload(member_
         lambda: chart_counts(page, loss)[0] > first and chart_counts(page, loss),
     )
     shot(page, "03-job-running-later")
-    page.locator("#curves").screenshot(path=str(SHOTS / "readme-job-curves.png"))  # README's picture
+    readme_shot(page, "#curves", "readme-job")
     assert grown[0] > first
     assert page.evaluate("window.__sameDocument === true"), "the page was reloaded"
 
@@ -304,7 +314,7 @@ def test_a_sweep_shows_every_trials_curve_and_its_best_trial_deploys_and_rolls_b
     best = sweep["best_trial"]
     expect(page.locator(f'table#trials tr.best[data-trial-id="{best["id"]}"]')).to_have_count(1)
     shot(page, "06-sweep")
-    page.screenshot(path=str(SHOTS / "readme-sweep.png"), clip={"x": 0, "y": 0, **VIEWPORT})  # README's picture
+    readme_shot(page, "#sweep-info", "readme-sweep")
 
     # Deploy the best trial from the page: lands on the deployment's page, which goes HEALTHY by itself.
     page.fill("#deploy-name", DEPLOYMENT)
