@@ -22,8 +22,6 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_play
 
 from tests.integration.conftest import Api, remove_serving
 
-pytestmark = pytest.mark.integration
-
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "test-output" / "screenshots"
 VIEWPORT = {"width": 1000, "height": 720}
@@ -38,15 +36,23 @@ def chromium_path() -> str | None:
     return next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
 
 
+CHROMIUM = chromium_path()
+# Decided before any fixture runs, so a machine without Chromium does not start Ray for these tests.
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="no Chromium found (looked for ORCHESTRATOR_CHROMIUM, then "
+        f"{', '.join(CHROMIUM_NAMES)} on PATH): run `bash scripts/ensure-chromium.sh` "
+        "(apt-get install chromium, as root) to run the dashboard's browser tests",
+    ),
+]
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    path = chromium_path()
-    if path is None:
-        pytest.skip(
-            "no Chromium found (looked for ORCHESTRATOR_CHROMIUM, then "
-            f"{', '.join(CHROMIUM_NAMES)} on PATH): run `bash scripts/ensure-chromium.sh` "
-            "(apt-get install chromium, as root) to run the dashboard's browser tests"
-        )
+    path = CHROMIUM
+    assert path is not None
     SHOTS.mkdir(parents=True, exist_ok=True)
     print(f"\nbrowser tests: {path}; screenshots in {SHOTS}")
     with sync_playwright() as playwright:
