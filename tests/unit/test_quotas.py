@@ -238,3 +238,15 @@ def test_the_scheduler_remembers_who_just_used_the_cluster(app, client, backend)
     # b's 4 CPUs now; a's share decays from 1 with a 600 s half-life: a fresh scheduler (a new leader) would
     # have started from 0 for a and admitted a's older job instead.
     assert one.shares[a_id] > 0.99
+
+
+def test_a_borrowing_run_says_so(app, client, backend):
+    """``borrowing`` on the job (and a sweep): admitted past its project's quota, on idle capacity."""
+    project_id, keys = make_project(client, "vision")
+    set_quota(client, project_id, max_cpus=1)
+    first, second = (submit(client, keys["member"], scaling=ONE_CPU).json()["id"] for _ in range(2))
+    assert job(client, first)["borrowing"] is False
+    scheduler(app).tick()
+    assert job(client, first)["borrowing"] is False and job(client, second)["borrowing"] is True
+    listed = client.get("/v1/jobs", headers=auth(keys["member"])).json()["items"]
+    assert {j["id"]: j["borrowing"] for j in listed} == {first: False, second: True}

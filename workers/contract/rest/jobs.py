@@ -30,6 +30,11 @@ class RunOut(FromAttributes):
         description="Times it was preempted and requeued; the attempts that followed are not counted against "
         "retries.max_attempts (attempt - preemptions are).",
     )
+    borrowing: bool = Field(
+        False,
+        description="Its current attempt was admitted on idle capacity beyond its project's quota "
+        "(docs/scheduling.md): the first to be preempted when that capacity is wanted back.",
+    )
     priority: int = Field(description="Higher is admitted first.")
     spec: dict[str, Any] = Field(description="The spec as stored: what was sent, every default filled in.")
     created_at: datetime = Field(description="When it was submitted (UTC).")
