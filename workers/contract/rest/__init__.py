@@ -52,7 +52,6 @@ __all__ = [
     "ProjectPatch",
     "QueuedJobOut",
     "Quota",
-    "Quota",
     "ReplicaOut",
     "RunOut",
     "StrategyFit",
