@@ -43,7 +43,7 @@ class Scheduler:
                 return None
             active = active_runs(session)
             # Serve replicas (0 CPU by default) hold their share of the cluster and of their project's quota.
-            # Only jobs may be preempted (a job's own spec may still exempt it: S2's choose_victims knows).
+            # Only jobs may be preempted (a job's own spec may still exempt it: preemption.choose_victims knows).
             holding = [
                 Holding(
                     a.key, a.project_id, a.request, a.priority, a.started_at, a.borrowing, preemptible=a.kind is JOBS
@@ -72,9 +72,9 @@ class Scheduler:
                 self._fail(run.kind, run.id, run.demand, capacity)
         waits = dict(plan.waits)
 
-        # --- preemption (S1 policy -> S2 preempt) ---------------------------------------------------------
+        # --- preemption (the policy decides, services.preemption acts) -------------------------------------
         # The policy said a run cannot start otherwise (a lower-priority run of its project, a run borrowing
-        # beyond its quota, or a project above its fair share holds what it needs): S2's choose_victims picks
+        # beyond its quota, or a project above its fair share holds what it needs): preemption.choose_victims picks
         # among those eligible (skipping runs already on their way out) and preempt() asks each to
         # checkpoint now and stop; the reconciler requeues them, and a later tick admits the waiting run.
         if plan.preemption is not None:

@@ -159,7 +159,7 @@ def test_a_starved_big_job_stops_small_ones_passing_it(app, client, backend):
 
 
 def test_a_higher_priority_job_asks_the_lower_priority_one_to_checkpoint_and_stop(app, client, backend):
-    """The policy's preemption decision reaches S2's preempt(): the victim is marked, the preemptor waits with
+    """The policy's preemption decision reaches preemption.preempt(): the victim is marked, the preemptor waits with
     reason preempting; nothing is asked of Ray by the scheduler for it."""
     backend.total = {"CPU": 1.0, "GPU": 0.0}
     _, keys = make_project(client, "a")
@@ -182,7 +182,7 @@ def test_a_higher_priority_job_asks_the_lower_priority_one_to_checkpoint_and_sto
 
 def test_a_higher_priority_job_over_its_quota_takes_it_back_from_a_lower_priority_one(app, client, backend):
     """The cluster has room (4 CPUs, 1 used) but the project's 1-CPU quota is full of low-priority work:
-    S2's choose_victims, told the quota's headroom as what is free, picks the low job."""
+    preemption.choose_victims, told the quota's headroom as what is free, picks the low job."""
     project_id, keys = make_project(client, "vision")
     set_quota(client, project_id, max_cpus=1, borrowing=False)
     low = submit(client, keys["member"], scaling=ONE_CPU, priority=0).json()["id"]
