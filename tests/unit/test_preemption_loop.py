@@ -122,7 +122,9 @@ def test_a_job_that_is_not_preemptible_or_has_no_control_plane_never_asks(tmp_pa
     monkeypatch.setattr(train_loop, "control_poller", lambda c, r: asked.append(r))
     exempt = {**config(1, "http://x.invalid"), "spec": {**config(1)["spec"], "preemptible": False}}
     for i, built in enumerate((config(1), exempt)):
-        run_training({**built, "spec": {**built["spec"], "epochs": 1}}, LocalContext(tmp_path / str(i)))
+        run_training(
+            {**built, "spec": {**built["spec"], "epochs": 1}}, LocalContext(tmp_path / str(i)), RecordingReporter()
+        )
     assert asked == []
 
 
