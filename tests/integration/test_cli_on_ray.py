@@ -36,8 +36,16 @@ def _orch(env, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run([ORCH, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def _default_ctrl_c() -> None:
+    # A test run started in the background of a shell inherits SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt: orch gets Ctrl-C as it would in a terminal.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _popen(env, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([ORCH, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [ORCH, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_ctrl_c
+    )
 
 
 def _job_named(member, name: str, timeout_s: float = 30) -> dict:

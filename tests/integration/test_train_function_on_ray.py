@@ -115,7 +115,12 @@ def test_no_control_plane_secret_reaches_a_worker(member):
             assert ADMIN not in text and member_key not in text
             assert "orchestrator.db" not in text and "sqlite://" not in text  # the service's database URL
             assert not any(name in env for name in ("ORCHESTRATOR_ADMIN_TOKEN", "ORCHESTRATOR_DATABASE_URL"))
-            assert {k for k in env if k.startswith("ORCHESTRATOR_")} <= {"ORCHESTRATOR_URL", "ORCHESTRATOR_JOB_TOKEN"}
+            # Where to report, the run's token, and how often rank 0 asks whether it is preempted: nothing else.
+            assert {k for k in env if k.startswith("ORCHESTRATOR_")} <= {
+                "ORCHESTRATOR_URL",
+                "ORCHESTRATOR_JOB_TOKEN",
+                "ORCHESTRATOR_CONTROL_POLL_S",
+            }
             assert len(re.findall(r"jtk_[\w-]+", text)) == 1  # its own run's token (urlsafe: - too), no other
 
 
