@@ -18,7 +18,6 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 from typing import Annotated, Any, Literal
-from urllib.parse import urlencode
 
 import httpx
 from fastapi import APIRouter, Query, Request
@@ -29,6 +28,7 @@ from sqlalchemy.orm import Session
 from api.deps import ControlPlaneDep, SessionDep
 from api.ui.auth import CsrfUser, UiMember, UiUser, UiUserDep
 from api.ui.jobs import Cursor, Limit
+from api.ui.list_query import list_query
 from api.ui.live import json_answer
 from api.ui.templating import render
 from api.views import deployment_out
@@ -143,15 +143,6 @@ def deployment_detail(session: Session, deployment: Deployment, serve_url: str) 
     }
 
 
-def filter_query(state, limit, cursor=None) -> str:
-    params: list[tuple[str, str]] = [("state", s.value) for s in state or []]
-    if limit != 50:
-        params.append(("limit", str(limit)))
-    if cursor:
-        params.append(("cursor", cursor))
-    return urlencode(params)
-
-
 def list_page(session, service, user, state, cursor, limit) -> tuple[list[dict], str | None]:
     """One page of the deployments list: the REST list's query in the user's scope."""
     rows, next_cursor = deployments_repo.list_deployments(session, user.scope, state, cursor, limit)
@@ -183,9 +174,9 @@ def deployments_page(
         limit=limit,
         page_sizes=PAGE_SIZES,
         first_page=cursor is None,
-        next_url=f"/ui/deployments?{filter_query(state, limit, next_cursor)}" if next_cursor else None,
-        first_url=f"/ui/deployments?{filter_query(state, limit)}",
-        live_url=f"/ui/api/deployments?{filter_query(state, limit, cursor)}",
+        next_url=f"/ui/deployments?{list_query(state, limit, next_cursor)}" if next_cursor else None,
+        first_url=f"/ui/deployments?{list_query(state, limit)}",
+        live_url=f"/ui/api/deployments?{list_query(state, limit, cursor)}",
     )
 
 

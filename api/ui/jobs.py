@@ -4,7 +4,6 @@ job's page, with its member actions (cancel; deploy a checkpoint)."""
 from __future__ import annotations
 
 from typing import Annotated
-from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response
@@ -14,6 +13,7 @@ from api.deps import ControlPlaneDep, SessionDep
 from api.filters import NamePrefix, label_filters
 from api.ui.auth import UiMember, UiUser, UiUserDep
 from api.ui.job_views import job_row, job_summary, plan_view
+from api.ui.list_query import list_query
 from api.ui.templating import render
 from orchestrator.db.models import Job, JobState
 from orchestrator.errors import Invalid, NotFound
@@ -41,19 +41,6 @@ def list_page(session, service, user, state, label, name, cursor, limit):
     return [job_row(job) for job in jobs], next_cursor
 
 
-def filter_query(state, label, name, limit, cursor=None) -> str:
-    """The filters as a query string: links to the next page and the live JSON keep them."""
-    params: list[tuple[str, str]] = [("state", s.value) for s in state or []]
-    params += [("label", item) for item in label or []]
-    if name:
-        params.append(("name", name))
-    if limit != 50:
-        params.append(("limit", str(limit)))
-    if cursor:
-        params.append(("cursor", cursor))
-    return urlencode(params)
-
-
 @router.get("/jobs")
 def jobs_page(
     request: Request,
@@ -67,7 +54,7 @@ def jobs_page(
     limit: Limit = 50,
 ) -> Response:
     rows, next_cursor = list_page(session, service, user, state, label, name, cursor, limit)
-    query = filter_query(state, label, name, limit)
+    query = list_query(state, limit, label=label, name=name)
     return render(
         request,
         "jobs.html",
@@ -81,9 +68,9 @@ def jobs_page(
         limit=limit,
         page_sizes=PAGE_SIZES,
         first_page=cursor is None,
-        next_url=f"/ui/jobs?{filter_query(state, label, name, limit, next_cursor)}" if next_cursor else None,
+        next_url=f"/ui/jobs?{list_query(state, limit, next_cursor, label=label, name=name)}" if next_cursor else None,
         first_url=f"/ui/jobs?{query}",
-        live_url=f"/ui/api/jobs?{filter_query(state, label, name, limit, cursor)}",
+        live_url=f"/ui/api/jobs?{list_query(state, limit, cursor, label=label, name=name)}",
     )
 
 

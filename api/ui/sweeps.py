@@ -8,7 +8,6 @@ Every lookup goes through the REST API's repository calls with the user's scope:
 from __future__ import annotations
 
 from typing import Annotated, Any
-from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
@@ -20,6 +19,7 @@ from api.deps import ControlPlaneDep, SessionDep
 from api.filters import NamePrefix
 from api.ui.auth import UiMember, UiUser, UiUserDep
 from api.ui.jobs import Cursor, Limit
+from api.ui.list_query import list_query
 from api.ui.live import etag_of, json_answer, not_modified
 from api.ui.templating import render
 from api.views import sweep_out
@@ -197,17 +197,6 @@ def deployment_name(sweep: Sweep, trial: Trial) -> str:
     return f"{base}-{sweep.id[:8].lower()}-t{trial.number}"
 
 
-def filter_query(state, name, limit, cursor=None) -> str:
-    params: list[tuple[str, str]] = [("state", s.value) for s in state or []]
-    if name:
-        params.append(("name", name))
-    if limit != 50:
-        params.append(("limit", str(limit)))
-    if cursor:
-        params.append(("cursor", cursor))
-    return urlencode(params)
-
-
 # --- pages --------------------------------------------------------------------------------------------------
 
 
@@ -234,9 +223,9 @@ def sweeps_page(
         limit=limit,
         page_sizes=PAGE_SIZES,
         first_page=cursor is None,
-        next_url=f"/ui/sweeps?{filter_query(state, name, limit, next_cursor)}" if next_cursor else None,
-        first_url=f"/ui/sweeps?{filter_query(state, name, limit)}",
-        live_url=f"/ui/api/sweeps?{filter_query(state, name, limit, cursor)}",
+        next_url=f"/ui/sweeps?{list_query(state, limit, next_cursor, name=name)}" if next_cursor else None,
+        first_url=f"/ui/sweeps?{list_query(state, limit, name=name)}",
+        live_url=f"/ui/api/sweeps?{list_query(state, limit, cursor, name=name)}",
     )
 
 
