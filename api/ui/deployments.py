@@ -292,15 +292,24 @@ def try_it(ref: str, request_body: TryRequest, service: ControlPlaneDep, user: C
     headers = {"Authorization": f"Bearer {request_body.key.strip()}"} if (request_body.key or "").strip() else {}
     started = time.monotonic()
     try:
-        with _try_slot(user):
-            answer = httpx.request(
+        with (
+            _try_slot(user),
+            httpx.stream(
                 request_body.method,
                 out.url,
                 json=payload if request_body.method == "POST" else None,
                 headers=headers,
                 timeout=TRY_TIMEOUT_S,
                 follow_redirects=False,
-            )
+            ) as answer,
+        ):
+            # Read no more than is shown (4 bytes a character at most, and one over to know it was cut):
+            # a model's answer of any size must not be held whole in the control plane.
+            raw = bytearray()
+            for chunk in answer.iter_bytes():
+                raw += chunk
+                if len(raw) > 4 * TRY_ANSWER_CHARS:
+                    break
     except httpx.TimeoutException:
         return JSONResponse(
             {"detail": f"the deployment at {out.url} did not answer within {TRY_TIMEOUT_S:g} s", "url": out.url},
@@ -312,12 +321,12 @@ def try_it(ref: str, request_body: TryRequest, service: ControlPlaneDep, user: C
             status_code=502,
         )
     elapsed_ms = round((time.monotonic() - started) * 1000, 1)
-    text = answer.text
+    text = raw.decode(answer.encoding or "utf-8", errors="replace")
     truncated = len(text) > TRY_ANSWER_CHARS
     body: Any = text[:TRY_ANSWER_CHARS]
     if not truncated:
         try:
-            body = answer.json()
+            body = json.loads(text)
         except ValueError:
             pass
     return JSONResponse(
