@@ -149,6 +149,9 @@ class Job(Base):
     preempt_requested_at: Mapped[datetime | None] = mapped_column(default=None)
     preempt_by: Mapped[str] = mapped_column(String(256), default="", server_default="")
     preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # When it last entered QUEUED (its submit, or a preemption's requeue): the starvation guard's clock. Set by
+    # the state engine (orchestrator.states.jobs.queued_since); null on rows older than it: created_at.
+    queued_at: Mapped[datetime | None] = mapped_column(default=None)
 
     labels: Mapped[list[JobLabel]] = relationship(
         cascade="all, delete-orphan", lazy="selectin", order_by="JobLabel.key"
@@ -351,6 +354,7 @@ class Sweep(Base):
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
     borrowing: Mapped[bool] = mapped_column(default=False, server_default=false())  # as Job.borrowing
+    queued_at: Mapped[datetime | None] = mapped_column(default=None)  # as Job.queued_at
 
     @property
     def submission_id(self) -> str:

@@ -57,7 +57,7 @@ class Scheduler:
         except BackendUnavailable as exc:
             self._note_all(queued, "cluster_unavailable", f"waiting for the Ray cluster: {exc}")
             return None
-        waiting = [Waiting(q.key, q.project_id, q.priority, q.created_at, q.demand) for q in queued]
+        waiting = [Waiting(q.key, q.project_id, q.priority, q.created_at, q.demand, q.queued_at) for q in queued]
         shares = self._decayed_shares(holding, capacity)
         plan = plan_tick(waiting, holding, quotas, capacity, shares, now or utcnow(), self.settings.starvation_s)
 

@@ -5,7 +5,8 @@ the others wait, and whether a run that cannot start otherwise justifies a preem
 The rules (docs/scheduling.md):
 
 1. A run that could never fit the cluster fails (``insufficient_resources``), as before.
-2. Starvation guard: a run that has waited ``starvation_s`` or more goes first, oldest first, and the first of
+2. Starvation guard: a run that has waited ``starvation_s`` or more since it last entered QUEUED (its submit, or
+   its requeue after a preemption) goes first, longest waiting first, and the first of
    those that does not fit gets a reservation: what it needs is held back from every run considered after
    it, so smaller runs may start only on what it does not need, and it starts as soon as enough is free.
 3. Between projects, weighted fair share: the project with the smallest dominant share (the larger of its
@@ -66,8 +67,15 @@ class Waiting:
     key: str  # unique among the tick's runs, e.g. "job:<id>"
     project_id: str
     priority: int
-    created_at: datetime  # when it started to wait
+    created_at: datetime  # its submit: the age that orders a project's runs of one priority
     demand: Demand
+    # When it last entered QUEUED (its submit, or its requeue after a preemption): the starvation guard's clock,
+    # so a preempted run does not claim the reservation for the wait before it first ran. None: created_at.
+    queued_at: datetime | None = None
+
+    @property
+    def waiting_since(self) -> datetime:
+        return self.queued_at or self.created_at
 
 
 @dataclass(frozen=True)
@@ -272,7 +280,8 @@ def plan_tick(
 
     # 2. The starvation guard: the longest waiting first; the first that cannot start holds a reservation.
     starved = sorted(
-        (r for r in runs if (now - r.created_at).total_seconds() >= starvation_s), key=lambda r: (r.created_at, r.key)
+        (r for r in runs if (now - r.waiting_since).total_seconds() >= starvation_s),
+        key=lambda r: (r.waiting_since, r.key),
     )
     starved_keys = {r.key for r in starved}
     for run in starved:

@@ -113,6 +113,7 @@ class QueuedRun:
     # Why it waits, as last noted (reason, message): the scheduler writes only a change.
     waiting: tuple[str, str] = ("", "")
     project_id: str = ""
+    queued_at: datetime | None = None  # when it last entered QUEUED (the starvation clock); None: created_at
 
     @property
     def key(self) -> str:
@@ -123,7 +124,14 @@ def queued_runs(session: Session) -> list[QueuedRun]:
     """Every QUEUED job and sweep, in admission order: priority, then age."""
     runs = [
         QueuedRun(
-            kind, run.id, run.priority, run.created_at, kind.demand(run), (run.reason, run.message), run.project_id
+            kind,
+            run.id,
+            run.priority,
+            run.created_at,
+            kind.demand(run),
+            (run.reason, run.message),
+            run.project_id,
+            run.queued_at,
         )
         for kind in KINDS
         for run in kind.queued(session)

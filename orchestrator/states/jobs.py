@@ -73,6 +73,13 @@ def lifecycle_times(_session: Session, change: Change) -> None:
         run.token_hash = ""
 
 
+def queued_since(_session: Session, change: Change) -> None:
+    """Entering QUEUED (the creation, a preemption's requeue) sets ``queued_at``: the starvation guard counts
+    a run's wait from there, so a requeued run does not claim the reservation for its first wait."""
+    if change.to_state == S.QUEUED:
+        change.row.queued_at = change.at
+
+
 def requeue_before(_session: Session, change: Change) -> None:
     """Back to QUEUED only preempted: no other cause may put a started job back in the queue."""
     if change.to_state == S.QUEUED and change.from_state is not None and change.reason != PREEMPTED:
@@ -111,8 +118,8 @@ JOBS = Lifecycle(
     history=_job_history,
     before=(attempt_before, requeue_before),
     # count_change last: it reads the times lifecycle_times sets.
-    after=(attempt_after, lifecycle_times, preemption_after, count_change, job_usage),
-    on_create=(count_submitted,),
+    after=(attempt_after, lifecycle_times, queued_since, preemption_after, count_change, job_usage),
+    on_create=(queued_since, count_submitted),
     attempts=True,
 )
 

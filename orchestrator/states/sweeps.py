@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db.models import JobState, Sweep, SweepEvent, Trial, TrialEvent, TrialState
 from orchestrator.states.core import Change, Lifecycle, Rule, allowed, lock_row, record_creation, transition
-from orchestrator.states.jobs import RULES, TERMINAL, attempt_after, attempt_before, lifecycle_times
+from orchestrator.states.jobs import RULES, TERMINAL, attempt_after, attempt_before, lifecycle_times, queued_since
 from orchestrator.states.sweep_metrics import count_change, count_submitted
 from orchestrator.states.usage import trial_usage
 
@@ -114,8 +114,8 @@ SWEEPS = Lifecycle(
     terminal=TERMINAL,
     history=_sweep_history,
     before=(attempt_before,),
-    after=(attempt_after, lifecycle_times, _open_trials_end, count_change),
-    on_create=(count_submitted,),
+    after=(attempt_after, lifecycle_times, queued_since, _open_trials_end, count_change),
+    on_create=(queued_since, count_submitted),
     attempts=True,
 )
 

@@ -7,9 +7,11 @@ from datetime import timedelta
 
 from sqlalchemy import update
 
-from orchestrator.db.models import Job, utcnow
+from orchestrator.backend import RunStatus
+from orchestrator.db.models import Job, JobEvent, JobState, utcnow
 from orchestrator.loops.scheduler import Scheduler
-from tests.unit.api_helpers import ADMIN, auth, make_project, submit
+from tests.unit.api_helpers import ADMIN, auth, make_project, reconcile, submit
+from workers.contract.jobs import DriverExit
 
 ONE_CPU = {"num_workers": 1, "cpus_per_worker": 1}
 
@@ -156,6 +158,40 @@ def test_a_starved_big_job_stops_small_ones_passing_it(app, client, backend):
         session.execute(update(Job).where(Job.id.in_([running, small])).values(state="CANCELLED"))
     scheduler(app).tick(now=utcnow() + timedelta(seconds=starvation_s + 2))
     assert job(client, big)["state"] == "STARTING" and job(client, later)["state"] == "QUEUED"
+
+
+def preempted_and_requeued(app, client, backend) -> tuple[str, str]:
+    """On a 1-CPU cluster a priority-10 job preempts a running priority-0 one, which checkpoints, is requeued and
+    waits while the high one runs. Returns (the requeued job, the high one)."""
+    backend.total = {"CPU": 1.0, "GPU": 0.0}
+    _, keys = make_project(client, "a")
+    low = submit(client, keys["member"], scaling=ONE_CPU, priority=0).json()["id"]
+    scheduler(app).tick()
+    high = submit(client, keys["member"], scaling=ONE_CPU, priority=10).json()["id"]
+    scheduler(app).tick()  # marks the low one
+    backend.runs[f"{low}-1"] = RunStatus.FAILED  # its driver checkpointed and exited PREEMPTED
+    backend.exit_codes[f"{low}-1"] = DriverExit.PREEMPTED
+    reconcile(app)
+    scheduler(app).tick()  # the high one is admitted; the low one waits
+    assert (job(client, low)["state"], job(client, high)["state"]) == ("QUEUED", "STARTING")
+    return low, high
+
+
+def test_the_starvation_clock_of_a_preempted_job_starts_at_its_requeue(app, client, backend):
+    """A job submitted two hours ago and requeued by a preemption just now does not claim the starvation guard's
+    reservation: it has waited since its requeue (queued_at, set by the state engine), not since its submit."""
+    low, _ = preempted_and_requeued(app, client, backend)
+    with app.state.service.sessions.begin() as session:
+        session.execute(update(Job).where(Job.id == low).values(created_at=utcnow() - timedelta(hours=2)))
+    with app.state.service.sessions() as session:
+        victim = session.get(Job, low)
+        requeue = session.query(JobEvent).filter_by(job_id=low, to_state=JobState.QUEUED).order_by(JobEvent.id).all()
+        assert len(requeue) == 2 and victim.queued_at == requeue[-1].created_at  # the submit, then the requeue
+    starvation_s = app.state.service.settings.starvation_s
+    plan = scheduler(app).tick(now=utcnow() + timedelta(seconds=60))
+    assert plan.reserved_for is None and "starvation guard" not in job(client, low)["message"]
+    plan = scheduler(app).tick(now=utcnow() + timedelta(seconds=starvation_s + 5))
+    assert plan.reserved_for == f"job:{low}" and "starvation guard" in job(client, low)["message"]
 
 
 def test_a_higher_priority_job_asks_the_lower_priority_one_to_checkpoint_and_stop(app, client, backend):

@@ -183,6 +183,25 @@ def test_starved_jobs_go_first_oldest_first_across_projects():
     assert admitted(result) == ["a-old"]
 
 
+def test_a_requeued_run_counts_its_wait_from_its_requeue_not_its_submit():
+    """A job submitted two hours ago, preempted and requeued a minute ago, has waited a minute: a job queued
+    40 minutes ago is the starved one that holds the reservation, not the requeued one."""
+    holding = [held("s-running", "a", cpus=1)]
+    requeued = Waiting(
+        "requeued", "a", 0, NOW - timedelta(hours=2), demand(cpus=4), queued_at=NOW - timedelta(minutes=1)
+    )
+    old = waiting("old", "b", cpus=4, age_s=40 * 60)
+    result = plan([requeued, old], holding=holding)
+    assert result.reserved_for == "old" and "starvation guard" not in result.waits["requeued"][1]
+    assert requeued.waiting_since == NOW - timedelta(minutes=1) and old.waiting_since == old.created_at
+    # Alone, it is not starved either: nothing is held back, a small job still passes it.
+    alone = plan([requeued, waiting("small", "a", cpus=1)], holding=holding)
+    assert alone.reserved_for is None and admitted(alone) == ["small"]
+    # Once it has waited starvation_s since its requeue, it is.
+    later = Waiting("requeued", "a", 0, requeued.created_at, demand(cpus=4), queued_at=NOW - timedelta(hours=1))
+    assert plan([later, waiting("small", "a", cpus=1)], holding=holding).reserved_for == "requeued"
+
+
 # --- quotas ---------------------------------------------------------------------------------------------
 
 
