@@ -10,6 +10,12 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+# Ray Serve's HAProxy ingress keeps a stopping replica draining for at least 30 s, so that a load balancer
+# outside the cluster stops sending to it first. The tests' clusters have none, and every Serve teardown and
+# every rolling update waited those 30 s (serve.shutdown() gave up at its own 30 s timeout). Every Ray node
+# the tests start inherits this process's environment; a production cluster keeps Ray's default.
+os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "3")
+
 PG_ADMIN_URL = os.environ.get("ORCHESTRATOR_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
