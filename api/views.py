@@ -21,7 +21,7 @@ def sweep_out(sweep: Sweep, counts: dict[str, int], best: Trial | None) -> Sweep
             checkpoint_path=best.checkpoint_path,
         )
     return SweepOut(
-        # A field a sweep has no column for (a job's ``preemptions``: sweeps are not preempted) keeps its default.
+        # A field a sweep has no column for keeps its default.
         **{name: getattr(sweep, name) for name in RunOut.model_fields if hasattr(sweep, name)},
         metric=spec["metric"],
         mode=spec["mode"],

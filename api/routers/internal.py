@@ -123,6 +123,16 @@ def sweep_assignment(
     )
 
 
+@sweeps_router.get("/{sweep_id}/control", summary="What the control plane asks of a running sweep (internal)")
+def sweep_control(sweep_id: str, attempt: int, session: SessionDep, credentials: BearerDep) -> ControlSignal:
+    """For the sweep's own driver and its trials' rank 0 (the sweep's run token), polled while it runs:
+    ``checkpoint_now`` when the sweep is being preempted (``orchestrator.services.preemption``). A stale
+    attempt is 409."""
+    sweep = _check_token(session.get(Sweep, sweep_id), credentials)
+    _current_attempt(sweep, attempt)
+    return ControlSignal(checkpoint_now=sweep.preempt_requested_at is not None)
+
+
 @sweeps_router.post("/{sweep_id}/events", summary="Report a sweep's events (internal)")
 def post_sweep_events(
     sweep_id: str, batch: SweepEventBatch, session: SessionDep, service: ControlPlaneDep, credentials: BearerDep

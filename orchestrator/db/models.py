@@ -354,6 +354,10 @@ class Sweep(Base):
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
     borrowing: Mapped[bool] = mapped_column(default=False, server_default=false())  # as Job.borrowing
+    # Preemption, as Job's (orchestrator/services/preemption.py): asked to pause its trials and stop.
+    preempt_requested_at: Mapped[datetime | None] = mapped_column(default=None)
+    preempt_by: Mapped[str] = mapped_column(String(256), default="", server_default="")
+    preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     queued_at: Mapped[datetime | None] = mapped_column(default=None)  # as Job.queued_at
 
     @property

@@ -18,7 +18,7 @@ from orchestrator.db.models import JobState, utcnow
 from orchestrator.request_context import log_context
 from orchestrator.services.launch import Launch, new_job_token
 from orchestrator.services.preemption import PREEMPTIBLE_STATES, attempts_used, settle
-from orchestrator.services.runs import JOBS, KINDS, Run, RunKind
+from orchestrator.services.runs import KINDS, Run, RunKind
 from orchestrator.settings import Settings
 from workers.contract.jobs import DriverExit
 
@@ -69,10 +69,11 @@ class Reconciler:
             if run is None or run.attempt != attempt:
                 return  # moved on since we asked Ray
             status = info.status
-            if kind is JOBS and run.preempt_requested_at is not None and run.state in PREEMPTIBLE_STATES:
+            if run.preempt_requested_at is not None and run.state in PREEMPTIBLE_STATES:
                 # Preempted (orchestrator.services.preemption): its Ray job ending, stopped or lost is the
                 # preemption itself, never a failure; back to QUEUED once it is gone.
-                if settle(session, run, status, self.settings.preemption_grace_s, exit_code=info.exit_code):
+                grace_s = self.settings.preemption_grace_s
+                if settle(session, run, status, grace_s, exit_code=info.exit_code, kind=kind):
                     stop_again = run.submission_id
             elif run.state == S.CANCELLING:
                 if status.finished and status != RunStatus.SUCCEEDED:

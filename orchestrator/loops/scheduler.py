@@ -19,7 +19,7 @@ from orchestrator.scheduling.policy import Holding, TickPlan, Waiting, decayed_s
 from orchestrator.scheduling.quotas import project_quotas, serving_holdings
 from orchestrator.services import preemption
 from orchestrator.services.launch import new_job_token
-from orchestrator.services.runs import JOBS, QueuedRun, RunKind, active_runs, queued_runs
+from orchestrator.services.runs import QueuedRun, RunKind, active_runs, queued_runs
 from orchestrator.settings import Settings
 from orchestrator.states.jobs import TERMINAL, note_waiting
 
@@ -43,12 +43,10 @@ class Scheduler:
                 return None
             active = active_runs(session)
             # Serve replicas (0 CPU by default) hold their share of the cluster and of their project's quota.
-            # Only jobs may be preempted (a job's own spec may still exempt it: preemption.choose_victims knows).
+            # Jobs and sweeps may be preempted (a run's own spec may still exempt it: preemption.choose_victims
+            # knows); serving replicas never are.
             holding = [
-                Holding(
-                    a.key, a.project_id, a.request, a.priority, a.started_at, a.borrowing, preemptible=a.kind is JOBS
-                )
-                for a in active
+                Holding(a.key, a.project_id, a.request, a.priority, a.started_at, a.borrowing) for a in active
             ] + serving_holdings(session)
             projects = {run.project_id for run in queued} | {h.project_id for h in holding}
             quotas = project_quotas(session, projects)
@@ -82,15 +80,19 @@ class Scheduler:
             trigger = ask.trigger_of
             with self.sessions() as session:  # read only when needed: a tick that preempts nobody skips it
                 candidates = preemption.preemption_candidates(session)
-            eligible = [c for c in candidates if f"job:{c.id}" in trigger]
+            eligible = [c for c in candidates if c.key in trigger]
             victims = preemption.choose_victims(ask.need, ask.free, eligible) or []
             preemptor = runs[ask.for_key]
             by = f"{preemptor.kind.name} {preemptor.id} (priority {preemptor.priority})"
-            stopping = [v.id for v in victims if preemption.preempt(self.sessions, v.id, by, trigger[f"job:{v.id}"])]
+            stopping = [
+                v.key
+                for v in victims
+                if preemption.preempt(self.sessions, v.id, by, trigger[v.key], preemption.kind_named(v.kind))
+            ]
             if stopping or any(c.preempting for c in eligible):
                 waits[ask.for_key] = (
                     "preempting",
-                    f"waiting for preempted job(s) to checkpoint and stop: {', '.join(stopping) or 'already asked'}",
+                    f"waiting for preempted run(s) to checkpoint and stop: {', '.join(stopping) or 'already asked'}",
                 )
         # ---------------------------------------------------------------------------------------------------
 

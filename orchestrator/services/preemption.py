@@ -1,5 +1,5 @@
-"""Preemption that checkpoints first (issue 20): who to preempt (a pure choice), asking a job to checkpoint
-now and stop, and finishing the preemption once its Ray job is gone.
+"""Preemption that checkpoints first (issue 20): who to preempt (a pure choice), asking a job (a sweep) to
+checkpoint now and stop, and finishing the preemption once its Ray job is gone.
 
 How one preemption goes
     1. ``preempt`` marks the victim (``preempt_requested_at``, ``preempt_by``) and says so in its reason
@@ -18,8 +18,25 @@ How one preemption goes
        flight is run again. Attempts that follow a preemption are not counted against
        ``retries.max_attempts`` (``job.preemptions``; ``attempts_used``).
 
-Sweeps are not preempted (a sweep's trials would need Tune to pause them): ``preemption_candidates`` lists
-jobs only.
+Sweeps are preempted whole, through the path that already resumes a sweep whose driver was lost
+    Their demand is what their concurrent trials hold (``admission.sweep_demand``), their order a job's, and
+    ``preemptible: false`` on the sweep spec exempts one. Marked, the sweep answers ``checkpoint_now`` on
+    ``GET /internal/v1/sweeps/{id}/control``: the driver polls it and so does every running trial's rank 0
+    (the same ``ControlPoller``, the sweep's run token). Each trial's loop checkpoints at its next step and
+    stops as a job's does; the trial never returns to Tune (Tune would call it finished) but leaves a marker
+    and waits (``workers.tune.preemption``). Once every running trial has paused and Tune holds its last
+    result, the driver interrupts Tune the way Ctrl-C does (Tune saves its experiment state with those trials
+    unfinished) and exits ``DriverExit.PREEMPTED``; ``settle`` requeues the sweep as it does a job. The next
+    attempt's ``Tuner.restore(resume_unfinished=True)`` starts the paused trials again under their own trial
+    ids, so each Train run resumes from its preemption checkpoint; finished trials are never run again.
+
+    Not per trial: Tune's PAUSE (a TrialScheduler deciding it) would keep the sweep running with fewer trials,
+    but its pause saves a Tune checkpoint of the trial (a function trainable's would be the Train checkpoint
+    handed over as a Tune one, as PBT's are), the sweep's admitted demand would have to shrink and grow with
+    its paused trials, and the scheduler would need a way to give one trial's resources to the preemptor
+    while the sweep keeps the rest. Whole-sweep preemption frees all that the sweep holds even when the
+    preemptor needs one trial's worth (the trade-off), costs each running trial at most one repeated step,
+    and a trial that had not reached its first step starts it again.
 """
 
 from __future__ import annotations
@@ -32,12 +49,12 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.admission import RESOURCES, scaling_demand
+from orchestrator.admission import RESOURCES
 from orchestrator.backend import RunStatus
-from orchestrator.db.models import Checkpoint, Job, JobState, utcnow
-from orchestrator.repositories import jobs as jobs_repo
-from orchestrator.states.jobs import PREEMPTED, lock_job, note_waiting, set_job_state
-from workers.contract.jobs import DriverExit, ScalingSpec
+from orchestrator.db.models import Checkpoint, JobState, utcnow
+from orchestrator.services.runs import JOBS, KINDS, Run, RunKind
+from orchestrator.states.jobs import PREEMPTED, note_waiting
+from workers.contract.jobs import DriverExit
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +70,7 @@ MISSING_GRACE = timedelta(seconds=10)
 
 @dataclass(frozen=True)
 class Candidate:
-    """One active job that might be preempted, as the victim choice sees it."""
+    """One active job or sweep that might be preempted, as the victim choice sees it."""
 
     id: str
     project_id: str
@@ -63,11 +80,17 @@ class Candidate:
     preemptible: bool = True  # its spec's ``preemptible``
     borrowing: bool = False  # admitted on capacity beyond its project's quota: goes before others
     preempting: bool = False  # already asked to checkpoint and stop: its resources are on their way back
+    kind: str = "job"  # RunKind.name: "job" or "sweep"
+
+    @property
+    def key(self) -> str:
+        """As the scheduler's policy names runs: ``job:<id>``, ``sweep:<id>``."""
+        return f"{self.kind}:{self.id}"
 
 
 def victim_order(candidate: Candidate) -> tuple:
     """Lowest priority first, then borrowing before not, then youngest first (then id, for a stable order)."""
-    return (candidate.priority, not candidate.borrowing, -candidate.created_at.timestamp(), candidate.id)
+    return (candidate.priority, not candidate.borrowing, -candidate.created_at.timestamp(), candidate.key)
 
 
 def _fits(need: Mapping[str, float], free: Mapping[str, float]) -> bool:
@@ -128,47 +151,56 @@ def priority_candidates(candidates: Iterable[Candidate], project_id: str, priori
 
 
 def preemptible(spec: Mapping) -> bool:
-    return bool(spec.get("preemptible", True))
+    """A job's spec, or a sweep's (``preemptible: false`` on the sweep or on its base exempts it)."""
+    return bool(spec.get("preemptible", True)) and bool((spec.get("base") or {}).get("preemptible", True))
 
 
 def preemption_candidates(session: Session) -> list[Candidate]:
-    """Every job that is STARTING, RUNNING or RESTARTING (sweeps are never preempted), with what it holds."""
-    query = select(Job).where(Job.state.in_(PREEMPTIBLE_STATES)).order_by(Job.created_at)
+    """Every job and sweep that is STARTING, RUNNING or RESTARTING, with what it holds (a sweep: its concurrent
+    trials, as admitted)."""
     return [
         Candidate(
-            id=job.id,
-            project_id=job.project_id,
-            priority=job.priority,
-            created_at=job.created_at,
-            demand=scaling_demand(ScalingSpec.model_validate(job.spec["scaling"])).total,
-            preemptible=preemptible(job.spec),
-            borrowing=bool(getattr(job, "borrowing", False)),
-            preempting=job.preempt_requested_at is not None,
+            id=run.id,
+            project_id=run.project_id,
+            priority=run.priority,
+            created_at=run.created_at,
+            demand=kind.demand(run).total,
+            preemptible=preemptible(run.spec),
+            borrowing=bool(run.borrowing),
+            preempting=run.preempt_requested_at is not None,
+            kind=kind.name,
         )
-        for job in session.scalars(query)
+        for kind in KINDS
+        for run in kind.active(session)
+        if run.state in PREEMPTIBLE_STATES
     ]
 
 
-def mark_preempted(session: Session, job: Job, by: str, reason: str) -> bool:
-    """In the caller's transaction, ``job`` locked: ask it to checkpoint now and stop. False (nothing changed)
-    when it is not active, is being cancelled, is not preemptible or is already being preempted."""
-    if job.state not in PREEMPTIBLE_STATES or not preemptible(job.spec) or job.preempt_requested_at is not None:
+def kind_named(name: str) -> RunKind:
+    return next(kind for kind in KINDS if kind.name == name)
+
+
+def mark_preempted(session: Session, run: Run, by: str, reason: str) -> bool:
+    """In the caller's transaction, ``run`` (a job or a sweep) locked: ask it to checkpoint now and stop. False
+    (nothing changed) when it is not active, is being cancelled, is not preemptible or is already being
+    preempted."""
+    if run.state not in PREEMPTIBLE_STATES or not preemptible(run.spec) or run.preempt_requested_at is not None:
         return False
-    job.preempt_requested_at = utcnow()
-    job.preempt_by = f"{by} ({reason})"[:256] if reason else by[:256]
-    note_waiting(job, PREEMPTING, f"preempted by {job.preempt_by}: asked to checkpoint now and stop")
+    run.preempt_requested_at = utcnow()
+    run.preempt_by = f"{by} ({reason})"[:256] if reason else by[:256]
+    note_waiting(run, PREEMPTING, f"preempted by {run.preempt_by}: asked to checkpoint now and stop")
     return True
 
 
-def preempt(sessions: sessionmaker[Session], victim_id: str, by: str, reason: str) -> bool:
-    """Ask job ``victim_id`` to checkpoint now and stop, in a transaction of its own; ``by`` names the
-    preemptor for its message (e.g. "job 1f2e (priority 10)"), ``reason`` the trigger ("priority",
-    "fair_share", "quota"). Never calls Ray: the reconciler finishes it. False if it was not marked."""
+def preempt(sessions: sessionmaker[Session], victim_id: str, by: str, reason: str, kind: RunKind = JOBS) -> bool:
+    """Ask ``victim_id`` (a job, or a sweep with ``kind=SWEEPS``) to checkpoint now and stop, in a transaction of
+    its own; ``by`` names the preemptor for its message (e.g. "job 1f2e (priority 10)"), ``reason`` the trigger
+    ("priority", "fair_share", "quota"). Never calls Ray: the reconciler finishes it. False if it was not marked."""
     with sessions.begin() as session:
-        job = lock_job(session, victim_id)
-        if job is None or not mark_preempted(session, job, by, reason):
+        run = kind.lock(session, victim_id)
+        if run is None or not mark_preempted(session, run, by, reason):
             return False
-    log.info("job %s: preempted by %s (%s): asked to checkpoint now and stop", victim_id, by, reason)
+    log.info("%s %s: preempted by %s (%s): asked to checkpoint now and stop", kind.name, victim_id, by, reason)
     return True
 
 
@@ -183,14 +215,14 @@ def preempt_for(
     trigger: str = "priority",
 ) -> list[str]:
     """For a queued run that does not fit: choose victims among ``candidates`` (for ``trigger="priority"``
-    only its own project's lower-priority jobs are eligible) and preempt them. Returns the victims' ids
+    only its own project's lower-priority runs are eligible) and preempt them. Returns the victims' ids
     ([] when none is needed or none would make it fit)."""
     pool = list(candidates)
     if trigger == "priority":
         pool = priority_candidates(pool, project_id, priority)
     victims = choose_victims(need, free, pool) or []
     by = f"job {run_id} (priority {priority}, project {project_id})"
-    return [v.id for v in victims if preempt(sessions, v.id, by, trigger)]
+    return [v.id for v in victims if preempt(sessions, v.id, by, trigger, kind_named(v.kind))]
 
 
 def checkpoint_step(session: Session, job_id: str) -> int | None:
@@ -198,42 +230,49 @@ def checkpoint_step(session: Session, job_id: str) -> int | None:
     return session.scalar(select(func.max(Checkpoint.step)).where(Checkpoint.job_id == job_id))
 
 
+def _resumes(session: Session, kind: RunKind, run: Run) -> str:
+    if kind is not JOBS:
+        return "its unfinished trials resume from their latest checkpoints, its finished ones are kept,"
+    step = checkpoint_step(session, run.id)
+    return f"resumes from its checkpoint at step {step}" if step else "starts over (no checkpoint yet)"
+
+
 def settle(
     session: Session,
-    job: Job,
+    run: Run,
     status: RunStatus,
     grace_s: float,
     now: datetime | None = None,
     exit_code: int | None = None,
+    kind: RunKind = JOBS,
 ) -> bool:
-    """The reconciler's part, ``job`` locked and marked: back to QUEUED once its Ray job is gone (its driver's
-    ``exit_code`` says whether it checkpointed first: ``DriverExit.PREEMPTED``). Returns True when its Ray
-    job must be stopped now (STARTING: nothing to checkpoint yet; past the grace: it did not stop by itself)."""
+    """The reconciler's part, ``run`` (a job, or a sweep with ``kind=SWEEPS``) locked and marked: back to QUEUED
+    once its Ray job is gone (its driver's ``exit_code`` says whether it checkpointed first:
+    ``DriverExit.PREEMPTED``). Returns True when its Ray job must be stopped now (STARTING: nothing to
+    checkpoint yet; past the grace: it did not stop by itself)."""
     now = now or utcnow()
     if status == RunStatus.SUCCEEDED:
         # Its driver exited 0: the run finished before it heard of the preemption (a preempted driver exits
         # DriverExit.PREEMPTED), and its own "succeeded" report was lost. Done, not requeued.
-        set_job_state(session, job, S.SUCCEEDED, "completed", "the driver exited successfully before the preemption")
+        kind.set_state(session, run, S.SUCCEEDED, "completed", "the driver exited successfully before the preemption")
         return False
-    requested = job.preempt_requested_at
+    requested = run.preempt_requested_at
     since = (now - requested).total_seconds() if requested is not None else 0.0
     gone = status.finished or (
-        status == RunStatus.MISSING and now - jobs_repo.last_transition(session, job.id).created_at > MISSING_GRACE
+        status == RunStatus.MISSING and now - kind.last_transition(session, run.id).created_at > MISSING_GRACE
     )
     if gone:
-        step = checkpoint_step(session, job.id)
-        resume = f"resumes from its checkpoint at step {step}" if step else "starts over (no checkpoint yet)"
         stopped = "checkpointed and stopped" if exit_code == DriverExit.PREEMPTED else "stopped"
-        set_job_state(
+        kind.set_state(
             session,
-            job,
+            run,
             S.QUEUED,
             PREEMPTED,
-            f"preempted by {job.preempt_by or 'the scheduler'}: {stopped} after {since:.1f} s; {resume} "
-            "when admitted again (not counted against retries.max_attempts)",
+            f"preempted by {run.preempt_by or 'the scheduler'}: {stopped} after {since:.1f} s; "
+            f"{_resumes(session, kind, run)} when admitted again (not counted against retries.max_attempts)",
         )
         return False
-    return job.state == S.STARTING or since > grace_s
+    return run.state == S.STARTING or since > grace_s
 
 
 def attempts_used(run) -> int:

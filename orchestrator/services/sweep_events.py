@@ -43,6 +43,10 @@ def apply_sweep_events(session: Session, sweep: Sweep, batch: SweepEventBatch, s
         if isinstance(event, TrialEvent):
             applied += _apply_trial(session, sweep, spec, event)
         elif isinstance(event, StateEvent):
+            if sweep.preempt_requested_at is not None and event.state in ("failed", "restarting"):
+                # Being preempted, as a job (orchestrator.services.events): the stop itself, not a failure.
+                log.info("sweep %s is being preempted: ignoring its reported %s", sweep.id, event.state)
+                continue
             try:
                 applied += set_sweep_state(
                     session,

@@ -1,7 +1,7 @@
 """Job rules: the run lifecycle (jobs and sweeps, ``orchestrator.states.sweeps``) and its companion fields.
 
 QUEUED -> STARTING -> RUNNING <-> RESTARTING -> SUCCEEDED | FAILED | CANCELLED
-CANCELLING between a cancel request and the end; terminal states are final. A job (not a sweep) that is
+CANCELLING between a cancel request and the end; terminal states are final. A job or a sweep that is
 STARTING, RUNNING or RESTARTING may go back to QUEUED when it is preempted (reason ``preempted`` only).
 """
 
@@ -31,7 +31,7 @@ RULES: tuple[Rule, ...] = (
     Rule(frozenset({S.CANCELLING}), frozenset({S.CANCELLED, S.SUCCEEDED})),
 )
 
-# Preemption (jobs only, ``orchestrator.services.preemption``): an active job that is not being cancelled
+# Preemption (jobs and sweeps, ``orchestrator.services.preemption``): an active run that is not being cancelled
 # goes back to QUEUED, always with reason ``preempted`` (``requeue_before`` refuses any other), once its
 # Ray job is gone. Admission then starts its next attempt, which resumes from its latest checkpoint.
 PREEMPTED = "preempted"

@@ -2,7 +2,9 @@
 
 A sweep follows a job's lifecycle, rules and companion fields (``orchestrator.states.jobs``): QUEUED ->
 STARTING -> RUNNING <-> RESTARTING -> SUCCEEDED | FAILED | CANCELLED, with CANCELLING between a cancel and
-the end. When a sweep ends, every trial still open ends with it (CANCELLED), in the same transaction.
+the end, and back to QUEUED when it is preempted (reason ``preempted``, as a job). When a sweep ends, every
+trial still open ends with it (CANCELLED), in the same transaction; a preempted sweep's open trials stay
+open: its next attempt resumes them.
 
 Trials have their own states, as Ray Tune reports them:
 
@@ -20,7 +22,16 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db.models import JobState, Sweep, SweepEvent, Trial, TrialEvent, TrialState
 from orchestrator.states.core import Change, Lifecycle, Rule, allowed, lock_row, record_creation, transition
-from orchestrator.states.jobs import RULES, TERMINAL, attempt_after, attempt_before, lifecycle_times, queued_since
+from orchestrator.states.jobs import (
+    JOB_RULES,
+    TERMINAL,
+    attempt_after,
+    attempt_before,
+    lifecycle_times,
+    preemption_after,
+    queued_since,
+    requeue_before,
+)
 from orchestrator.states.sweep_metrics import count_change, count_submitted
 from orchestrator.states.usage import trial_usage
 
@@ -109,12 +120,12 @@ def _open_trials_end(session: Session, change: Change) -> None:
 
 SWEEPS = Lifecycle(
     kind="sweep",
-    rules=RULES,
+    rules=JOB_RULES,  # a job's, preemption's requeue included
     initial=JobState.QUEUED,
     terminal=TERMINAL,
     history=_sweep_history,
-    before=(attempt_before,),
-    after=(attempt_after, lifecycle_times, queued_since, _open_trials_end, count_change),
+    before=(attempt_before, requeue_before),
+    after=(attempt_after, lifecycle_times, queued_since, preemption_after, _open_trials_end, count_change),
     on_create=(queued_since, count_submitted),
     attempts=True,
 )

@@ -6,11 +6,17 @@ job ends, it goes back to QUEUED (``preempted``, naming the high one), the high 
 admitted again, resumes from that checkpoint and SUCCEEDS with the final metrics of an uninterrupted run of
 the same spec (the high-priority job is that run: the same spec and seed), no step missing, at most one
 repeated, and its attempt budget untouched (``max_attempts: 1``, and still it succeeds).
+
+A sweep is preempted the same way, whole (``workers.tune.preemption``): its running trial checkpoints at its
+next step and pauses, Tune saves its state, the sweep goes back to QUEUED, and when admitted again Tune
+resumes the paused trial from that checkpoint; the trial that had finished is kept, never run again.
 """
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +126,103 @@ def test_a_high_priority_job_preempts_a_running_low_one_which_checkpoints_and_re
     assert abs(final["val_accuracy"] - reference["val_accuracy"]) <= ACCURACY_TOLERANCE, (final, reference)
     assert abs(final["val_loss"] - reference["val_loss"]) <= LOSS_TOLERANCE, (final, reference)
     assert metric_steps(member, high_id) == {1: list(range(1, TOTAL_STEPS + 1))}
+
+
+# --- a sweep ------------------------------------------------------------------------------------------------
+
+# Two 1-CPU trials fill the 2 CPUs: one of 1 epoch (it finishes before the preemption), one of SWEEP_EPOCHS
+# (preempted while it trains). The preemptor needs both CPUs.
+SWEEP_EPOCHS = 6
+SWEEP = {
+    "base": {
+        "workload": "digits",
+        "epochs": 1,
+        "seed": 5,
+        "scaling": {"num_workers": 1, "cpus_per_worker": 1.0},
+        "batch": {"per_worker": 4},
+        "checkpoint": {"keep": 10},
+        "retries": {"max_worker_restarts": 0, "max_attempts": 1},
+    },
+    "search_space": {"epochs": {"type": "grid", "values": [1, SWEEP_EPOCHS]}},
+    "algorithm": "grid",
+    "max_concurrent_trials": 2,
+    "priority": 0,
+}
+PREEMPTOR = {"epochs": 1, "scaling": {"num_workers": 2, "cpus_per_worker": 1.0}, "priority": 10}
+
+
+def sweep_get(api, path: str) -> list | dict:
+    response = api.http.get(path)
+    response.raise_for_status()
+    return response.json()
+
+
+def trials_by_epochs(api, sweep_id: str) -> dict[int, dict]:
+    return {t["config"]["epochs"]: t for t in sweep_get(api, f"/v1/sweeps/{sweep_id}/trials")}
+
+
+def test_a_high_priority_job_preempts_a_sweep_whose_paused_trial_resumes_and_finished_one_is_kept(member):
+    sweep = member.http.post("/v1/sweeps", json=SWEEP)
+    assert sweep.status_code == 201, sweep.text
+    sweep_id = sweep.json()["id"]
+
+    # The short trial has finished and the long one has passed an epoch: now the job arrives.
+    deadline = time.monotonic() + 180
+    while True:
+        trials = trials_by_epochs(member, sweep_id)
+        short, long = trials.get(1), trials.get(SWEEP_EPOCHS)
+        if short and long and short["state"] == "SUCCEEDED" and long["state"] == "RUNNING" and long["iterations"] >= 1:
+            break
+        now = sweep_get(member, f"/v1/sweeps/{sweep_id}")
+        if now["state"] in {"SUCCEEDED", "FAILED", "CANCELLED"} or time.monotonic() > deadline:
+            pytest.fail(f"sweep {now['state']} ({now['reason']}: {now['message'][-2000:]}); trials {trials}")
+        time.sleep(0.2)
+    high = member.submit(**PREEMPTOR, name="preempt-sweep-high")
+    assert high.status_code == 201, high.text
+    high_id = high.json()["id"]
+
+    deadline = time.monotonic() + 120
+    while (now := sweep_get(member, f"/v1/sweeps/{sweep_id}"))["state"] != "QUEUED":
+        if now["state"] in {"SUCCEEDED", "FAILED", "CANCELLED"} or time.monotonic() > deadline:
+            pytest.fail(f"the sweep is {now['state']} ({now['reason']}: {now['message'][-2000:]}), never requeued")
+        time.sleep(0.2)
+    long_at_preemption = trials_by_epochs(member, sweep_id)[SWEEP_EPOCHS]
+    assert long_at_preemption["state"] == "RUNNING", long_at_preemption  # paused, not finished
+    assert long_at_preemption["iterations"] < SWEEP_EPOCHS
+
+    member.wait(high_id, {"SUCCEEDED"}, timeout_s=180)
+    deadline = time.monotonic() + 240
+    while (done := sweep_get(member, f"/v1/sweeps/{sweep_id}"))["state"] != "SUCCEEDED":
+        if done["state"] in {"FAILED", "CANCELLED"} or time.monotonic() > deadline:
+            pytest.fail(f"the sweep is {done['state']} ({done['reason']}: {done['message'][-3000:]})")
+        time.sleep(0.5)
+
+    # Requeued once, preempted by the job, having checkpointed; its attempt budget (1) untouched.
+    history = sweep_get(member, f"/v1/sweeps/{sweep_id}/events")
+    requeued = [e for e in history if e["to_state"] == "QUEUED" and e["from_state"] is not None]
+    assert len(requeued) == 1 and requeued[0]["reason"] == "preempted", history
+    assert high_id in requeued[0]["message"] and "checkpointed and stopped" in requeued[0]["message"], requeued
+    assert not [e for e in history if e["to_state"] in ("FAILED", "RESTARTING")], history
+    assert (done["attempt"], done["preemptions"]) == (2, 1), done
+    high_started = next(e for e in member.http.get(f"/v1/jobs/{high_id}/events").json() if e["to_state"] == "STARTING")
+    assert high_started["created_at"] >= requeued[0]["created_at"]
+
+    trials = trials_by_epochs(member, sweep_id)
+    assert {t["state"] for t in trials.values()} == {"SUCCEEDED"}, trials
+    # The finished trial was not run again: everything it reported came under the first attempt.
+    short_events = sweep_get(member, f"/v1/trials/{trials[1]['id']}/events")
+    assert {e["attempt"] for e in short_events} == {1}, short_events
+
+    # The paused trial: every epoch once, in step order, and its Train run went on from its preemption checkpoint.
+    points = sweep_get(member, f"/v1/trials/{trials[SWEEP_EPOCHS]['id']}/metrics")
+    assert [p["epoch"] for p in points] == list(range(1, SWEEP_EPOCHS + 1)), points
+    per_epoch = points[0]["step"]
+    assert [p["step"] for p in points] == [per_epoch * e for e in range(1, SWEEP_EPOCHS + 1)], points
+    run_dir = Path(points[-1]["checkpoint_path"]).parent
+    marker = json.loads((run_dir.parent.parent / "preempted" / "attempt-1" / f"{run_dir.name}.json").read_text())
+    snapshot = json.loads((run_dir / "checkpoint_manager_snapshot.json").read_text())
+    steps = [result["metrics"]["step"] for result in snapshot["checkpoint_results"]]
+    assert marker["step"] in steps, (marker, steps)
+    assert steps == sorted(set(steps)), steps  # never back to an earlier checkpoint: resumed, not started over
+    after = steps[steps.index(marker["step"]) + 1]
+    assert after == (marker["step"] // per_epoch + 1) * per_epoch, (marker, steps)  # the end of that epoch

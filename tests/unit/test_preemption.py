@@ -10,7 +10,9 @@ import pytest
 from sqlalchemy import select
 
 from orchestrator.backend import RunStatus
-from orchestrator.db.models import Job, JobEvent, JobState
+from orchestrator.db.models import Job, JobEvent, JobState, Sweep, Trial, TrialState
+from orchestrator.repositories import projects as projects_repo
+from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.preemption import (
     Candidate,
     choose_victims,
@@ -20,9 +22,12 @@ from orchestrator.services.preemption import (
     priority_candidates,
     settle,
 )
+from orchestrator.services.runs import SWEEPS
 from orchestrator.states.jobs import lock_job, set_job_state
+from orchestrator.states.sweeps import lock_sweep, set_sweep_state, set_trial_state
 from tests.unit.api_helpers import ADMIN, auth, make_project, new_job, reconcile, submit, tick
 from workers.contract.jobs import DriverExit
+from workers.contract.sweeps import SweepSpec
 
 S = JobState
 T0 = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
@@ -106,6 +111,21 @@ def test_nothing_new_when_it_fits_or_preemptions_under_way_free_enough():
     assert choose_victims({"CPU": 1}, NONE_FREE, pool) == []
     # ... and it is never chosen twice: one more is needed for 2.
     assert ids(choose_victims({"CPU": 2}, NONE_FREE, pool)) == ["b"]
+
+
+def test_a_sweep_is_a_victim_like_a_job_in_the_same_order():
+    """A sweep holding its concurrent trials is chosen by the same order: lowest priority, then borrowing,
+    then youngest; its key (``sweep:<id>``) is how the scheduler's policy names it."""
+    sweep = cand("sweep", cpus=2.0, priority=-1, kind="sweep")
+    assert sweep.key == "sweep:sweep"
+    pool = [cand("job", priority=0), sweep]
+    assert ids(choose_victims({"CPU": 1}, NONE_FREE, pool)) == ["sweep"]  # the lower priority
+    equal = [cand("old-job", age_s=100), cand("young-sweep", age_s=0, kind="sweep")]
+    assert ids(choose_victims({"CPU": 1}, NONE_FREE, equal)) == ["young-sweep"]
+    borrowing_job = [cand("job", age_s=0, borrowing=True), cand("sweep", age_s=100, kind="sweep")]
+    assert ids(choose_victims({"CPU": 1}, NONE_FREE, borrowing_job)) == ["job"]
+    exempt = [cand("sweep", cpus=2.0, kind="sweep", preemptible=False)]
+    assert choose_victims({"CPU": 1}, NONE_FREE, exempt) is None
 
 
 def test_the_priority_trigger_takes_only_lower_priority_jobs_of_the_same_project():
@@ -203,6 +223,78 @@ def test_a_victim_that_does_not_stop_within_the_grace_is_stopped(sessions):
         assert settle(session, job, RunStatus.STOPPED, grace_s=60, now=later) is False
         assert (job.state, job.reason) == (S.QUEUED, "preempted")
         assert "stopped after" in job.message and "checkpointed" not in job.message
+
+
+# --- sweeps: marked, requeued, their trials kept ----------------------------------------------------------
+
+SWEEP_BODY = {
+    "base": {"workload": "digits", "scaling": {"num_workers": 1, "cpus_per_worker": 1}},
+    "search_space": {"lr.base": {"type": "choice", "values": [0.1, 0.2]}},
+    "max_concurrent_trials": 2,
+}
+
+
+def running_sweep(sessions, **spec) -> str:
+    """A RUNNING sweep with a finished trial and a running one; returns its id."""
+    with sessions.begin() as session:
+        project = projects_repo.ensure_default_project(session)
+        sweep = sweeps_repo.create_sweep(session, project.id, SweepSpec.model_validate({**SWEEP_BODY, **spec}))
+        set_sweep_state(session, sweep, S.STARTING, "admitted")
+        set_sweep_state(session, sweep, S.RUNNING, "sweep_started")
+        for tune_id, end in (("done", TrialState.SUCCEEDED), ("going", None)):
+            trial = sweeps_repo.add_trial(session, sweep.id, tune_id, {"lr.base": 0.1})
+            set_trial_state(session, trial, TrialState.RUNNING, "trial_started")
+            if end is not None:
+                set_trial_state(session, trial, end, "completed")
+        return sweep.id
+
+
+def test_a_marked_sweep_is_listed_with_its_trials_demand_and_settles_back_to_queued(sessions):
+    sweep_id = running_sweep(sessions)
+    with sessions() as session:
+        listed = {c.key: c for c in preemption_candidates(session)}
+    assert listed[f"sweep:{sweep_id}"].demand["CPU"] == 2.0  # 2 concurrent trials of 1 CPU
+    assert preempt(sessions, sweep_id, "job abc (priority 10)", "priority", SWEEPS)
+    assert not preempt(sessions, sweep_id, "job abc (priority 10)", "priority", SWEEPS)  # already under way
+    with sessions.begin() as session:
+        sweep = lock_sweep(session, sweep_id)
+        assert (sweep.state, sweep.reason) == (S.RUNNING, "preempting")
+        assert settle(session, sweep, RunStatus.RUNNING, grace_s=60, kind=SWEEPS) is False  # within the grace
+        # A failure its driver reports while it is stopped is the stop itself (sweep_events): not applied here.
+        assert (
+            settle(session, sweep, RunStatus.FAILED, grace_s=60, exit_code=DriverExit.PREEMPTED, kind=SWEEPS) is False
+        )
+    with sessions() as session:
+        sweep = session.get(Sweep, sweep_id)
+        assert (sweep.state, sweep.reason, sweep.attempt, sweep.preemptions) == (S.QUEUED, "preempted", 1, 1)
+        assert "preempted by job abc (priority 10) (priority): checkpointed and stopped" in sweep.message
+        assert "unfinished trials resume" in sweep.message
+        assert sweep.preempt_requested_at is None
+        # Its trials are neither cancelled nor ended: the next attempt resumes the running one.
+        trials = {t.tune_id: t.state for t in session.query(Trial).filter(Trial.sweep_id == sweep_id)}
+        assert trials == {"done": TrialState.SUCCEEDED, "going": TrialState.RUNNING}
+    with sessions.begin() as session:  # admitted again: attempt 2, not counted against its retries
+        sweep = lock_sweep(session, sweep_id)
+        set_sweep_state(session, sweep, S.STARTING, "admitted")
+        assert (sweep.attempt, sweep.preemptions) == (2, 1)
+
+
+def test_a_sweep_past_the_grace_is_stopped_and_a_non_preemptible_one_never_marked(sessions):
+    sweep_id = running_sweep(sessions)
+    with sessions.begin() as session:
+        assert mark_preempted(session, lock_sweep(session, sweep_id), "job x", "priority")
+    later = datetime.now(UTC) + timedelta(seconds=61)
+    with sessions.begin() as session:
+        sweep = lock_sweep(session, sweep_id)
+        assert settle(session, sweep, RunStatus.RUNNING, grace_s=60, now=later, kind=SWEEPS) is True  # stop it
+        assert settle(session, sweep, RunStatus.STOPPED, grace_s=60, now=later, kind=SWEEPS) is False
+        assert (sweep.state, sweep.reason) == (S.QUEUED, "preempted")
+        assert "stopped after" in sweep.message and "checkpointed" not in sweep.message
+    exempt = running_sweep(sessions, preemptible=False)
+    assert not preempt(sessions, exempt, "someone", "priority", SWEEPS)
+    with sessions() as session:
+        listed = {c.key: c for c in preemption_candidates(session)}
+    assert listed[f"sweep:{exempt}"].preemptible is False
 
 
 # --- over the API, with a fake cluster --------------------------------------------------------------------
@@ -308,3 +400,55 @@ def test_only_an_admin_or_a_project_that_allows_it_submits_non_preemptible_jobs(
         f"/v1/projects/{project}", json={"allow_non_preemptible": True}, headers=auth(keys["member"])
     )
     assert by_member.status_code == 403
+
+
+def test_a_higher_priority_job_preempts_a_sweep_over_the_api(app, client, backend):
+    """The scheduler picks the sweep (2 of the 2 CPUs) for a job of its project with a higher priority; the sweep
+    answers checkpoint_now on its own control endpoint (its token only); its driver's exit PREEMPTED requeues
+    it; the job starts; the sweep is admitted again as attempt 2 once the job is done."""
+    backend.total = {"CPU": 2.0, "GPU": 0.0}
+    service = app.state.service
+    _, keys = make_project(client, "tuning")
+    sweep = client.post("/v1/sweeps", json=SWEEP_BODY, headers=auth(keys["member"])).json()["id"]
+    tick(app)
+    token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+    control = f"/internal/v1/sweeps/{sweep}/control"
+    running = {"attempt": 1, "events": [{"type": "state", "state": "running"}]}
+    assert client.post(f"/internal/v1/sweeps/{sweep}/events", json=running, headers=auth(token)).status_code == 200
+    assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {"checkpoint_now": False}
+
+    high = submit(client, keys["member"], scaling={"num_workers": 1, "cpus_per_worker": 1}, priority=10).json()["id"]
+    tick(app)
+    assert client.get(f"/v1/jobs/{high}", headers=auth(ADMIN)).json()["reason"] == "preempting"
+    assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {"checkpoint_now": True}
+    assert client.get(control, params={"attempt": 1}, headers=auth(ADMIN)).status_code == 401
+    assert client.get(control, params={"attempt": 2}, headers=auth(token)).status_code == 409
+    failed = {"attempt": 1, "events": [{"type": "state", "state": "failed", "reason": "sweep_error"}]}
+    assert client.post(f"/internal/v1/sweeps/{sweep}/events", json=failed, headers=auth(token)).json()["applied"] == 0
+
+    backend.runs[f"{sweep}-1"] = RunStatus.FAILED  # the driver saved Tune's state and exited PREEMPTED
+    backend.exit_codes[f"{sweep}-1"] = DriverExit.PREEMPTED
+    reconcile(app)
+    body = client.get(f"/v1/sweeps/{sweep}", headers=auth(ADMIN)).json()
+    assert (body["state"], body["reason"], body["attempt"], body["preemptions"]) == ("QUEUED", "preempted", 1, 1)
+    assert high in body["message"] and "checkpointed and stopped" in body["message"]
+    tick(app)
+    assert client.get(f"/v1/jobs/{high}", headers=auth(ADMIN)).json()["state"] == "STARTING"
+    assert client.get(f"/v1/sweeps/{sweep}", headers=auth(ADMIN)).json()["state"] == "QUEUED"
+    with service.sessions.begin() as session:  # the job is done
+        set_job_state(session, lock_job(session, high), S.SUCCEEDED, "completed")
+    tick(app)
+    assert backend.submitted[-1][0] == f"{sweep}-2"
+
+
+def test_only_an_admin_or_a_project_that_allows_it_submits_non_preemptible_sweeps(app, client):
+    _, keys = make_project(client, "exempt-sweeps")
+    for body in (
+        {**SWEEP_BODY, "preemptible": False},
+        {**SWEEP_BODY, "base": {**SWEEP_BODY["base"], "preemptible": False}},
+    ):
+        refused = client.post("/v1/sweeps", json=body, headers=auth(keys["member"]))
+        assert refused.status_code == 422 and "allow_non_preemptible" in refused.text, refused.text
+        assert client.post("/v1/sweeps", json=body, headers=auth(ADMIN)).status_code == 201
+    searched = {**SWEEP_BODY, "search_space": {"preemptible": {"type": "choice", "values": [True, False]}}}
+    assert client.post("/v1/sweeps", json=searched, headers=auth(ADMIN)).status_code == 422

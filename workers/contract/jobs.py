@@ -324,8 +324,9 @@ class DriverAssignment(BaseModel):
 
 
 class ControlSignal(BaseModel):
-    """``GET /internal/v1/jobs/{id}/control?attempt=N``: what the control plane asks of a running attempt.
-    Polled by rank 0 (``workers.runtime.control``); unknown fields are ignored, so it can grow."""
+    """``GET /internal/v1/jobs/{id}/control?attempt=N`` (a sweep's: ``/internal/v1/sweeps/{id}/control``): what
+    the control plane asks of a running attempt. Polled by rank 0 (a sweep's: its driver and each running
+    trial's rank 0; ``workers.runtime.control``); unknown fields are ignored, so it can grow."""
 
     checkpoint_now: bool = Field(
         False, description="Preempted: write a checkpoint at the next step, outside the schedule, and stop."

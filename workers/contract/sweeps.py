@@ -25,7 +25,7 @@ from workers.contract.jobs import METRIC_DESCRIPTION, MODE_DESCRIPTION, Checkpoi
 TRIAL_DRIVER_RESOURCES = {"CPU": 0.0, "memory": 1.0}
 # Parts of the base spec a search may not touch: what identifies the job, and what the sweep itself decides.
 # code: every trial runs in the sweep driver's Ray job, whose working_dir and pip are the base job's.
-FIXED_PATHS = ("name", "workload", "entrypoint", "labels", "priority", "retries", "checkpoint", "code")
+FIXED_PATHS = ("name", "workload", "entrypoint", "labels", "priority", "preemptible", "retries", "checkpoint", "code")
 MAX_TRIALS = 10_000
 # <storage>/<sweep id>/trials/<run>: each trial's Ray Train runs and their checkpoints. A run is named
 # after Tune's trial id, or <trial id>-<n> for the n-th new run of a PBT trial (workers.tune.tuner).
@@ -205,6 +205,12 @@ class SweepSpec(_Strict):
     max_concurrent_trials: int = Field(2, ge=1, le=256, description="Trials running at once, never more.")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Seeds the search: the same seed samples the same configs.")
     priority: int = Field(0, ge=-1000, le=1000)
+    preemptible: bool = Field(
+        True,
+        description="May be preempted as a job may (its running trials checkpoint and pause, the sweep is requeued "
+        "and resumes them; finished trials are kept). false (here or in base): as a job's, only a cluster-wide "
+        "admin's key or a key of a project that allows it (allow_non_preemptible).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> SweepSpec:

@@ -1,10 +1,14 @@
-"""Rank 0 asks the control plane, now and then, whether its job is preempted (issue 20).
+"""Rank 0 asks the control plane, now and then, whether its job (its sweep) is preempted (issue 20).
 
 A daemon thread polls ``GET {url}/internal/v1/jobs/{job_id}/control?attempt=N`` with the run's token every
 ``ORCHESTRATOR_CONTROL_POLL_S`` seconds (default 1) and latches ``checkpoint_now`` once it is true. It never
 blocks training: the loop only reads the flag, and every rank learns rank 0's answer at its next optimizer
 step (``workers.runtime.train_loop``). An unreachable control plane, or any answer but a 2xx, just means
 "no news": a preempted job that never hears of it is stopped all the same after the grace.
+
+A sweep trial's rank 0 polls its sweep's ``/internal/v1/sweeps/{sweep_id}/control`` with the sweep's token
+(``sweep_control`` in its config, set by ``workers.tune``), and so does the sweep driver
+(``workers.tune.preemption``): a trial reports to no control plane of its own, but stops as a job does.
 
 ``SharedFlag`` carries rank 0's answer to every rank without slowing a step: a blocking all-reduce of one
 number per step cost 2.4 ms a step on 2 CPU ranks here (1.5x the time of a tiny digits run), so the
@@ -40,8 +44,16 @@ def poll_interval_s() -> float:
 class ControlPoller:
     """``checkpoint_now`` becomes True (and stays) once the control plane asks for it."""
 
-    def __init__(self, url: str, job_id: str, attempt: int, token: str, interval_s: float | None = None) -> None:
-        self._endpoint = f"{url.rstrip('/')}/internal/v1/jobs/{job_id}/control"
+    def __init__(
+        self,
+        url: str,
+        job_id: str,
+        attempt: int,
+        token: str,
+        interval_s: float | None = None,
+        collection: str = "jobs",
+    ) -> None:
+        self._endpoint = f"{url.rstrip('/')}/internal/v1/{collection}/{job_id}/control"
         self._params = {"attempt": attempt}
         self._headers = {"Authorization": f"Bearer {token}"}
         self._interval_s = interval_s if interval_s is not None else poll_interval_s()
@@ -72,18 +84,34 @@ class ControlPoller:
                 except ValueError:
                     continue
                 if signal.checkpoint_now:
-                    log.info("the control plane preempted this job: checkpointing at the next step, then stopping")
+                    log.info("the control plane preempted this run: checkpointing at the next step, then stopping")
                     self._requested.set()
                     return
 
 
-def control_poller(config: dict, rank: int) -> ControlPoller | None:
-    """Rank 0's poller for a job reporting to a control plane; None elsewhere (other ranks, scripts, sweep
-    trials, which report to no control plane of their own)."""
-    url = config.get("control_plane_url")
-    if rank != 0 or not url or not config.get("token") or (config.get("spec") or {}).get("preemptible") is False:
+def control_target(config: dict) -> tuple[str, str, str, int, str] | None:
+    """Where this run asks whether it is preempted, ``(url, collection, id, attempt, token)``: a sweep trial
+    its sweep's control (``sweep_control``), a job reporting to a control plane its own; None for a run that
+    cannot be preempted (``preemptible: false``, scripts, a sweep that is not preemptible)."""
+    if (config.get("spec") or {}).get("preemptible") is False:
         return None
-    return ControlPoller(url, config["job_id"], int(config["attempt"]), config["token"])
+    sweep = config.get("sweep_control")
+    if sweep:
+        return sweep["url"], "sweeps", sweep["sweep_id"], int(sweep["attempt"]), sweep["token"]
+    url, token = config.get("control_plane_url"), config.get("token")
+    if url and token:
+        return url, "jobs", config["job_id"], int(config["attempt"]), token
+    return None
+
+
+def control_poller(config: dict, rank: int) -> ControlPoller | None:
+    """Rank 0's poller for a run that can be preempted (``control_target``); None elsewhere (other ranks,
+    scripts)."""
+    target = control_target(config)
+    if rank != 0 or target is None:
+        return None
+    url, collection, run_id, attempt, token = target
+    return ControlPoller(url, run_id, attempt, token, collection=collection)
 
 
 class SharedFlag:

@@ -22,7 +22,7 @@ import torch
 from workers.contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
 from workers.runtime.checkpoint_io import Position, restore_checkpoint, save_checkpoint
 from workers.runtime.context import LoopContext
-from workers.runtime.control import SharedFlag, control_poller
+from workers.runtime.control import SharedFlag, control_poller, control_target
 from workers.runtime.data import TrainBatches, val_batches
 from workers.runtime.distributed import all_reduce_sum, unwrap
 from workers.runtime.reporter import EventReporter
@@ -75,7 +75,7 @@ def run_training(config: dict, ctx: LoopContext, reporter: Reporter | None = Non
 
     # Every rank knows (from the same config) whether rank 0 listens for a preemption: then all of them
     # learn its answer at each step, so they checkpoint and stop at the same one.
-    watched = bool(config.get("control_plane_url") and config.get("token") and spec.preemptible)
+    watched = control_target(config) is not None
     with rank0_reporter(config, ctx.rank, reporter) as reporter:
         loop = _Loop(spec, plan, ctx, workload, state, batches, reporter)
         with ctx.resume_dir() as resume_dir:

@@ -27,9 +27,11 @@ def build_trainer(
     token: str,
     extra_callbacks: Sequence[UserCallback] = (),
     start_from: str | None = None,
+    sweep_control: dict | None = None,
 ) -> JobTrainer:
     """``control_plane_url=None`` makes every reporter only log (scripts, tests, sweep trials).
-    ``start_from``: a checkpoint the run starts from while it has none of its own (``RayContext``)."""
+    ``start_from``: a checkpoint the run starts from while it has none of its own (``RayContext``).
+    ``sweep_control``: a sweep trial's way to hear of its sweep's preemption (``workers.runtime.control``)."""
     # Ray Train would refuse to start on a run snapshot that names checkpoints retention deleted.
     forget_deleted_checkpoints(storage_path, job_id)
     scaling = spec.scaling
@@ -46,6 +48,7 @@ def build_trainer(
             "spec": spec.model_dump(mode="json"),
             "plan": plan.model_dump(mode="json"),
             "start_from": start_from,
+            "sweep_control": sweep_control,
         },
         scaling_config=ScalingConfig(
             num_workers=scaling.num_workers, use_gpu=scaling.use_gpu, resources_per_worker=resources

@@ -4,7 +4,8 @@
 
 Fetches the sweep's assignment from the control plane, runs Ray Tune over it (``workers.tune.tuner``) and
 reports the sweep's state and every trial's news. Attempt 2 and later restore Tune's experiment from
-storage: finished trials are not run again, unfinished ones resume from their latest checkpoints.
+storage: finished trials are not run again, unfinished ones resume from their latest checkpoints (a
+preempted sweep's paused trials: from their preemption checkpoints, ``workers.tune.preemption``).
 Exit status as ``workers.train.driver`` (``DriverExit``).
 """
 
@@ -28,6 +29,7 @@ from workers.contract.jobs import DriverExit, StateEvent
 from workers.contract.sweeps import SweepAssignment
 from workers.runtime.reporter import EventReporter
 from workers.train.driver import MAX_MESSAGE_CHARS, fetch_assignment, finish_reporting, start_driver
+from workers.tune.preemption import PREEMPTIONS, PreemptionWatch, SweepControl, SweepPreemption, markers_folder
 from workers.tune.tuner import (
     REPORTERS,
     TUNE_EXPERIMENT,
@@ -43,14 +45,15 @@ from workers.tune.tuner import (
 log = logging.getLogger("workers.tune.driver")
 
 
-def build_tuner(assignment: SweepAssignment, callbacks: list) -> tune.Tuner:
+def build_tuner(assignment: SweepAssignment, callbacks: list, control: SweepControl | None = None) -> tune.Tuner:
     spec, sweep_id = assignment.spec, assignment.sweep_id
     folder = sweep_folder(assignment.storage_path, sweep_id)
-    fn = trainable(spec, assignment.storage_path, sweep_id)
+    fn = trainable(spec, assignment.storage_path, sweep_id, control.as_config() if control else None)
     experiment = f"{folder}/{TUNE_EXPERIMENT}"
     if assignment.attempt > 1 and tune.Tuner.can_restore(experiment):
         log.info("sweep %s attempt %d: restoring Tune's experiment from %s", sweep_id, assignment.attempt, experiment)
-        # Errored trials stay failed (their error was reported); unfinished ones resume.
+        # Errored trials stay failed (their error was reported); unfinished ones resume. The callbacks come
+        # back from the experiment state (the first attempt's, PreemptionWatch included).
         return tune.Tuner.restore(experiment, trainable=fn, resume_unfinished=True, resume_errored=False)
     return tune.Tuner(
         fn,
@@ -93,8 +96,15 @@ def run_sweep(assignment: SweepAssignment, control_plane_url: str | None, token:
     reporter.emit(
         StateEvent(state="running", reason="sweep_started", message=f"attempt {attempt}: Ray Tune is running")
     )
+    preemption = None
+    if control_plane_url and token and spec.preemptible and spec.base.preemptible:
+        markers = markers_folder(sweep_folder(assignment.storage_path, sweep_id), attempt)
+        preemption = PREEMPTIONS[sweep_id] = SweepPreemption(
+            SweepControl(control_plane_url, sweep_id, attempt, token, markers)
+        )
+    callbacks = [TrialEventForwarder(sweep_id, spec), PreemptionWatch(sweep_id)]
     try:
-        results = build_tuner(assignment, [TrialEventForwarder(sweep_id, spec)]).fit()
+        results = build_tuner(assignment, callbacks, preemption.control if preemption else None).fit()
     except Exception as exc:
         log.error("sweep %s attempt %d: Ray Tune failed:\n%s", sweep_id, attempt, traceback.format_exc())
         reporter.emit(
@@ -104,6 +114,12 @@ def run_sweep(assignment: SweepAssignment, control_plane_url: str | None, token:
         )
         exit_code = DriverExit.TRAINING_FAILED
     else:
+        if preemption is not None and preemption.interrupted:
+            # Tune saved its state with the paused trials unfinished: no outcome, the control plane requeues.
+            log.info("sweep %s attempt %d preempted: trials paused, Tune's state saved", sweep_id, attempt)
+            preemption.close()
+            finish_reporting(reporter)
+            return DriverExit.PREEMPTED
         failed = results.num_errors
         if failed and failed == len(results):
             first = next(r.error for r in results if r.error is not None)
@@ -127,6 +143,8 @@ def run_sweep(assignment: SweepAssignment, control_plane_url: str | None, token:
             )
             log.info("sweep %s attempt %d succeeded: %s", sweep_id, attempt, summary)
             exit_code = DriverExit.SUCCEEDED
+    if preemption is not None:
+        preemption.close()
     finish_reporting(reporter)
     return exit_code
 

@@ -47,8 +47,10 @@ from workers.contract.sweeps import (
 )
 from workers.runtime.manifest import resolve
 from workers.runtime.reporter import EventReporter
+from workers.runtime.train_loop import PREEMPTED_KEY
 from workers.train.failures import classify_trial_error
 from workers.train.trainer import build_trainer
+from workers.tune.preemption import is_epoch_result, pause_trial
 
 log = logging.getLogger(__name__)
 
@@ -163,10 +165,18 @@ class KeepInRange:
         return config
 
 
-def _trainer(spec: JobSpec, run_name: str, trials_storage: str, callback: UserCallback, start_from: str | None = None):
+def _trainer(
+    spec: JobSpec,
+    run_name: str,
+    trials_storage: str,
+    callback: UserCallback,
+    start_from: str | None = None,
+    control: dict | None = None,
+):
     """One Train run of a trial, as a job's (``build_trainer``), with ``callback`` passing its epochs to Tune.
     Ray Train keeps every checkpoint, as for a job: the control plane's retention deletes what the trial
-    does not keep (``orchestrator.loops.trial_retention``), so it never advertises a deleted folder."""
+    does not keep (``orchestrator.loops.trial_retention``), so it never advertises a deleted folder.
+    ``control``: how its rank 0 hears of the sweep's preemption (``workers.tune.preemption``)."""
     return build_trainer(
         job_id=run_name,
         attempt=1,
@@ -177,19 +187,41 @@ def _trainer(spec: JobSpec, run_name: str, trials_storage: str, callback: UserCa
         token="",
         extra_callbacks=[callback],
         start_from=start_from,
+        sweep_control=control,
     )
 
 
-def run_trial(config: dict[str, Any], *, base: dict, trials_storage: str, pbt: bool = False) -> None:
+class TrialReportCallback(TuneReportCallback):
+    """Ray Train's ``TuneReportCallback``, for epoch results only: a preemption checkpoint taken mid-epoch (no
+    metrics) is the Train run's to resume from, not a result Tune's scheduler or metric could use."""
+
+    def after_report(self, run_context, metrics: list[dict[str, Any]], checkpoint: Checkpoint | None) -> None:
+        if is_epoch_result(metrics[0]):
+            super().after_report(run_context, metrics, checkpoint)
+
+
+def _pause_if_preempted(result, control: dict | None, trial_id: str) -> None:
+    """A Train run that stopped for the sweep's preemption (``PREEMPTED_KEY``, rank 0's return) pauses the trial
+    here, never returning to Tune (``workers.tune.preemption.pause_trial``)."""
+    returned = getattr(result, "return_value", None)
+    if control and isinstance(returned, dict) and PREEMPTED_KEY in returned:
+        pause_trial(control, trial_id, result.metrics or {})
+
+
+def run_trial(
+    config: dict[str, Any], *, base: dict, trials_storage: str, pbt: bool = False, control: dict | None = None
+) -> None:
     """The function trainable: one trial is one Ray Train run, named after Tune's trial id, so a trial that
-    Tune restarts (a new sweep driver) resumes that run's latest checkpoint. PBT trials: ``run_pbt_trial``."""
+    Tune restarts (a new sweep driver) resumes that run's latest checkpoint. PBT trials: ``run_pbt_trial``.
+    ``control``: the sweep's preemption (None: the sweep is not preemptible)."""
     spec = trial_spec(JobSpec.model_validate(base), config)
     trial_id = ray.tune.get_context().get_trial_id()
     if pbt:
-        run_pbt_trial(spec, trial_id, trials_storage)
+        run_pbt_trial(spec, trial_id, trials_storage, control)
         return
-    trainer = _trainer(spec, trial_id, trials_storage, TuneReportCallback())
+    trainer = _trainer(spec, trial_id, trials_storage, TrialReportCallback(), control=control)
     result = trainer.fit()
+    _pause_if_preempted(result, control, trial_id)
     # A sweep driver killed after the trial's last epoch but before it passed that epoch on restores this
     # trial, whose Train run has finished and reports nothing more: hand Tune the run's final result once
     # again. When Tune already had it, the control plane merges the repeat (a point per trial and epoch).
@@ -197,7 +229,7 @@ def run_trial(config: dict[str, Any], *, base: dict, trials_storage: str, pbt: b
         tune.report(_tune_result(result.metrics, result.checkpoint))
 
 
-def run_pbt_trial(spec: JobSpec, trial_id: str, trials_storage: str) -> None:
+def run_pbt_trial(spec: JobSpec, trial_id: str, trials_storage: str, control: dict | None = None) -> None:
     """A PBT trial: reports every epoch to Tune with a Tune checkpoint, which PBT may clone into another trial.
 
     Started with a Tune checkpoint (PBT cloned another trial into this one, or a new sweep driver restored
@@ -212,8 +244,8 @@ def run_pbt_trial(spec: JobSpec, trial_id: str, trials_storage: str) -> None:
         _copy_folder(cloned, start_from)
         log.info("trial %s: new Train run %s from %s", trial_id, run_name, cloned.path)
     results = Queue(maxsize=1, actor_options={"num_cpus": 0})  # owned by this trial: gone with it
-    trainer = _trainer(spec, run_name, trials_storage, CheckpointForwarder(results), start_from)
-    _fit_and_report(trainer, results)
+    trainer = _trainer(spec, run_name, trials_storage, CheckpointForwarder(results), start_from, control)
+    _pause_if_preempted(_fit_and_report(trainer, results), control, trial_id)
 
 
 class CheckpointForwarder(UserCallback):
@@ -224,17 +256,20 @@ class CheckpointForwarder(UserCallback):
         self.results = results
 
     def after_report(self, run_context, metrics: list[dict[str, Any]], checkpoint: Checkpoint | None) -> None:
-        if checkpoint is not None:  # every trial report is an epoch checkpoint (SweepSpec checks)
+        # Every trial report is an epoch checkpoint (SweepSpec checks), but a preemption's taken mid-epoch.
+        if checkpoint is not None and is_epoch_result(metrics[0]):
             self.results.put((metrics[0], checkpoint))
 
 
-def _fit_and_report(trainer, results: Queue) -> None:
-    """Fit in a thread; report what ``CheckpointForwarder`` hands over to Tune from this (the trial's) thread."""
+def _fit_and_report(trainer, results: Queue):
+    """Fit in a thread; report what ``CheckpointForwarder`` hands over to Tune from this (the trial's) thread.
+    Returns the Train run's result."""
     errors: list[BaseException] = []
+    fitted: list = []
 
     def fit() -> None:
         try:
-            trainer.fit()
+            fitted.append(trainer.fit())
         except BaseException as exc:  # raised again in the trial's thread, where Tune sees it
             errors.append(exc)
 
@@ -253,6 +288,7 @@ def _fit_and_report(trainer, results: Queue) -> None:
         )
     if errors:
         raise errors[0]
+    return fitted[0] if fitted else None
 
 
 def _tune_result(metrics: dict[str, Any], checkpoint: Checkpoint | None) -> dict[str, Any]:
@@ -285,12 +321,13 @@ def tune_checkpoint_config(spec: SweepSpec) -> tune.CheckpointConfig | None:
     return None
 
 
-def trainable(spec: SweepSpec, storage_path: str, sweep_id: str):
+def trainable(spec: SweepSpec, storage_path: str, sweep_id: str, control: dict | None = None):
     fn = tune.with_parameters(
         run_trial,
         base=spec.base.model_dump(mode="json"),
         trials_storage=f"{storage_path.rstrip('/')}/{trials_folder(sweep_id)}",
         pbt=isinstance(spec.scheduler, PbtScheduler),
+        control=control,
     )
     # The trial's own actor only drives its TorchTrainer; the workers hold the real resources (their own
     # placement group, made by Ray Train), so the trial's asks no CPU.
