@@ -7,13 +7,14 @@ from __future__ import annotations
 import io
 import json
 import re
+import time
 import zipfile
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.integration.conftest import ADMIN, key_headers, remove_serving
+from tests.integration.conftest import ADMIN, TERMINAL, key_headers, remove_serving
 
 pytestmark = pytest.mark.integration
 
@@ -130,3 +131,47 @@ def _zip(files: dict[str, str]) -> bytes:
         for name, text in files.items():
             archive.writestr(name, text)
     return buffer.getvalue()
+
+
+# The example's function asks ctx.should_preempt() after every step: 16 steps an epoch, 2 workers of 1 CPU (the
+# whole cluster), EPOCHS long enough that it still trains when the preemption reaches it (an epoch took about
+# 0.9 s here, the preemption 2-3 s from the high job's submit).
+EPOCHS = 12
+FUNCTION = {"config": {"hidden": 32, "samples": 1024}, "scaling": {"num_workers": 2}, "epochs": EPOCHS, "seed": 3}
+
+
+def test_a_preempted_training_function_checkpoints_via_should_preempt_and_resumes(member):
+    """A priority-0 training function holds both CPUs; the same function at priority 10 preempts it. Its main
+    sees ctx.should_preempt(), checkpoints mid-epoch and returns: the driver exits PREEMPTED, the job is requeued
+    ("checkpointed and stopped", not failed, not retried), and its next attempt resumes mid-epoch and ends with
+    the final metrics of the high-priority run, which is the same spec uninterrupted."""
+    code_id = upload(member, zip_folder(EXAMPLE))
+    spec = {"entrypoint": "train:main", "code": {"id": code_id}, **FUNCTION, "retries": {"max_attempts": 1}}
+    low_id = member.http.post("/v1/jobs", json={**spec, "name": "fn-low", "priority": 0}).json()["id"]
+    deadline = time.monotonic() + 180
+    while ((low := member.job(low_id)).get("latest_metrics") or {}).get("epoch", 0) < 1:
+        if low["state"] in TERMINAL or time.monotonic() > deadline:
+            pytest.fail(f"the low job is {low['state']} ({low['reason']}: {low['message'][-2000:]})")
+        time.sleep(0.2)
+    high_id = member.http.post("/v1/jobs", json={**spec, "name": "fn-high", "priority": 10}).json()["id"]
+
+    low_done = member.wait(low_id, {"SUCCEEDED"}, timeout_s=300)
+    high_done = member.wait(high_id, {"SUCCEEDED"}, timeout_s=60)
+    events = member.http.get(f"/v1/jobs/{low_id}/events").json()
+    requeued = [e for e in events if e["to_state"] == "QUEUED" and e["from_state"] is not None]
+    assert len(requeued) == 1 and requeued[0]["reason"] == "preempted", events
+    assert high_id in requeued[0]["message"] and "checkpointed and stopped" in requeued[0]["message"], requeued
+    assert not [e for e in events if e["to_state"] in ("FAILED", "RESTARTING")], events
+    assert (low_done["attempt"], low_done["preemptions"]) == (2, 1), low_done
+
+    # Attempt 1: epochs 1..k, then the preemption's report (k finished epochs, mid-epoch); attempt 2: k+1..EPOCHS.
+    epochs: dict[int, list[int]] = {}
+    for point in member.http.get(f"/v1/jobs/{low_id}/metrics").json():
+        epochs.setdefault(point["attempt"], []).append(point["epoch"])
+    first, second = epochs[1], epochs[2]
+    k = first[-1]
+    assert first == [*range(1, k + 1), k] and second == list(range(k + 1, EPOCHS + 1)), epochs
+    final, reference = low_done["result"]["metrics"], high_done["result"]["metrics"]
+    assert final["epoch"] == reference["epoch"] == EPOCHS
+    assert abs(final["val_accuracy"] - reference["val_accuracy"]) <= 0.003, (final, reference)
+    assert abs(final["train_loss"] - reference["train_loss"]) <= 0.001 * reference["train_loss"], (final, reference)

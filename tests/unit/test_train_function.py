@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 from pydantic import ValidationError
 
 from orchestrator.db.models import Job
@@ -26,6 +27,7 @@ from workers.contract.sweeps import SweepSpec, trial_spec
 from workers.runtime.context import LocalContext, latest_checkpoint
 from workers.runtime.function import CONTEXT_FILE, TrainContext, run_function
 from workers.runtime.manifest import verify_checkpoint
+from workers.runtime.train_loop import PREEMPTED_KEY
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "own_code" / "train_function"
 CODE = {"id": "sha256:" + "0" * 64}
@@ -174,6 +176,61 @@ def test_a_function_trains_reports_checkpoints_and_resumes_exactly(example_code,
     assert_same_state(torch.load(final / "state.pt", weights_only=True)["model"], state, atol=0)
 
 
+class PreemptedAfter(LocalContext):
+    """``LocalContext`` playing the control plane: ``should_preempt()`` is asked (on rank 0) after ``calls`` steps."""
+
+    def __init__(self, *args, calls: int, **kwargs) -> None:
+        self.calls, self.asked = calls, 0
+        super().__init__(*args, **kwargs)
+
+    @property
+    def preempt_requested(self) -> bool:
+        self.asked += 1
+        return self.asked > self.calls
+
+    @preempt_requested.setter
+    def preempt_requested(self, value: bool) -> None:
+        pass
+
+
+def test_should_preempt_checkpoints_and_returns_preempted_and_the_resume_is_exact(example_code, tmp_path):
+    """The example's main asks ctx.should_preempt() after every step (8 an epoch here). Asked in epoch 3's 4th
+    step, it checkpoints there and returns: the result carries PREEMPTED_KEY (the driver exits PREEMPTED on it).
+    The next attempt resumes mid-epoch and ends with the uninterrupted run's parameters and final metrics."""
+    straight = LocalContext(tmp_path / "straight")
+    expected = run_function(function_config(epochs=4), straight, RecordingReporter())
+    assert PREEMPTED_KEY not in expected and straight.preempt_requested is False
+
+    preempted = PreemptedAfter(tmp_path / "preempted", calls=2 * 8 + 3)
+    reporter = RecordingReporter()
+    result = run_function(function_config(epochs=4), preempted, reporter)
+    assert result[PREEMPTED_KEY] == 3 and (result["epoch"], result["step"]) == (2, 3)
+    assert [(e.epoch, e.step) for e in reporter.events if isinstance(e, MetricsEvent)] == [(1, 1), (2, 2), (2, 3)]
+    assert preempted.asked == 2 * 8 + 4  # it stopped at the first step that was told: no step after it
+    checkpoint = latest_checkpoint(tmp_path / "preempted")
+    state = torch.load(checkpoint / "state.pt", weights_only=True)
+    assert (state["epoch"], state["batches_done"]) == (2, 4) and verify_checkpoint(checkpoint)
+
+    resumed = LocalContext(tmp_path / "preempted", resume_from=checkpoint)
+    resumed_reporter = RecordingReporter()
+    result = run_function(function_config(epochs=4), resumed, resumed_reporter)
+    assert PREEMPTED_KEY not in result
+    assert [(e.epoch, e.step) for e in resumed_reporter.events if isinstance(e, MetricsEvent)] == [(3, 4), (4, 5)]
+    assert result == {**expected, "step": 5}  # the same final metrics; one report more (the preemption's)
+    final = torch.load(resumed.checkpoints[-1] / "state.pt", weights_only=True)["model"]
+    assert_same_state(torch.load(straight.checkpoints[-1] / "state.pt", weights_only=True)["model"], final, atol=0)
+
+
+def test_should_preempt_is_false_without_a_control_plane_and_stays_true_once_told(tmp_path):
+    ctx = bare_context(tmp_path)
+    assert [ctx.should_preempt() for _ in range(3)] == [False, False, False]
+    ctx._loop.preempt_requested = True
+    assert ctx.should_preempt() and ctx.preempted
+    ctx._loop.preempt_requested = False
+    assert ctx.should_preempt()  # latched: main is on its way out
+    ctx.close()
+
+
 def bare_context(tmp_path: Path) -> TrainContext:
     config = function_config()
     spec, plan = JobSpec.model_validate(config["spec"]), TrainingPlan.model_validate(config["plan"])
@@ -224,6 +281,27 @@ def _two_ranks(root: str) -> dict:
         seen.append(sorted(int(i) for (batch,) in loader for i in batch))
     wrapped = type(train_ctx.prepare(torch.nn.Linear(2, 2))).__name__
     return {"result": result, "events": len(reporter.events), "seen": seen, "wrapped": wrapped}
+
+
+def _two_ranks_preempted(root: str) -> dict:
+    """Only rank 0 is told (after 5 steps), as only rank 0 polls the control plane."""
+    sys.path.insert(0, str(EXAMPLE))
+    ctx = PreemptedAfter(root, calls=5) if dist.get_rank() == 0 else LocalContext(root)
+    return run_function(function_config(world_size=2, epochs=2), ctx, RecordingReporter())
+
+
+def test_on_two_ranks_should_preempt_is_true_on_both_at_the_same_step(tmp_path):
+    """Rank 1 learns rank 0's answer one call later (the exchange runs in the background); both stop at the same
+    step and their parts make one checkpoint of both ranks."""
+    (rank0,), (rank1,) = run_on_ranks([(_two_ranks_preempted, {"root": str(tmp_path / "ckpt")})], tmp_path)
+    # 256 samples, 32 a batch on each of 2 ranks: 4 steps an epoch. Rank 0 is told at its 6th call; both see it
+    # at the 7th (epoch 2's 3rd step): the report after epoch 1's is the second, of 1 finished epoch.
+    assert rank0[PREEMPTED_KEY] == rank1[PREEMPTED_KEY] == 2 and rank0["epoch"] == rank1["epoch"] == 1
+    checkpoint = latest_checkpoint(tmp_path / "ckpt")
+    state = torch.load(checkpoint / "state.pt", weights_only=True)
+    assert (state["epoch"], state["batches_done"]) == (1, 3)
+    verification = verify_checkpoint(checkpoint)
+    assert verification and verification.world_size == 2
 
 
 def test_on_two_ranks_ddp_wraps_shards_are_disjoint_and_a_checkpoint_has_both_parts(tmp_path):

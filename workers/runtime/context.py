@@ -58,6 +58,9 @@ class LocalContext:
         self.resume_from = resume_from
         self.checkpoints: list[Path] = []
         self.reported: list[dict[str, Any]] = []
+        # A training function's ``should_preempt()`` on this context: no control plane asks here; set it (rank
+        # 0's counts, as its poller's would) to play a preemption in a test.
+        self.preempt_requested = False
 
     @contextlib.contextmanager
     def resume_dir(self) -> Iterator[str | None]:

@@ -13,7 +13,11 @@
 - ``report(metrics, checkpoint_dir=None)``: metrics to the control plane from rank 0 (the loop's
   ``EventReporter``); with a folder (every rank its own, every rank calls it), a committed checkpoint
   through the ``LoopContext``, with a manifest so that a resume verifies it;
-- ``restore()``: a local folder holding the latest committed checkpoint that verifies, or None.
+- ``restore()``: a local folder holding the latest committed checkpoint that verifies, or None;
+- ``should_preempt()``: True once the control plane asked the job to give its workers back (issue 20), on every
+  rank at the same call (rank 0's ``ControlPoller``, carried to the others by a ``SharedFlag``): save a
+  checkpoint with ``report`` and return; the driver then exits ``DriverExit.PREEMPTED`` and the job is requeued,
+  as the built-in loop's. Every rank must call it at the same points (it is a collective, like ``report``).
 """
 
 from __future__ import annotations
@@ -35,11 +39,12 @@ from workers.contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPla
 from workers.contract.metrics import DEFAULT_MAX_METRIC_NAMES, POSITION_KEYS, check_metric_name
 from workers.contract.workloads import load_entrypoint
 from workers.runtime.context import LoopContext
+from workers.runtime.control import SharedFlag, control_poller
 from workers.runtime.distributed import unwrap
 from workers.runtime.manifest import MANIFEST_DIR, manifest_name, write_manifest
 from workers.runtime.rng import seed_everything
 from workers.runtime.step import autocast, prepare_model
-from workers.runtime.train_loop import Reporter, rank0_reporter
+from workers.runtime.train_loop import PREEMPTED_KEY, Reporter, rank0_reporter
 
 log = logging.getLogger(__name__)
 
@@ -49,21 +54,35 @@ CONTEXT_FILE = "context.json"
 
 def run_function(config: dict, ctx: LoopContext, reporter: Reporter | None = None) -> dict[str, float]:
     """Run the spec's training function on this rank; returns the last metrics it reported (rank 0's, with
-    ``epoch`` and ``step``), which the driver reports as the job's result. ``config`` as ``run_training``'s."""
+    ``epoch`` and ``step``), which the driver reports as the job's result; with ``PREEMPTED_KEY`` (the step) when
+    ``main`` returned after ``should_preempt()`` said True: the driver then reports no outcome and exits
+    ``DriverExit.PREEMPTED``, as for the built-in loop. ``config`` as ``run_training``'s."""
     spec = JobSpec.model_validate(config["spec"])
     plan = TrainingPlan.model_validate(config["plan"])
     assert spec.entrypoint is not None, "a workload job runs the training loop"
     torch.set_num_threads(max(1, int(spec.scaling.cpus_per_worker)))
     seed_everything(spec.seed)  # the same on every rank: the same initial weights, unless main reseeds
     main = load_entrypoint(spec.entrypoint)
+    # Rank 0 listens for a preemption (a job reporting to a control plane, preemptible); the others learn its
+    # answer through should_preempt's SharedFlag.
+    poller = control_poller(config, ctx.rank)
     with rank0_reporter(config, ctx.rank, reporter) as reporter, ctx.resume_dir() as resume_dir:
         # Chosen before main runs, on every rank together (rank 0 verifies, all take its choice), and kept
         # until main returns: restore() is then a plain look-up any rank may make, or not.
-        train_ctx = TrainContext(spec, plan, ctx, reporter, resume_dir)
+        train_ctx = TrainContext(spec, plan, ctx, reporter, resume_dir, poller)
         if reporter is not None:
             reporter.emit(StateEvent(state="running"))
-        main(train_ctx)
-        return train_ctx.result()
+        try:
+            main(train_ctx)
+        finally:
+            if poller is not None:
+                poller.close()
+        train_ctx.close()
+        result = train_ctx.result()
+        if train_ctx.preempted:
+            log.info("preempted: main returned at step %d after should_preempt(); stopping", train_ctx.step)
+            return {**result, PREEMPTED_KEY: train_ctx.step}
+        return result
 
 
 class TrainContext:
@@ -76,6 +95,7 @@ class TrainContext:
         loop: LoopContext,
         reporter: Reporter | None,
         resume_dir: str | None,
+        poller=None,  # rank 0's ControlPoller, when the job can be preempted
     ) -> None:
         self.spec, self.plan, self._loop, self._reporter = spec, plan, loop, reporter
         self.rank, self.world_size, self.device = loop.rank, loop.world_size, loop.device
@@ -91,6 +111,10 @@ class TrainContext:
         self._start_epoch = self.epoch
         self._names: set[str] = set()
         self._last: dict[str, float] = {}
+        self._poller = poller
+        # Made on every rank (on NCCL a gloo group of its own: a collective), used only when main asks.
+        self._flag = SharedFlag(self.world_size)
+        self.preempted = False  # should_preempt() said True: main is expected to checkpoint and return
 
     # --- the model and the data ---------------------------------------------------------------------
 
@@ -165,8 +189,27 @@ class TrainContext:
         write_manifest(folder, rank=self.rank, world_size=self.world_size)  # last: it lists the files above
         reported = {**values, "epoch": self.epoch, "step": self.step}
         self._loop.report(reported, str(folder))
-        if self.spec.checkpoint.wait_for_commit:
+        # The preemption's checkpoint is the one the next attempt resumes from: registered before main returns.
+        if self.spec.checkpoint.wait_for_commit or self.preempted:
             self._loop.wait_committed(reported)
+
+    def should_preempt(self) -> bool:
+        """True once the control plane asked this job to give its workers back: save a checkpoint (``report``
+        with ``checkpoint_dir``) and return from ``main``. Cheap enough to call every step (the answer travels
+        in the background: other ranks see rank 0's a call later), but every rank must call it at the same
+        points, as it is a collective; once True it stays True. Always False for a job that cannot be preempted
+        (``preemptible: false``) or reports to no control plane (``torchrun``); on ``LocalContext``, set its
+        ``preempt_requested`` (rank 0's) to play the control plane."""
+        if not self.preempted:
+            local = (self._poller is not None and self._poller.checkpoint_now) or bool(
+                getattr(self._loop, "preempt_requested", False)
+            )
+            self.preempted = self._flag.exchange(local)
+        return self.preempted
+
+    def close(self) -> None:
+        """After main returned on every rank: wait for should_preempt's exchange still in flight."""
+        self._flag.close()
 
     def restore(self) -> str | None:
         """A local folder holding the latest committed checkpoint (that verifies), or None on a fresh start.

@@ -6,6 +6,7 @@ The data is generated from the job's seed, so nothing is downloaded and every wo
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 
@@ -33,24 +34,35 @@ def accuracy(model: nn.Module, data: TensorDataset, device: torch.device) -> flo
     return (model(x.to(device)).argmax(dim=1) == y.to(device)).float().mean().item()
 
 
+def save(ctx, model: nn.Module, optimizer, metrics: dict, progress: dict, epoch: int | None = None) -> None:
+    """A committed checkpoint: what resuming needs (``progress``: the epoch to go on with and how far into it),
+    and the whole module, which serving loads. Every worker calls it, each with its own folder."""
+    with tempfile.TemporaryDirectory() as checkpoint:
+        if ctx.rank == 0:
+            state = {"model": ctx.unwrap(model).state_dict(), "optimizer": optimizer.state_dict(), **progress}
+            torch.save(state, os.path.join(checkpoint, "state.pt"))
+            torch.save(ctx.unwrap(model), os.path.join(checkpoint, "model.pt"))
+        ctx.report(metrics, checkpoint_dir=checkpoint, epoch=epoch)
+
+
 def main(ctx) -> None:
     hidden = int(ctx.config.get("hidden", 32))
     train_set = make_points(int(ctx.config.get("samples", 1024)), ctx.seed)
     val_set = make_points(512, ctx.seed + 1)
     model = ctx.prepare(build_model(hidden))  # DDP (or FSDP) as the job says
     optimizer = torch.optim.Adam(model.parameters(), lr=ctx.lr)
-    start = 0
+    start, done, total = 0, 0, 0.0  # the epoch to go on with, its batches already done, their summed loss
     if (folder := ctx.restore()) is not None:  # a restarted worker group, or a new attempt
         state = torch.load(os.path.join(folder, "state.pt"), weights_only=True)
         ctx.unwrap(model).load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        start = state["epoch"]
+        start, done, total = state["epoch"], state.get("batches_done", 0), state.get("loss_sum", 0.0)
     loader = ctx.shard(train_set)  # this worker's share, reshuffled each epoch
     loss_fn = nn.CrossEntropyLoss()
     for epoch in range(start, ctx.epochs):
         model.train()
-        total, batches = 0.0, 0
-        for x, y in loader:
+        batches = done
+        for x, y in itertools.islice(loader, done, None):  # after a preemption: the rest of that epoch
             x, y = x.to(ctx.device), y.to(ctx.device)
             optimizer.zero_grad()
             with ctx.autocast():
@@ -58,14 +70,11 @@ def main(ctx) -> None:
             loss.backward()
             optimizer.step()
             total, batches = total + loss.item(), batches + 1
+            # Every worker asks at the same step, and all get the same answer at the same step.
+            if ctx.should_preempt():  # the control plane wants the workers back: checkpoint here, then return
+                progress = {"epoch": epoch, "batches_done": batches, "loss_sum": total}
+                save(ctx, model, optimizer, {"train_loss": total / batches}, progress, epoch=epoch)
+                return
         metrics = {"train_loss": total / batches, "val_accuracy": accuracy(ctx.unwrap(model), val_set, ctx.device)}
-        with tempfile.TemporaryDirectory() as checkpoint:  # every worker its own folder
-            if ctx.rank == 0:
-                state = {
-                    "model": ctx.unwrap(model).state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "epoch": epoch + 1,
-                }
-                torch.save(state, os.path.join(checkpoint, "state.pt"))  # what resuming needs
-                torch.save(ctx.unwrap(model), os.path.join(checkpoint, "model.pt"))  # what serving loads
-            ctx.report(metrics, checkpoint_dir=checkpoint)
+        save(ctx, model, optimizer, metrics, {"epoch": epoch + 1})
+        done, total = 0, 0.0
