@@ -73,7 +73,15 @@ def queued_jobs(session: Session) -> list[Job]:
     reason it waits) and no labels: the scheduler reads every queued job every tick, and with hundreds
     queued the other JSON columns and the labels' query were most of the tick (bench/api_load.py)."""
     admission = load_only(
-        Job.id, Job.project_id, Job.state, Job.priority, Job.created_at, Job.spec, Job.reason, Job.message
+        Job.id,
+        Job.project_id,
+        Job.state,
+        Job.priority,
+        Job.created_at,
+        Job.queued_at,  # the starvation guard's clock
+        Job.spec,
+        Job.reason,
+        Job.message,
     )
     query = select(Job).where(Job.state == JobState.QUEUED).options(admission, raiseload(Job.labels))
     return list(session.scalars(query.order_by(Job.priority.desc(), Job.created_at, Job.id)))
