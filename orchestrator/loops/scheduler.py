@@ -17,6 +17,7 @@ from orchestrator.db.models import JobState, utcnow
 from orchestrator.request_context import log_context
 from orchestrator.scheduling.policy import Holding, TickPlan, Waiting, decayed_shares, dominant_share, plan_tick
 from orchestrator.scheduling.quotas import project_quotas, serving_holdings
+from orchestrator.scheduling.share_memory import seed_shares
 from orchestrator.services import preemption
 from orchestrator.services.launch import new_job_token
 from orchestrator.services.runs import QueuedRun, RunKind, active_runs, queued_runs
@@ -32,7 +33,7 @@ class Scheduler:
         self.backend = backend
         self.settings = settings
         # Each project's decayed dominant share (fair share's memory), and when it was last brought up to date.
-        # In this process only: a new leader starts from what each project holds now.
+        # A new leader (or a restart) seeds it from the usage ledger at its first tick (scheduling.share_memory).
         self.shares: dict[str, float] | None = None
         self._shares_at = 0.0
 
@@ -56,7 +57,7 @@ class Scheduler:
             self._note_all(queued, "cluster_unavailable", f"waiting for the Ray cluster: {exc}")
             return None
         waiting = [Waiting(q.key, q.project_id, q.priority, q.created_at, q.demand, q.queued_at) for q in queued]
-        shares = self._decayed_shares(holding, capacity)
+        shares = self._decayed_shares(holding, capacity, now or utcnow())
         plan = plan_tick(waiting, holding, quotas, capacity, shares, now or utcnow(), self.settings.starvation_s)
 
         runs = {run.key: run for run in queued}
@@ -101,8 +102,14 @@ class Scheduler:
         self._note_waiting([(runs[key], why) for key, why in waits.items() if why != runs[key].waiting])
         return plan
 
-    def _decayed_shares(self, holding: list[Holding], capacity: ClusterCapacity) -> dict[str, float]:
-        """Each project's dominant share now, folded into the decayed shares (``policy.decayed_shares``)."""
+    def _decayed_shares(self, holding: list[Holding], capacity: ClusterCapacity, at: datetime) -> dict[str, float]:
+        """Each project's dominant share now, folded into the decayed shares (``policy.decayed_shares``); at the
+        first tick, into those the usage ledger gives (``share_memory.seed_shares``): what each project held
+        over the last few half-lives, decayed as this process would have."""
+        if self.shares is None:
+            with self.sessions() as session:
+                self.shares = seed_shares(session, capacity.total, at, self.settings.fair_share_half_life_s)
+            self._shares_at = time.monotonic()
         per_project: dict[str, dict[str, float]] = {}
         for h in holding:
             bucket = per_project.setdefault(h.project_id, {})

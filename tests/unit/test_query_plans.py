@@ -248,3 +248,19 @@ def test_usage_reads_its_ledger_through_an_index(engine, sessions):
     assert sequential == [], "sequential scans:\n" + "\n\n".join(f"{s}\n  -> {p}" for s, p in sequential)
     indexed = ("Index Scan", "Index Only Scan", "Bitmap Heap Scan")  # a bitmap heap scan reads what an index found
     assert all(any(n in indexed and t == "usage_intervals" for n, t in p) for _, p in ledger), ledger
+
+
+def test_a_new_leader_seeds_fair_share_from_the_ledger_through_an_index(engine, sessions):
+    """A new leader's first tick reads the last 5 half-lives of the usage ledger (issue 20,
+    ``scheduling.share_memory``): two range reads on ``ended_at``, never the whole ledger."""
+    from bench.seed_db import NEWEST
+    from orchestrator.scheduling.share_memory import seed_shares
+
+    with sessions() as session, captured(engine) as statements:
+        seed_shares(session, {"CPU": 64.0, "GPU": 8.0}, NEWEST, half_life_s=600.0)
+    plans = plans_of(engine, statements)
+    assert len(plans) == 2 and all("FROM usage_intervals" in s for s, _ in plans), plans
+    sequential = [(s, p) for s, p in plans if ("Seq Scan", "usage_intervals") in p]
+    assert sequential == [], sequential
+    indexed = ("Index Scan", "Index Only Scan", "Bitmap Heap Scan")
+    assert all(any(n in indexed and t == "usage_intervals" for n, t in p) for _, p in plans), plans
