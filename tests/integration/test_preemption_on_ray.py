@@ -131,15 +131,16 @@ def test_a_high_priority_job_preempts_a_running_low_one_which_checkpoints_and_re
 # --- a sweep ------------------------------------------------------------------------------------------------
 
 # Two 1-CPU trials fill the 2 CPUs: one of 1 epoch (it finishes before the preemption), one of SWEEP_EPOCHS
-# (preempted while it trains). The preemptor needs both CPUs.
-SWEEP_EPOCHS = 6
+# (preempted while it trains). The preemptor needs both CPUs. A batch of 1 makes an epoch 1437 steps, about 2 s
+# here: at a batch of 4 (0.7 s an epoch) the long trial of 6 epochs once ended before the preemption reached it.
+SWEEP_EPOCHS = 8
 SWEEP = {
     "base": {
         "workload": "digits",
         "epochs": 1,
         "seed": 5,
         "scaling": {"num_workers": 1, "cpus_per_worker": 1.0},
-        "batch": {"per_worker": 4},
+        "batch": {"per_worker": 1},
         "checkpoint": {"keep": 10},
         "retries": {"max_worker_restarts": 0, "max_attempts": 1},
     },
