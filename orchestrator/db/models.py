@@ -152,6 +152,10 @@ class Job(Base):
     # When it last entered QUEUED (its submit, or a preemption's requeue): the starvation guard's clock. Set by
     # the state engine (orchestrator.states.jobs.queued_since); null on rows older than it: created_at.
     queued_at: Mapped[datetime | None] = mapped_column(default=None)
+    # Its last preemption (orchestrator.states.jobs.preempted_record): when it went back to QUEUED and by whom,
+    # kept after its reason moves on to what it waits for now; null and "" if it never was.
+    last_preempted_at: Mapped[datetime | None] = mapped_column(default=None)
+    last_preempted_by: Mapped[str] = mapped_column(String(256), default="", server_default="")
 
     labels: Mapped[list[JobLabel]] = relationship(
         cascade="all, delete-orphan", lazy="selectin", order_by="JobLabel.key"
@@ -359,6 +363,8 @@ class Sweep(Base):
     preempt_by: Mapped[str] = mapped_column(String(256), default="", server_default="")
     preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     queued_at: Mapped[datetime | None] = mapped_column(default=None)  # as Job.queued_at
+    last_preempted_at: Mapped[datetime | None] = mapped_column(default=None)  # as Job.last_preempted_at
+    last_preempted_by: Mapped[str] = mapped_column(String(256), default="", server_default="")
 
     @property
     def submission_id(self) -> str:

@@ -99,7 +99,8 @@ class Scheduler:
 
         # Only the reasons that changed, in one transaction: a long queue that stays put (hundreds of
         # jobs waiting for a busy cluster) costs one read a tick, not a locked write per job.
-        self._note_waiting([(runs[key], why) for key, why in waits.items() if why != runs[key].waiting])
+        notes = [(run, run.waiting_message(why)) for key, why in waits.items() if (run := runs.get(key)) is not None]
+        self._note_waiting([(run, why) for run, why in notes if why != run.waiting])
         return plan
 
     def _decayed_shares(self, holding: list[Holding], capacity: ClusterCapacity, at: datetime) -> dict[str, float]:
@@ -166,4 +167,5 @@ class Scheduler:
                     note_waiting(run, reason, message)
 
     def _note_all(self, queued: list[QueuedRun], reason: str, message: str) -> None:
-        self._note_waiting([(run, (reason, message)) for run in queued if run.waiting != (reason, message)])
+        notes = [(run, run.waiting_message((reason, message))) for run in queued]
+        self._note_waiting([(run, why) for run, why in notes if why != run.waiting])

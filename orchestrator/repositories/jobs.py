@@ -79,6 +79,8 @@ def queued_jobs(session: Session) -> list[Job]:
         Job.priority,
         Job.created_at,
         Job.queued_at,  # the starvation guard's clock
+        Job.last_preempted_at,  # a requeued run's waiting message names its preemption
+        Job.last_preempted_by,
         Job.spec,
         Job.reason,
         Job.message,

@@ -114,10 +114,25 @@ class QueuedRun:
     waiting: tuple[str, str] = ("", "")
     project_id: str = ""
     queued_at: datetime | None = None  # when it last entered QUEUED (the starvation clock); None: created_at
+    last_preempted_at: datetime | None = None
+    last_preempted_by: str = ""
 
     @property
     def key(self) -> str:
         return f"{self.kind.name}:{self.id}"
+
+    def waiting_message(self, why: tuple[str, str]) -> tuple[str, str]:
+        """``why`` (reason, message) as noted on the run: a run back in the queue because it was preempted
+        keeps saying so ("preempted by job 1f2e (priority 10) (priority); now waiting for resources: ...")
+        while its reason says what it waits for now."""
+        reason, message = why
+        if (
+            self.last_preempted_at is not None
+            and self.queued_at is not None
+            and self.last_preempted_at >= self.queued_at
+        ):
+            return reason, f"preempted by {self.last_preempted_by}; now {message}"
+        return why
 
 
 def queued_runs(session: Session) -> list[QueuedRun]:
@@ -132,6 +147,8 @@ def queued_runs(session: Session) -> list[QueuedRun]:
             (run.reason, run.message),
             run.project_id,
             run.queued_at,
+            run.last_preempted_at,
+            run.last_preempted_by,
         )
         for kind in KINDS
         for run in kind.queued(session)

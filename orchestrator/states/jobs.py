@@ -80,6 +80,15 @@ def queued_since(_session: Session, change: Change) -> None:
         change.row.queued_at = change.at
 
 
+def preempted_record(_session: Session, change: Change) -> None:
+    """Back to QUEUED preempted: remember when and by whom (``last_preempted_at``/``_by``), which outlive the
+    ``preempted`` reason once the run waits for something else. Before ``preemption_after`` forgets preempt_by."""
+    run = change.row
+    if change.to_state == S.QUEUED and change.from_state is not None:
+        run.last_preempted_at = change.at
+        run.last_preempted_by = run.preempt_by or "the scheduler"
+
+
 def requeue_before(_session: Session, change: Change) -> None:
     """Back to QUEUED only preempted: no other cause may put a started job back in the queue."""
     if change.to_state == S.QUEUED and change.from_state is not None and change.reason != PREEMPTED:
@@ -118,7 +127,7 @@ JOBS = Lifecycle(
     history=_job_history,
     before=(attempt_before, requeue_before),
     # count_change last: it reads the times lifecycle_times sets.
-    after=(attempt_after, lifecycle_times, queued_since, preemption_after, count_change, job_usage),
+    after=(attempt_after, lifecycle_times, queued_since, preempted_record, preemption_after, count_change, job_usage),
     on_create=(queued_since, count_submitted),
     attempts=True,
 )

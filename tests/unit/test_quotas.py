@@ -194,6 +194,34 @@ def test_the_starvation_clock_of_a_preempted_job_starts_at_its_requeue(app, clie
     assert plan.reserved_for == f"job:{low}" and "starvation guard" in job(client, low)["message"]
 
 
+def test_a_requeued_job_keeps_saying_it_was_preempted_while_it_waits_for_something_else(app, client, backend):
+    """Once the scheduler notes what the requeued job waits for now (insufficient_resources), its reason says
+    that, its message still starts with the preemption, and last_preempted_at/_by keep it, also once it runs
+    again. A job never preempted answers null and '' (the fields are new, with defaults)."""
+    low, high = preempted_and_requeued(app, client, backend)
+    waiting = job(client, low)
+    assert waiting["reason"] == "insufficient_resources", waiting
+    assert waiting["message"].startswith(f"preempted by job {high} (priority 10) (priority); now waiting for resources")
+    assert high in waiting["last_preempted_by"] and waiting["last_preempted_by"].endswith("(priority)")
+    requeue = [
+        e for e in client.get(f"/v1/jobs/{low}/events", headers=auth(ADMIN)).json() if e["reason"] == "preempted"
+    ]
+    assert len(requeue) == 1 and waiting["last_preempted_at"] == requeue[0]["created_at"]
+    assert job(client, high)["last_preempted_at"] is None and job(client, high)["last_preempted_by"] == ""
+
+    backend.runs[f"{high}-1"] = RunStatus.SUCCEEDED  # the high one is done; the low one runs again
+    reconcile(app)
+    scheduler(app).tick()
+    again = job(client, low)
+    assert again["state"] == "STARTING" and again["message"].startswith("attempt 2 submitted")
+    assert (again["last_preempted_at"], again["last_preempted_by"]) == (
+        waiting["last_preempted_at"],
+        waiting["last_preempted_by"],
+    )
+    listed = client.get("/v1/jobs", headers=auth(ADMIN)).json()["items"]
+    assert next(j for j in listed if j["id"] == low)["last_preempted_by"] == waiting["last_preempted_by"]
+
+
 def test_a_higher_priority_job_asks_the_lower_priority_one_to_checkpoint_and_stop(app, client, backend):
     """The policy's preemption decision reaches preemption.preempt(): the victim is marked, the preemptor waits with
     reason preempting; nothing is asked of Ray by the scheduler for it."""
@@ -286,3 +314,27 @@ def test_a_borrowing_run_says_so(app, client, backend):
     assert job(client, first)["borrowing"] is False and job(client, second)["borrowing"] is True
     listed = client.get("/v1/jobs", headers=auth(keys["member"])).json()["items"]
     assert {j["id"]: j["borrowing"] for j in listed} == {first: False, second: True}
+
+
+def test_a_preempted_sweep_answers_its_last_preemption(sessions):
+    """The same record for a sweep (its lifecycle shares the hook), in the API's SweepOut."""
+    from api.views import sweep_out
+    from orchestrator.db.models import Sweep
+    from orchestrator.services.preemption import preempt, settle
+    from orchestrator.services.runs import SWEEPS
+    from orchestrator.states.sweeps import lock_sweep
+    from tests.unit.test_preemption import running_sweep
+
+    sweep_id = running_sweep(sessions)
+    with sessions() as session:
+        before = sweep_out(session.get(Sweep, sweep_id), {}, None)
+        assert (before.last_preempted_at, before.last_preempted_by) == (None, "")
+    assert preempt(sessions, sweep_id, "job abc (priority 10)", "priority", SWEEPS)
+    with sessions.begin() as session:
+        sweep = lock_sweep(session, sweep_id)
+        settle(session, sweep, RunStatus.FAILED, grace_s=60, exit_code=DriverExit.PREEMPTED, kind=SWEEPS)
+    with sessions() as session:
+        sweep = session.get(Sweep, sweep_id)
+        out = sweep_out(sweep, {}, None)
+        assert out.last_preempted_at == sweep.queued_at is not None
+        assert out.last_preempted_by == "job abc (priority 10) (priority)"

@@ -30,6 +30,15 @@ class RunOut(FromAttributes):
         description="Times it was preempted and requeued; the attempts that followed are not counted against "
         "retries.max_attempts (attempt - preemptions are).",
     )
+    last_preempted_at: datetime | None = Field(
+        None,
+        description="When it was last preempted (went back to QUEUED, reason preempted); null if it never was. "
+        "Kept once its reason moves on to what it waits for now.",
+    )
+    last_preempted_by: str = Field(
+        "",
+        description="By whom and why it was last preempted, e.g. 'job 1f2e (priority 10) (priority)'; '' if never.",
+    )
     borrowing: bool = Field(
         False,
         description="Its current attempt was admitted on idle capacity beyond its project's quota "
