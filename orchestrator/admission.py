@@ -1,10 +1,11 @@
-"""Admission arithmetic: does a worker group (a job's, or a sweep's concurrent trials) fit the cluster,
-now or ever? Pure functions."""
+"""Admission arithmetic: does a worker group (a job's, a sweep's concurrent trials, a deployment's replicas)
+fit the cluster, now or ever? Pure functions."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from workers.contract.jobs import JobSpec, ScalingSpec
 from workers.contract.sweeps import SweepSpec
@@ -107,3 +108,24 @@ def shortfall(request: Mapping[str, float], free: Mapping[str, float]) -> str | 
         if request.get(r, 0.0) > free.get(r, 0.0) + _EPS
     ]
     return "; ".join(missing) or None
+
+
+def replicas_demand(settings: Mapping[str, Any]) -> Demand:
+    """What a deployment version's replicas hold: per replica x most replicas (the count, or autoscaling's
+    ``max``); its "worker" is one replica."""
+    replicas = settings["replicas"]
+    most = replicas if isinstance(replicas, int) else int(replicas["max"])
+    resources = settings["resources"]
+    per_replica = {"CPU": float(resources["cpus"]), "GPU": float(resources["gpus"])}
+    return Demand({r: most * amount for r, amount in per_replica.items()}, per_replica, f"{most} replicas")
+
+
+def beyond(demand: Demand, held: Mapping[str, float]) -> Demand:
+    """What ``demand`` asks on top of ``held``: a deployment's new version replaces the one holding ``held``."""
+    return Demand(
+        {r: max(0.0, demand.total.get(r, 0.0) - held.get(r, 0.0)) for r in RESOURCES}, demand.per_worker, demand.what
+    )
+
+
+def asks_nothing(request: Mapping[str, float]) -> bool:
+    return all(request.get(r, 0.0) <= _EPS for r in RESOURCES)

@@ -15,6 +15,7 @@ from orchestrator.admission import ClusterCapacity, Demand, never_fits
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import JobState, utcnow
 from orchestrator.request_context import log_context
+from orchestrator.scheduling.deployments import carry_out, note_waits, queued_deployments
 from orchestrator.scheduling.policy import Holding, TickPlan, Waiting, decayed_shares, dominant_share, plan_tick
 from orchestrator.scheduling.quotas import project_quotas, serving_holdings
 from orchestrator.scheduling.share_memory import seed_shares
@@ -40,7 +41,8 @@ class Scheduler:
     def tick(self, now: datetime | None = None) -> TickPlan | None:
         with self.sessions() as session:
             queued = queued_runs(session)
-            if not queued:
+            deployments = queued_deployments(session)  # new versions whose replicas wait for room (issue 20)
+            if not queued and not deployments:
                 return None
             active = active_runs(session)
             # Serve replicas (0 CPU by default) hold their share of the cluster and of their project's quota.
@@ -49,20 +51,26 @@ class Scheduler:
             holding = [
                 Holding(a.key, a.project_id, a.request, a.priority, a.started_at, a.borrowing) for a in active
             ] + serving_holdings(session)
-            projects = {run.project_id for run in queued} | {h.project_id for h in holding}
+            projects = {run.project_id for run in [*queued, *deployments]} | {h.project_id for h in holding}
             quotas = project_quotas(session, projects)
         try:
             capacity = self.backend.capacity()
         except BackendUnavailable as exc:
             self._note_all(queued, "cluster_unavailable", f"waiting for the Ray cluster: {exc}")
+            unavailable = ("cluster_unavailable", f"waiting for the Ray cluster: {exc}")
+            note_waits(self.sessions, deployments, {d.key: unavailable for d in deployments})
             return None
         waiting = [Waiting(q.key, q.project_id, q.priority, q.created_at, q.demand, q.queued_at) for q in queued]
+        waiting += [d.waiting() for d in deployments]
         shares = self._decayed_shares(holding, capacity, now or utcnow())
         plan = plan_tick(waiting, holding, quotas, capacity, shares, now or utcnow(), self.settings.starvation_s)
+        carry_out(self.sessions, plan, deployments)  # rolls out the deployments admitted; notes why others wait
 
         runs = {run.key: run for run in queued}
         for key, borrowing in plan.admit:
-            run = runs[key]
+            run = runs.get(key)
+            if run is None:
+                continue  # a deployment's version: rolled out above
             with log_context(**{f"{run.kind.name}_id": run.id}):  # log lines name the job or sweep
                 self._admit(run.kind, run.id, borrowing)
         for key in plan.fail:

@@ -7,6 +7,9 @@ submitted, its status, its replicas), and sends it only when they differ. That s
 restores every deployment after a Ray restart (Serve reports nothing) and adopts a running Serve
 after a control-plane restart (Serve reports exactly the config: nothing to do).
 
+A QUEUED deployment (its newest version waits for the scheduler: ``orchestrator.scheduling.deployments``)
+contributes the version that keeps serving, if any (``applied_version``), and is left in its state.
+
 Then each deployment's state follows what Serve reports about the version it should run:
 
 - a rollout (DEPLOYING, UPDATING) is promoted to HEALTHY only when Serve reports the application
@@ -34,6 +37,7 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from orchestrator.admission import replicas_demand
 from orchestrator.backend import BackendUnavailable, ClusterBackend, ServeApp, ServeConfigRejected, ServeStatus
 from orchestrator.db.models import ApiKey, Deployment, DeploymentState, DeploymentVersion, utcnow
 from orchestrator.repositories import deployments as deployments_repo
@@ -41,7 +45,7 @@ from orchestrator.request_context import log_context
 from orchestrator.services.deployments import SERVE_HOOK_KEY
 from orchestrator.services.launch import CodeMount, package_mount
 from orchestrator.settings import Settings
-from orchestrator.states.deployments import ROLLING, lock_deployment, set_deployment_state
+from orchestrator.states.deployments import ROLLING, applied_version, lock_deployment, set_deployment_state
 from workers.contract.deployments import SERVE_APP_IMPORT_PATH, SERVE_DEPLOYMENT_NAME, auth_of, max_body_mb_of
 
 log = logging.getLogger(__name__)
@@ -52,16 +56,6 @@ FAILED_STATUSES = ("DEPLOY_FAILED", "UNHEALTHY")
 
 
 # --- the Serve config -----------------------------------------------------------------------------
-
-
-def applied_version(deployment: Deployment) -> DeploymentVersion | None:
-    """The version Serve should run: the newest, unless its rollout failed (then the last healthy one);
-    none for a deployment that never served and failed, or was deleted."""
-    if deployment.state in (D.DELETED, D.FAILED):
-        return None
-    if deployment.failed_version is not None and deployment.failed_version == deployment.version:
-        return deployment.get_version(deployment.live_version)
-    return deployment.get_version(deployment.version)
 
 
 def max_ongoing_requests(max_batch_size: int) -> int:
@@ -393,8 +387,6 @@ def serving_reservation(session: Session) -> dict[str, float]:
         version = applied_version(deployment)
         if version is None:
             continue
-        replicas = version.settings["replicas"]
-        most = replicas if isinstance(replicas, int) else replicas["max"]
-        reserved["CPU"] += most * version.settings["resources"]["cpus"]
-        reserved["GPU"] += most * version.settings["resources"]["gpus"]
+        for resource, amount in replicas_demand(version.settings).total.items():
+            reserved[resource] += amount
     return reserved

@@ -10,13 +10,21 @@ from orchestrator.repositories.paging import fetch_page
 from orchestrator.states.deployments import LIVE
 
 
-def create_deployment(session: Session, project_id: str, name: str, workload: str, route_prefix: str) -> Deployment:
+def create_deployment(
+    session: Session,
+    project_id: str,
+    name: str,
+    workload: str,
+    route_prefix: str,
+    state: DeploymentState = DeploymentState.DEPLOYING,
+) -> Deployment:
+    """A new row, DEPLOYING or QUEUED (``orchestrator.states.deployments``: its creation record follows)."""
     deployment = Deployment(
         project_id=project_id,
         name=name,
         workload=workload,
         route_prefix=route_prefix,
-        state=DeploymentState.DEPLOYING,
+        state=state,
         reason="created",
         version=0,
     )
@@ -93,6 +101,15 @@ def list_deployments(
         query = query.where(Deployment.project_id == project_scope)
     query = query.where(Deployment.state.in_(states or sorted(LIVE)))
     return fetch_page(session, query, (Deployment.created_at, Deployment.id), cursor, limit, descending=True)
+
+
+def queued_deployments(session: Session) -> list[Deployment]:
+    """The deployments whose newest version waits to be admitted (QUEUED), oldest first."""
+    return list(
+        session.scalars(
+            select(Deployment).where(Deployment.state == DeploymentState.QUEUED).order_by(Deployment.created_at)
+        )
+    )
 
 
 def live_deployments(session: Session) -> list[Deployment]:

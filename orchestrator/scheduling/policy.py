@@ -21,6 +21,10 @@ The rules (docs/scheduling.md):
    of its project with a lower priority (also for a run over its project's quota: they give the quota back);
    for a run waiting for the cluster, also runs of other projects that borrow, and runs of projects above
    their fair share while its project, with it, stays at or below its own. One preemption a tick.
+
+Deployments (``Waiting.is_run`` False: a new version's replicas, beyond what the deployment holds now) wait
+in their project's queue as runs of priority 0 do, under the same quota and borrowing rules, but count against
+no ``max_running_jobs``, are never failed for the cluster (they wait for nodes) and never preempt.
 """
 
 from __future__ import annotations
@@ -72,6 +76,9 @@ class Waiting:
     # When it last entered QUEUED (its submit, or its requeue after a preemption): the starvation guard's clock,
     # so a preempted run does not claim the reservation for the wait before it first ran. None: created_at.
     queued_at: datetime | None = None
+    # A deployment's replicas: not a run (no max_running_jobs, never a preemptor, never failed for the cluster).
+    is_run: bool = True
+    needs: str = "this job needs {}"  # how the quota message names it ("this deployment needs {}")
 
     @property
     def waiting_since(self) -> datetime:
@@ -158,7 +165,9 @@ def in_use(holding: Iterable[Holding]) -> tuple[dict[str, dict[str, float]], dic
     return used, running
 
 
-def over_quota(quota: ProjectQuota, used: Mapping[str, float], request: Mapping[str, float]) -> tuple[str, str] | None:
+def over_quota(
+    quota: ProjectQuota, used: Mapping[str, float], request: Mapping[str, float], needs: str = "this job needs {}"
+) -> tuple[str, str] | None:
     """(resource, message) of the first of CPUs and GPUs that ``request`` would take past the quota, e.g.
     ("GPU", "project vision uses 6 of 8 GPUs; this job needs 4"), or None."""
     for r in ("GPU", "CPU"):
@@ -167,7 +176,7 @@ def over_quota(quota: ProjectQuota, used: Mapping[str, float], request: Mapping[
         if limit is not None and need > _EPS and used.get(r, 0.0) + need > limit + _EPS:
             message = (
                 f"project {quota.label} uses {_fmt(used.get(r, 0.0))} of {_fmt(limit)} {_UNITS[r]}; "
-                f"this job needs {_fmt(need)}"
+                + needs.format(_fmt(need))
             )
             return r, message
     return None
@@ -221,7 +230,7 @@ class _State:
         for r in RESOURCES:
             self.free[r] = max(0.0, self.free[r] - request.get(r, 0.0))
             bucket[r] += request.get(r, 0.0)
-        self.running[run.project_id] = self.running.get(run.project_id, 0) + 1
+        self.running[run.project_id] = self.running.get(run.project_id, 0) + (1 if run.is_run else 0)
         self.shares[run.project_id] = self.shares.get(run.project_id, 0.0) + dominant_share(request, self.capacity)
 
 
@@ -245,8 +254,10 @@ def plan_tick(
     runs: list[Waiting] = []
     for run in waiting:
         impossible = never_fits(run.demand, capacity)
-        if impossible:
+        if impossible and run.is_run:
             plan.fail[run.key] = impossible
+        elif impossible:  # a deployment is not failed for a cluster that shrank: it waits for nodes
+            plan.waits[run.key] = (INSUFFICIENT, f"can never fit the cluster as it is now: {impossible}")
         else:
             runs.append(run)
 
@@ -256,14 +267,18 @@ def plan_tick(
         """Admit ``run`` if it may start; otherwise note why it waits. True when admitted."""
         quota = quota_of(run.project_id)
         request = run.demand.total
-        if quota.max_running_jobs is not None and state.running.get(run.project_id, 0) >= quota.max_running_jobs:
+        if (
+            run.is_run
+            and quota.max_running_jobs is not None
+            and state.running.get(run.project_id, 0) >= quota.max_running_jobs
+        ):
             plan.waits[run.key] = (
                 QUOTA_EXCEEDED,
                 f"project {quota.label} runs {state.running.get(run.project_id, 0)} of "
                 f"{quota.max_running_jobs} jobs at once (max_running_jobs)",
             )
             return False
-        over = over_quota(quota, state.used_by(run.project_id), request)
+        over = over_quota(quota, state.used_by(run.project_id), request, run.needs)
         if over is not None:
             if quota.borrowing:
                 deferred.append((run, over[1]))
@@ -321,7 +336,7 @@ def plan_tick(
             plan.admit.append((run.key, True))
             state.take(run)
         else:
-            now_over = over_quota(quota_of(run.project_id), state.used_by(run.project_id), run.demand.total)
+            now_over = over_quota(quota_of(run.project_id), state.used_by(run.project_id), run.demand.total, run.needs)
             plan.waits[run.key] = (
                 QUOTA_EXCEEDED,
                 f"{now_over[1] if now_over else over}; no idle capacity to borrow: {missing}",
@@ -332,8 +347,8 @@ def plan_tick(
     seen: set[str] = set()
     for run in candidates:
         reason = plan.waits.get(run.key, ("",))[0]
-        if run.key in seen or reason not in (INSUFFICIENT, QUOTA_EXCEEDED):
-            continue
+        if run.key in seen or reason not in (INSUFFICIENT, QUOTA_EXCEEDED) or not run.is_run:
+            continue  # a deployment preempts nobody: it waits until its project's jobs give the room back
         seen.add(run.key)
         plan.preemption = _preemption_for(run, reason, holding, state, quota_of)
         if plan.preemption is not None:

@@ -9,12 +9,12 @@ from dataclasses import replace
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from orchestrator.admission import Demand
+from orchestrator.admission import Demand, asks_nothing, replicas_demand
 from orchestrator.db.models import Job, JobState, Project, Sweep
 from orchestrator.errors import Invalid, TooMany
-from orchestrator.loops.serving import applied_version
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.scheduling.policy import Holding, ProjectQuota, never_fits_quota
+from orchestrator.states.deployments import applied_version
 
 # A full queue drains at the pace of running jobs: minutes, not seconds. What a 429 asks a client to wait.
 QUEUE_FULL_RETRY_AFTER_S = 30
@@ -52,14 +52,11 @@ def serving_holdings(session: Session) -> list[Holding]:
     against the project's CPU/GPU quota and the cluster, never against max_running_jobs, never preempted."""
     holdings = []
     for deployment in deployments_repo.live_deployments(session):
-        version = applied_version(deployment)
+        version = applied_version(deployment)  # a QUEUED update: the version that keeps serving
         if version is None:
             continue
-        replicas = version.settings["replicas"]
-        most = replicas if isinstance(replicas, int) else replicas["max"]
-        resources = version.settings["resources"]
-        request = {"CPU": most * resources["cpus"], "GPU": most * resources["gpus"]}
-        if request["CPU"] or request["GPU"]:
+        request = replicas_demand(version.settings).total
+        if not asks_nothing(request):
             holdings.append(
                 Holding(
                     key=f"deployment:{deployment.id}",
@@ -79,11 +76,7 @@ def check_deployment_quota(session: Session, project_id: str, settings: dict) ->
     project = session.get(Project, project_id)
     if project is None:
         return
-    replicas = settings["replicas"]
-    most = replicas if isinstance(replicas, int) else int(replicas["max"])
-    resources = settings["resources"]
-    per_replica = {"CPU": resources["cpus"], "GPU": resources["gpus"]}
-    demand = Demand({r: most * amount for r, amount in per_replica.items()}, per_replica, f"{most} replicas")
+    demand = replicas_demand(settings)
     quota = replace(quota_of(project), max_running_jobs=None)
     impossible = never_fits_quota(quota, demand)
     if impossible:

@@ -3,6 +3,11 @@
 Nothing here talks to Serve: each operation commits the deployment's new target (a version, or
 DELETED), and the serving reconciler (``orchestrator.loops.serving``) brings Serve in line with
 the database. Only ``check_resources`` asks the cluster, for its size, before the transaction starts.
+
+A new version whose replicas ask no more CPUs and GPUs than the deployment holds now (the default: 0 CPUs a
+replica) is rolled out at once; one that asks more waits QUEUED, and the scheduler admits it when its
+project's quota and the cluster have room (``orchestrator.scheduling.deployments``): the one place that
+does the quota arithmetic, for jobs, sweeps and deployments alike.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any, TypeVar
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from orchestrator.admission import asks_nothing, beyond, replicas_demand
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.checkpoint_policy import best_first
 from orchestrator.db.models import Checkpoint, Deployment, DeploymentState, Job, Sweep
@@ -26,7 +32,13 @@ from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.submission import SpecRejected
 from orchestrator.settings import Settings
-from orchestrator.states.deployments import TERMINAL, record_deployment_created, set_deployment_state
+from orchestrator.states.deployments import (
+    QUEUED_MESSAGE,
+    TERMINAL,
+    applied_version,
+    record_deployment_created,
+    set_deployment_state,
+)
 from orchestrator.states.jobs import TERMINAL as JOB_TERMINAL
 from orchestrator.states.sweeps import TRIAL_TERMINAL
 from workers.contract import workloads
@@ -315,7 +327,8 @@ def _replicas_of(current: dict[str, Any]) -> int | AutoscalingSpec:
 def create_deployment(
     session: Session, project_id: str, body: DeploymentCreate, resolved: ResolvedSource, settings: dict[str, Any]
 ) -> Deployment:
-    """Store a new deployment (DEPLOYING) with its version 1. DeploymentConflict for a taken name or route."""
+    """Store a new deployment with its version 1: DEPLOYING, or QUEUED when its replicas hold CPUs or GPUs (the
+    scheduler admits it). DeploymentConflict for a taken name or route."""
     assert body.route_prefix is not None  # filled in by the spec
     if deployments_repo.find_live(session, body.name) is not None:
         raise DeploymentConflict(f"a deployment named {body.name!r} already exists; choose another name or delete it")
@@ -325,8 +338,9 @@ def create_deployment(
         raise DeploymentConflict(f"route_prefix {body.route_prefix} is taken by {owner}; choose another route_prefix")
     try:
         with session.begin_nested():
+            state = D.DEPLOYING if asks_nothing(replicas_demand(settings).total) else D.QUEUED
             deployment = deployments_repo.create_deployment(
-                session, project_id, body.name, resolved.workload, body.route_prefix
+                session, project_id, body.name, resolved.workload, body.route_prefix, state
             )
             _add_version(session, deployment, resolved, body.source, settings, "")
             record_deployment_created(session, deployment, f"version 1 from {_describe(resolved)}")
@@ -409,8 +423,23 @@ def _retarget(
     reason: str,
     what: str,
 ) -> Deployment:
-    """Append the version and start rolling it out: UPDATING while an old version serves, else DEPLOYING."""
+    """Append the version and start rolling it out: UPDATING while an old version serves, else DEPLOYING; or
+    QUEUED, the old version serving meanwhile, when its replicas ask more than the deployment holds now."""
+    serving = applied_version(deployment)
+    held = replicas_demand(serving.settings).total if serving is not None else {}
     _add_version(session, deployment, resolved, source, settings, note)
+    if asks_nothing(beyond(replicas_demand(settings), held).total):
+        start_rollout(session, deployment, reason, what)
+    else:
+        keeps = f"; version {deployment.live_version} keeps serving" if deployment.live_version is not None else ""
+        message = f"queued {what}: {QUEUED_MESSAGE}{keeps}"
+        set_deployment_state(session, deployment, D.QUEUED, reason, message, again=True)
+    return deployment  # the move forgot any failed version (orchestrator.states.deployments)
+
+
+def start_rollout(session: Session, deployment: Deployment, reason: str, what: str) -> None:
+    """Roll the newest version out: UPDATING while an old version serves, else DEPLOYING. The deployment must
+    be locked."""
     if deployment.live_version is None:
         set_deployment_state(session, deployment, D.DEPLOYING, reason, f"deploying {what}", again=True)
     else:
@@ -422,7 +451,6 @@ def _retarget(
             f"rolling out {what}; version {deployment.live_version} serves until it is healthy",
             again=True,
         )
-    return deployment  # the move into a rollout forgot any failed version (orchestrator.states.deployments)
 
 
 def delete_deployment(session: Session, deployment: Deployment) -> Deployment:

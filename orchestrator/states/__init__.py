@@ -52,10 +52,11 @@ the source of ``orchestrator/`` and ``api/``)
                  ``services.launch.new_job_token``).
     ``live_version`` / ``failed_version`` (deployments)  a rollout (DEPLOYING, UPDATING) that ends HEALTHY
                  promotes the newest version (live = version, failed = None); one that ends FAILED or
-                 UNHEALTHY marks it failed (failed = version: not applied again); entering a rollout
-                 forgets the failed one.
+                 UNHEALTHY marks it failed (failed = version: not applied again); entering a rollout, or
+                 QUEUED (a new version waits to be admitted), forgets the failed one.
     ``rollout_started_at`` / ``deleted_at`` (deployments)  set on entering a rollout (at creation: its
-                 ``created_at``), cleared on leaving one; DELETED sets ``deleted_at``.
+                 ``created_at``, unless it is created QUEUED), cleared on leaving one; DELETED sets
+                 ``deleted_at``.
 
 To add a state: add it to the enum in ``workers.contract.states`` (stored as a string of at most 16
 characters: no migration unless it is longer), add its FROM -> TO ``Rule``s in the kind's module, add it to

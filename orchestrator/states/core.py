@@ -69,7 +69,7 @@ class Lifecycle:
 
     kind: str  # "job", "sweep", "trial", "deployment": in IllegalTransition's message
     rules: tuple[Rule, ...]
-    initial: Any
+    initial: Any  # the state a new row starts in, or a frozenset of the states it may start in
     terminal: frozenset
     history: Callable[[Session, Change], Any]  # the history row of a change (the row not yet changed)
     subject: Callable[[Any], str] = field(default=lambda row: str(row.id))  # names the row in errors
@@ -131,8 +131,9 @@ def transition(
 def record_creation(session: Session, lifecycle: Lifecycle, row: Any, reason: str, message: str = "") -> None:
     """The history row of a new row (``from_state`` None, in its lifecycle's initial state), then its
     creation companions. The row must be flushed (it has its id). Never commits."""
-    if row.state != lifecycle.initial:
-        raise ValueError(f"a new {lifecycle.kind} starts {lifecycle.initial}, not {row.state}")
+    initial = lifecycle.initial
+    if row.state not in (initial if isinstance(initial, frozenset) else {initial}):
+        raise ValueError(f"a new {lifecycle.kind} starts {initial}, not {row.state}")
     change = Change(row, None, row.state, reason, message, row.created_at or utcnow())
     entry = lifecycle.history(session, change)
     entry.created_at = change.at

@@ -11,9 +11,11 @@ What is held, and when
                 on CPU, 16 with GPUs; Ray itself reserves no memory for a worker).
     trial       from RUNNING to its end, with the trial's own scaling (the sweep's base with the trial's
                 config applied).
-    deployment  from creation (DEPLOYING) until FAILED or DELETED; a new stretch at every transition, with
-                the replicas and per-replica CPUs/GPUs of the version being served (a rollout: the new
-                version; HEALTHY, UNHEALTHY: the live version). An autoscaled version counts its ``min``.
+    deployment  from creation (DEPLOYING) or admission (QUEUED -> DEPLOYING) until FAILED or DELETED; a new
+                stretch at every transition, with the replicas and per-replica CPUs/GPUs of the version being
+                served (a rollout: the new version; HEALTHY, UNHEALTHY, and QUEUED while an older version keeps
+                serving: the live version). An autoscaled version counts its ``min``. A QUEUED deployment with
+                no live version holds nothing.
 
 Wasted time: a job stretch that ended other than SUCCEEDED or CANCELLED (RESTARTING after a failure,
 FAILED, back to QUEUED when preempted) is wasted from the last checkpoint committed during it to its end,
@@ -49,6 +51,7 @@ _RUN_NOT_WASTED = frozenset({S.SUCCEEDED, S.CANCELLED})
 _DEPLOYMENT_HELD = frozenset(
     {DeploymentState.DEPLOYING, DeploymentState.HEALTHY, DeploymentState.UPDATING, DeploymentState.UNHEALTHY}
 )
+_DEPLOYMENT_MAY_HOLD = _DEPLOYMENT_HELD | {DeploymentState.QUEUED}  # QUEUED: while an older version serves
 _ROLLING = frozenset({DeploymentState.DEPLOYING, DeploymentState.UPDATING})
 
 
@@ -171,10 +174,11 @@ def deployment_usage(session: Session, change: Change) -> None:
     """Every transition (and the creation) closes the open stretch and, while the deployment serves, opens
     the next with the replicas and resources of the version it serves now."""
     deployment = change.row
-    interval = _open_interval(session, deployment.id) if change.from_state in _DEPLOYMENT_HELD else None
+    interval = _open_interval(session, deployment.id) if change.from_state in _DEPLOYMENT_MAY_HOLD else None
     if interval is not None:
         _close(interval, change)
-    if change.to_state not in _DEPLOYMENT_HELD:
+    serving_while_queued = change.to_state == DeploymentState.QUEUED and deployment.live_version is not None
+    if change.to_state not in _DEPLOYMENT_HELD and not serving_while_queued:
         return
     number = deployment.version if change.to_state in _ROLLING else (deployment.live_version or deployment.version)
     version = session.scalars(

@@ -1,8 +1,9 @@
 """Deployments on a real Ray Serve (the session's local cluster), driven over the service's REST API.
 
 One digits job trains; its checkpoints are then deployed, updated, rolled back, updated to a broken
-checkpoint and deleted, while a bounded client (a few threads, one request in flight each) calls the
-deployment throughout: not one request may fail, and the answers must switch to each new version.
+checkpoint, grown past the project's CPU quota (it waits QUEUED, the old version serving) and deleted,
+while a bounded client (a few threads, one request in flight each) calls the deployment throughout: not one
+request may fail, and the answers must switch to each new version.
 """
 
 from __future__ import annotations
@@ -186,13 +187,42 @@ def test_deploy_update_rollback_and_delete_without_a_failed_request(member, admi
     assert "version 4 was not promoted" in deployment["message"] and "Version 3 keeps serving" in deployment["message"]
     assert_serves(url, deployment["current"], config, key)
 
-    # Delete: the route is gone (Serve answers 404), the record stays as DELETED.
-    deleted = member.http.delete(f"/v1/deployments/{NAME}")
-    assert deleted.status_code == 200 and deleted.json()["state"] == "DELETED"
+    # Issue 20: a version whose replicas would take the project past its CPU quota (a 1-CPU job holds 1 of 1.5)
+    # waits QUEUED with the reason while version 3 keeps serving; it is deleted while it waits (no rollout).
+    holder = member.submit(name="quota-holder", epochs=50, scaling={"num_workers": 1, "cpus_per_worker": 1})
+    assert holder.status_code == 201, holder.text
+    holder_id = holder.json()["id"]
+    quota_url = f"/v1/projects/{deployment['project_id']}/quota"
+    try:
+        member.wait(holder_id, {"STARTING", "RUNNING"}, timeout_s=60)
+        assert admin.http.put(quota_url, json={"max_cpus": 1.5, "borrowing": False}).status_code == 200
+        with Caller(url, key) as caller:
+            grown = member.http.patch(f"/v1/deployments/{NAME}", json={"resources": {"cpus": 1}})
+            assert grown.status_code == 200 and grown.json()["state"] == "QUEUED", grown.text
+            deadline = time.monotonic() + 30
+            while (deployment := member.http.get(f"/v1/deployments/{NAME}").json())["reason"] != "quota_exceeded":
+                assert time.monotonic() < deadline, deployment
+                time.sleep(0.5)
+            time.sleep(2)
+        failed = [r for r in caller.results if r[1] != 200]
+        assert not failed and {r[2] for r in caller.results} == {3}, failed[:3]
+        assert (deployment["state"], deployment["serving_version"]) == ("QUEUED", 3)
+        assert deployment["message"] == (
+            "project integration uses 1 of 1.5 CPUs; its version 5 needs 1 more than version 3 holds "
+            "(borrowing is off); version 3 keeps serving"
+        )
+
+        # Delete: the route is gone (Serve answers 404), the record stays as DELETED.
+        deleted = member.http.delete(f"/v1/deployments/{NAME}")
+        assert deleted.status_code == 200 and deleted.json()["state"] == "DELETED"
+    finally:
+        admin.http.put(quota_url, json={})  # the project's quota back to none, for the tests after this one
+        member.http.post(f"/v1/jobs/{holder_id}/cancel")
     deadline = time.monotonic() + 60
     while httpx.post(url, json={"inputs": ROWS[:1]}, headers=key, timeout=30).status_code != 404:
         assert time.monotonic() < deadline, "the route still answers 60 s after the delete"
         time.sleep(0.5)
+    member.wait(holder_id, {"CANCELLED"}, timeout_s=60)
     history = [e["to_state"] for e in member.http.get(f"/v1/deployments/{NAME}/events").json()]
     assert history == [
         "DEPLOYING",
@@ -203,5 +233,6 @@ def test_deploy_update_rollback_and_delete_without_a_failed_request(member, admi
         "HEALTHY",
         "UPDATING",
         "UNHEALTHY",
+        "QUEUED",
         "DELETED",
     ]

@@ -28,6 +28,15 @@ D = DeploymentState
 # --- the state rules --------------------------------------------------------------------------------------
 
 LEGAL = [
+    (D.QUEUED, D.DEPLOYING),
+    (D.QUEUED, D.UPDATING),
+    (D.QUEUED, D.QUEUED),
+    (D.QUEUED, D.DELETED),
+    (D.DEPLOYING, D.QUEUED),
+    (D.HEALTHY, D.QUEUED),
+    (D.UPDATING, D.QUEUED),
+    (D.UNHEALTHY, D.QUEUED),
+    (D.FAILED, D.QUEUED),
     (D.DEPLOYING, D.HEALTHY),
     (D.DEPLOYING, D.FAILED),
     (D.DEPLOYING, D.DEPLOYING),
@@ -46,6 +55,9 @@ LEGAL = [
     (D.FAILED, D.DELETED),
 ]
 ILLEGAL = [
+    (D.QUEUED, D.HEALTHY),
+    (D.QUEUED, D.UNHEALTHY),
+    (D.QUEUED, D.FAILED),
     (D.DEPLOYING, D.UPDATING),
     (D.DEPLOYING, D.UNHEALTHY),
     (D.HEALTHY, D.DEPLOYING),
@@ -148,6 +160,8 @@ def app_of(backend: FakeBackend, name: str) -> dict:
 def healthy(app, client, backend, name: str, **body) -> dict:
     """Create, roll out and promote a deployment; returns it."""
     assert deploy(client, name=name, **body).status_code == 201
+    service = app.state.service
+    Scheduler(service.sessions, service.backend, service.settings).tick()  # admits one whose replicas hold CPUs
     reconcile(app)
     backend.serve_settle(name, "RUNNING")
     reconcile(app)

@@ -36,6 +36,7 @@ class TrialState(enum.StrEnum):
 
 
 class DeploymentState(enum.StrEnum):
+    QUEUED = "QUEUED"  # its newest version waits to be admitted: its project's quota, or room on the cluster
     DEPLOYING = "DEPLOYING"
     HEALTHY = "HEALTHY"
     UPDATING = "UPDATING"

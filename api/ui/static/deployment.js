@@ -20,7 +20,7 @@
     stateBadge.className = "badge state-" + d.state.toLowerCase();
     const reason = document.getElementById("deployment-reason");
     reason.classList.toggle("hidden", !d.reason);
-    reason.classList.toggle("waiting", d.state === "DEPLOYING" || d.state === "UPDATING");
+    reason.classList.toggle("waiting", ["QUEUED", "DEPLOYING", "UPDATING"].includes(d.state));
     reason.querySelector('[data-field="reason"]').textContent = d.reason;
     reason.querySelector('[data-field="message"]').textContent = d.message;
     document.getElementById("serving-version").textContent = d.serving_version ? `v${d.serving_version}` : "nothing yet";

@@ -6,7 +6,7 @@
   const table = document.getElementById("deployments");
   if (!table) return;
   const known = new Set([...table.querySelectorAll("tr[data-deployment-id]")].map((tr) => tr.dataset.deploymentId));
-  const waiting = new Set(["DEPLOYING", "UPDATING"]);
+  const waiting = new Set(["QUEUED", "DEPLOYING", "UPDATING"]);
   const failed = new Set(["FAILED", "UNHEALTHY"]);
 
   Live.poll(table.dataset.liveUrl, (page) => {
