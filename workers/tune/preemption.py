@@ -17,7 +17,9 @@ The whole sweep is preempted, through Tune's own interrupt-and-restore path:
    (``Tuner.restore(resume_unfinished=True)``), and each paused trial's Train run, under the same name, resumes
    from its preemption checkpoint. Finished trials are kept and never run again.
 
-A trial Tune starts after the preemption (its searcher does not know) pauses at its first step. One that never
+A PBT trial pauses the same way, but a restored PBT trial starts a new Train run from its latest Tune
+checkpoint (``tuner.run_pbt_trial``): it repeats the steps since its last epoch, not at most one. A trial Tune
+starts after the preemption (its searcher does not know) pauses at its first step. One that never
 pauses (its workers cannot start) keeps the driver from interrupting Tune: the control plane stops the sweep
 after ``preemption_grace_s`` and its trials resume from their last epoch checkpoints.
 """
