@@ -35,8 +35,9 @@ Sweeps are preempted whole, through the path that already resumes a sweep whose 
     handed over as a Tune one, as PBT's are), the sweep's admitted demand would have to shrink and grow with
     its paused trials, and the scheduler would need a way to give one trial's resources to the preemptor
     while the sweep keeps the rest. Whole-sweep preemption frees all that the sweep holds even when the
-    preemptor needs one trial's worth (the trade-off), costs each running trial at most one repeated step,
-    and a trial that had not reached its first step starts it again.
+    preemptor needs one trial's worth (the trade-off), costs each running trial at most one repeated step
+    (a PBT trial: the steps since its last epoch, as after a lost driver), and a trial that had not reached
+    its first step starts it again.
 """
 
 from __future__ import annotations
