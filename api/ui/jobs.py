@@ -18,6 +18,7 @@ from api.ui.templating import render
 from orchestrator.db.models import Job, JobState
 from orchestrator.errors import Invalid, NotFound
 from orchestrator.repositories import jobs as jobs_repo
+from orchestrator.scheduling.quotas import check_deployment_quota
 from orchestrator.services import deployments as deployments_ops
 from orchestrator.services.cancellation import cancel_job
 from orchestrator.services.downsample import DEFAULT_POINTS
@@ -138,6 +139,7 @@ def deploy_checkpoint(
     resolved = deployments_ops.resolve_source(session, body.source, user.scope)
     if resolved.job_id != job.id:
         raise NotFound(f"job {job.id} has no checkpoint {checkpoint_id}")
+    check_deployment_quota(session, job.project_id, settings)  # 422: its replicas could never fit the quota
     deployment = deployments_ops.create_deployment(session, job.project_id, body, resolved, settings)
     session.commit()
     return RedirectResponse(f"/ui/deployments/{deployment.name}", status_code=303)

@@ -26,6 +26,7 @@ from api.views import sweep_out
 from orchestrator.db.models import JobState, Sweep, Trial, TrialMetric, TrialState
 from orchestrator.errors import Invalid, NotFound
 from orchestrator.repositories import sweeps as sweeps_repo
+from orchestrator.scheduling.quotas import check_deployment_quota
 from orchestrator.services import deployments as deployments_ops
 from orchestrator.services.cancellation import cancel_run
 from orchestrator.services.downsample import finite, minmax
@@ -273,6 +274,7 @@ def deploy_trial(
     if trial is None or trial.sweep_id != sweep.id:
         raise NotFound(f"sweep {sweep.id} has no trial {trial_id}")
     resolved = deployments_ops.resolve_source(session, body.source, user.scope)
+    check_deployment_quota(session, sweep.project_id, settings)  # 422: its replicas could never fit the quota
     deployment = deployments_ops.create_deployment(session, sweep.project_id, body, resolved, settings)
     session.commit()
     return RedirectResponse(f"/ui/deployments/{deployment.name}", status_code=303)

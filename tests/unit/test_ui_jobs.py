@@ -185,6 +185,12 @@ def test_a_member_deploys_a_checkpoint_through_the_deployment_service(app, clien
     answer = client.post(f"/ui/jobs/{other}/checkpoints/{best}/deploy", data={"csrf_token": token, "name": "x-y"})
     assert answer.status_code == 404
     assert client.get("/v1/deployments/x-y", headers=auth(ADMIN)).status_code == 404
+    # Replicas that could never fit the project's quota (it may not borrow): the REST API's 422 here too.
+    quota = {"max_cpus": 0.5, "borrowing": False}
+    assert client.put(f"/v1/projects/{project}/quota", json=quota, headers=auth(ADMIN)).status_code == 200
+    app.state.service.settings.serve_replica_cpus = 1.0  # the operator's default replica size
+    refused = client.post(f"/ui/jobs/{job}/checkpoints/{best}/deploy", data={"csrf_token": token, "name": "big"})
+    assert refused.status_code == 422 and "max_cpus" in refused.text
 
 
 # --- the page: plan, curves, logs -------------------------------------------------------------------------
