@@ -16,6 +16,7 @@ from api.routers import code, deployments, health, identity, internal, jobs, met
 from api.ui.mount import install_ui
 from orchestrator.backend import ClusterBackend
 from orchestrator.control_plane import ControlPlane
+from orchestrator.log_format import configure_logging
 from orchestrator.settings import Settings
 
 DESCRIPTION = """Submit distributed training jobs, hyperparameter sweeps and deployments to Ray over REST.
@@ -30,6 +31,14 @@ field errors FastAPI's request validation gives (`loc` names the field). The req
 are the `workers.contract` package's: clients import them rather than copy them."""
 
 MULTIPART_FRAMING_MB = 1 / 16  # a multipart body's boundaries and part headers, around the file's bytes
+
+
+def serve_app() -> FastAPI:
+    """`orchestrator serve`'s factory, which uvicorn calls in each worker process (ORCHESTRATOR_API_WORKERS):
+    that process's logging as configured, then the app."""
+    settings = Settings()
+    configure_logging(settings.log_format)
+    return create_app(settings)
 
 
 def create_app(

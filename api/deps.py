@@ -1,15 +1,23 @@
-"""Request dependencies: the service, a database session, and who is calling."""
+"""Request dependencies: the service, a database session, and who is calling.
+
+Those that do no I/O are ``async def``: FastAPI runs a plain ``def`` dependency in its thread pool, a hand-off
+that costs more than most of them do (profiled under bench/api_load.py: hand-offs were a quarter of a cheap
+request's CPU). What touches the database runs in a thread, as before.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Annotated
 
+import anyio
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
-from orchestrator.auth import Principal, secrets_equal
+from orchestrator.auth import Principal, hash_secret, secrets_equal
 from orchestrator.control_plane import ControlPlane
 from orchestrator.db.models import ApiKey, Role, utcnow
 from orchestrator.errors import Forbidden, NotFound, Unauthorized
@@ -18,49 +26,80 @@ from orchestrator.repositories import projects as projects_repo
 _bearer = HTTPBearer(auto_error=False)
 
 
-def get_control_plane(request: Request) -> ControlPlane:
+async def get_control_plane(request: Request) -> ControlPlane:
     return request.app.state.service
 
 
 ControlPlaneDep = Annotated[ControlPlane, Depends(get_control_plane)]
 
 
-def get_session(service: ControlPlaneDep) -> Iterator[Session]:
+async def get_session(service: ControlPlaneDep) -> AsyncIterator[Session]:
     # Routers commit what they change; anything uncommitted is rolled back here. Routes that stream
     # or wait on Ray use service.sessions() briefly instead (see current_principal).
-    with service.sessions() as session:
+    session = service.sessions()  # no connection yet: the route's first query checks one out
+    try:
         yield session
+    finally:
+        if session.in_transaction():  # a rollback and a return to the pool: I/O, so in a thread
+            with anyio.CancelScope(shield=True):  # a cancelled request still gives its connection back
+                await run_in_threadpool(session.close)
+        else:
+            session.close()
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
-def current_principal(credentials: BearerDep, service: ControlPlaneDep) -> Principal:
+async def current_principal(credentials: BearerDep, service: ControlPlaneDep) -> Principal:
+    """Who the bearer key is; 401 if nobody. On the event loop when no database is needed (an admin token, a
+    key used in the last few seconds), in a thread when it is."""
     if credentials is None:
         raise Unauthorized("missing 'Authorization: Bearer <key>' header")
-    return principal_for_secret(service, credentials.credentials)
+    secret = credentials.credentials
+    key_hash = hash_secret(secret)
+    known = _known_principal(service, secret, key_hash)
+    if known is not None:
+        return known
+    return await run_in_threadpool(_stored_principal, service, key_hash)
 
 
 def principal_for_secret(service: ControlPlane, secret: str) -> Principal:
-    """Who a presented key is (the REST API's bearer token, the dashboard's sign-in form); 401 if nobody."""
+    """Who a presented key is (the dashboard's sign-in form, the metrics scrape); 401 if nobody."""
+    key_hash = hash_secret(secret)
+    return _known_principal(service, secret, key_hash) or _stored_principal(service, key_hash)
+
+
+def _known_principal(service: ControlPlane, secret: str, key_hash: str) -> Principal | None:
+    """Who a key is without asking the database, if that can be told: None means look it up."""
     # The environment's tokens (several while one is rotated), each compared in constant time.
     if sum(secrets_equal(secret, token) for token in service.settings.admin_tokens):
         return Principal(Role.ADMIN, project_id=None, cluster_wide=True)
+    # Valid keys seen in the last few seconds (orchestrator/key_cache.py): never an unknown one.
+    return service.api_keys.get(key_hash, utcnow())
+
+
+def _stored_principal(service: ControlPlane, key_hash: str) -> Principal:
+    keys = service.api_keys
+    generation = keys.generation  # read before the lookup: a revoke meanwhile keeps its answer out
     # Its own short session: on SQLite every transaction holds the write lock (see db/engine.py), so
     # nothing may keep one open for the length of a request, let alone a streamed response.
     with service.sessions() as session:
-        return _key_principal(session, projects_repo.find_api_key(session, secret))
+        key = projects_repo.find_api_key_by_hash(session, key_hash)
+        principal, last_used_at = _key_principal(session, key)
+        keys.put(key_hash, principal, key.expires_at, last_used_at, generation)
+        return principal
 
 
 def principal_for_key_id(service: ControlPlane, key_id: str) -> Principal:
     """Who the stored key ``key_id`` is now (the dashboard's session names its key by id): 401 once it is
     revoked or expired, the same checks as a presented key's."""
     with service.sessions() as session:
-        return _key_principal(session, projects_repo.get_api_key(session, key_id))
+        return _key_principal(session, projects_repo.get_api_key(session, key_id))[0]
 
 
-def _key_principal(session: Session, key: ApiKey | None) -> Principal:
+def _key_principal(session: Session, key: ApiKey | None) -> tuple[Principal, datetime | None]:
+    """Who ``key`` is (401 if nobody, or expired), and when its use was last recorded, now included."""
     now = utcnow()
     if key is None:
         raise Unauthorized("unknown API key (it may have been revoked)")
@@ -69,25 +108,26 @@ def _key_principal(session: Session, key: ApiKey | None) -> Principal:
     principal = Principal(key.role, project_id=key.project_id, key_id=key.id, cluster_wide=key.cluster_wide)
     if projects_repo.record_key_use(session, key, now):  # at most once a minute per key
         session.commit()
-    return principal
+        return principal, now
+    return principal, key.last_used_at
 
 
 CurrentKey = Annotated[Principal, Depends(current_principal)]
 
 
-def writer(principal: CurrentKey) -> Principal:
+async def writer(principal: CurrentKey) -> Principal:
     if not principal.can_write:
         raise Forbidden(f"a {principal.role} key is read-only")
     return principal
 
 
-def admin(principal: CurrentKey) -> Principal:
+async def admin(principal: CurrentKey) -> Principal:
     if not principal.is_admin:
         raise Forbidden("this needs an admin key")
     return principal
 
 
-def cluster_admin(principal: CurrentKey) -> Principal:
+async def cluster_admin(principal: CurrentKey) -> Principal:
     if not principal.is_cluster_admin:
         raise Forbidden(
             "this needs a cluster-wide admin key (ORCHESTRATOR_ADMIN_TOKEN); a project's "

@@ -35,7 +35,7 @@ class PageParams:
 
 
 def _params(max_size: int, default: int | None = None) -> Any:
-    def params(
+    async def params(  # no I/O: async, so FastAPI does not hand it to a thread (api/deps.py)
         response: Response,
         cursor: Annotated[
             str | None, Query(max_length=512, description=f"The {NEXT_CURSOR_HEADER} header of the page before.")

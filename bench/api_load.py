@@ -4,12 +4,17 @@ the same queries on the same database (issue 21, "10,000 jobs"); and the schedul
     .venv/bin/python bench/api_load.py --seed          # seed a fresh orch_bench first (10,000 ended + 500 queued)
     .venv/bin/python bench/api_load.py                 # the database as bench/seed_db.py left it
 
-Both apps run under uvicorn in their own process with the same settings (one worker, no access log), on
-loopback; the service with its loops off and a stand-in cluster that is never asked (nothing is admitted:
+    .venv/bin/python bench/api_load.py --workers 2     # each app as 2 uvicorn worker processes
+
+Both apps run under uvicorn in their own process with the same settings (``--workers``, default 1; no access
+log), on loopback; the service with its loops off and a stand-in cluster that is never asked (nothing is admitted:
 a submitted job stays QUEUED). The client is a third process: httpx over asyncio, 32 requests in flight,
 ``--requests`` per app and scenario in rounds that alternate which app goes first, each round capped at
 ``--max-seconds``. The service is called with project team-00's member key, the bare app with that
 project's id: the same rows. Jobs the run submits are deleted at the end.
+
+Beside each rate, the servers' CPU time per request (their processes' user + system time over the rounds):
+what a request costs the server, a figure that hardly moves with the machine's load, unlike a rate.
 
 The scheduler's tick: ``Scheduler.tick`` on the seeded database, over a stand-in cluster whose CPUs the
 running jobs hold, so each queued job is considered and waits; a load event on ``Job`` checks that no
@@ -193,7 +198,11 @@ async def _drive(base: str, requests: list[tuple[str, str, dict, dict | None]], 
                 if time.perf_counter() - started > max_s:
                     return
                 t0 = time.perf_counter()
-                response = await client.request(method, path, headers=headers, json=body)
+                try:
+                    response = await client.request(method, path, headers=headers, json=body)
+                except httpx.TransportError as error:  # counted, not fatal: the run goes on and reports it
+                    errors.append(f"{type(error).__name__} {error}")
+                    continue
                 latencies.append(time.perf_counter() - t0)
                 if response.status_code >= 300:
                     errors.append(f"{response.status_code} {response.text[:200]}")
@@ -237,7 +246,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve(factory: str, env: dict) -> tuple[subprocess.Popen, str]:
+def _serve(factory: str, env: dict, workers: int) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     command = [sys.executable, "-m", "uvicorn", "--factory", f"bench.api_load:{factory}"]
     command += [
@@ -246,10 +255,14 @@ def _serve(factory: str, env: dict) -> tuple[subprocess.Popen, str]:
         "--port",
         str(port),
         "--workers",
-        "1",
+        str(workers),
         "--log-level",
         "warning",
         "--no-access-log",
+        # Longer than any pause of a loaded client: the default 5 s could close a kept-alive connection as the
+        # client reuses it (a ReadError, seen under load average 9).
+        "--timeout-keep-alive",
+        "60",
     ]
     process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env, "PYTHONPATH": str(ROOT)})
     base = f"http://127.0.0.1:{port}"
@@ -266,6 +279,20 @@ def _serve(factory: str, env: dict) -> tuple[subprocess.Popen, str]:
             time.sleep(0.3)
     process.kill()
     raise SystemExit(f"{factory} did not start in 60 s")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a server so far: its process and its children (uvicorn's workers). Unlike
+    a rate, what a request costs in CPU hardly moves with the machine's load (other helpers' tests)."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # a process that ended meanwhile
+            continue
+        if int(stat.parent.name) == pid or int(fields[1]) == pid:
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 # --- the scheduler's tick ----------------------------------------------------------------------------------
@@ -374,6 +401,9 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=30.0, help="cap of one app's round")
     parser.add_argument("--ticks", type=int, default=20)
     parser.add_argument("--only", default="", help="run only the scenarios whose name contains this")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="uvicorn worker processes of EACH app (the same for both, to be fair)"
+    )
     args = parser.parse_args()
 
     if args.seed:
@@ -401,15 +431,19 @@ def main() -> None:
         project_id = session.scalar(select(Project.id).where(Project.name == "team-00"))
         scenarios = _scenarios(session, project_id, run_tag)
     env = {URL_ENV: args.url, PROJECT_ENV: project_id}
-    servers = {arm: _serve(factory, env) for arm, factory in (("bare", "bare_app"), ("service", "service_app"))}
-    client = Client()
+    servers = {}
+    client = None
     per_round = max(1, args.requests // args.rounds)
     rows = []
     try:
+        for arm, factory in (("bare", "bare_app"), ("service", "service_app")):
+            servers[arm] = _serve(factory, env, args.workers)
+        print(f"both apps under uvicorn --workers {args.workers}", flush=True)
+        client = Client()
         for name, make in scenarios.items():
             if args.only and args.only not in name:
                 continue
-            stats = {arm: {"lat": [], "wall": 0.0, "errors": []} for arm in servers}
+            stats = {arm: {"lat": [], "wall": 0.0, "errors": [], "cpu": 0.0} for arm in servers}
             sent = dict.fromkeys(servers, 0)
             for arm, (_, base) in servers.items():  # warm-up: connections, caches, the first plans
                 client.run(base, [make(arm, 10_000_000 + i) for i in range(64)], args.concurrency, args.max_seconds)
@@ -417,7 +451,9 @@ def main() -> None:
                 order = list(servers) if round_ % 2 == 0 else list(reversed(servers))
                 for arm in order:
                     requests = [make(arm, sent[arm] + i) for i in range(per_round)]
+                    cpu = _cpu_seconds(servers[arm][0].pid)
                     latencies, wall, errors = client.run(servers[arm][1], requests, args.concurrency, args.max_seconds)
+                    stats[arm]["cpu"] += _cpu_seconds(servers[arm][0].pid) - cpu
                     sent[arm] += per_round
                     stats[arm]["lat"] += latencies
                     stats[arm]["wall"] += wall
@@ -430,6 +466,7 @@ def main() -> None:
                 "ratio": rate["service"] / rate["bare"],
                 **{f"{arm}_p50": _pct(s["lat"], 0.50) for arm, s in stats.items()},
                 **{f"{arm}_p99": _pct(s["lat"], 0.99) for arm, s in stats.items()},
+                **{f"{arm}_cpu_ms": s["cpu"] * 1000 / max(1, len(s["lat"])) for arm, s in stats.items()},
                 "errors": {
                     arm: s["errors"][:3] + ([f"... {len(s['errors'])} in all"] if s["errors"] else [])
                     for arm, s in stats.items()
@@ -440,14 +477,16 @@ def main() -> None:
             print(
                 f"{name:<42} service {row['service_rps']:7.1f} req/s (p50 {row['service_p50']:6.1f} ms, p99 "
                 f"{row['service_p99']:6.1f} ms) | bare {row['bare_rps']:7.1f} req/s (p50 {row['bare_p50']:6.1f} ms, "
-                f"p99 {row['bare_p99']:6.1f} ms) | ratio {row['ratio']:.2f} | n {row['n']}",
+                f"p99 {row['bare_p99']:6.1f} ms) | ratio {row['ratio']:.2f} | server CPU ms/request service "
+                f"{row['service_cpu_ms']:.2f}, bare {row['bare_cpu_ms']:.2f} | n {row['n']}",
                 flush=True,
             )
             for arm, errors in row["errors"].items():
                 if errors:
                     print(f"  {arm} errors: {errors}")
     finally:
-        client.close()
+        if client is not None:
+            client.close()
         for process, _ in servers.values():
             process.terminate()
             process.wait(10)

@@ -21,15 +21,43 @@ def serve() -> None:
     """Run the control plane in the foreground (configuration: ORCHESTRATOR_* environment variables)."""
     settings = Settings()
     configure_logging(settings.log_format)
-    # By import string: `orchestrator` never imports `api` (DESIGN.md); create_app reads Settings itself.
+    if settings.api_workers > 1:
+        _prepare_for_workers(settings)
+    # By import string: `orchestrator` never imports `api` (DESIGN.md); the factory reads Settings itself, in
+    # each worker process.
     uvicorn.run(
-        "api.app:create_app",
+        "api.app:serve_app",
         factory=True,
         host=settings.host,
         port=settings.port,
+        workers=settings.api_workers,
         log_level="info",
         log_config=uvicorn_log_config(settings.log_format),
     )
+
+
+def _prepare_for_workers(settings: Settings) -> None:
+    """Several workers are several replicas on one port: refuse what only one process may do, then migrate and
+    make the bootstrap key once, here, before the workers start and would each try at once."""
+    from sqlalchemy.engine import make_url
+
+    from orchestrator.control_plane import ControlPlane
+
+    if make_url(settings.database_url).get_backend_name() != "postgresql":
+        raise typer.BadParameter(
+            f"ORCHESTRATOR_API_WORKERS={settings.api_workers} needs PostgreSQL (ORCHESTRATOR_DATABASE_URL): "
+            "SQLite is one process; set ORCHESTRATOR_API_WORKERS=1"
+        )
+    if not settings.ray_address:
+        raise typer.BadParameter(
+            f"ORCHESTRATOR_API_WORKERS={settings.api_workers} needs RAY_ADDRESS (an existing Ray cluster): each "
+            "worker would otherwise start the local one; set ORCHESTRATOR_API_WORKERS=1"
+        )
+    plane = ControlPlane(settings, run_loops=False)
+    try:
+        plane.prepare_database()
+    finally:
+        plane.engine.dispose()
 
 
 @app.command()

@@ -16,6 +16,7 @@ from orchestrator.code_storage import CodeStorage
 from orchestrator.db.engine import make_engine, make_session_factory
 from orchestrator.db.migrate import upgrade_head
 from orchestrator.db.models import Role
+from orchestrator.key_cache import KeyCache
 from orchestrator.leader import LeaseElector, install_fencing
 from orchestrator.loops.code_gc import CodeCollector
 from orchestrator.loops.log_archive import LogArchive, LogArchiver
@@ -42,6 +43,9 @@ class ControlPlane:
         # GET /metrics: this control plane's own registry, which its sessions name for the state engine.
         self.metrics = Metrics()
         self.metrics.watch_database(self.sessions)
+        # Valid API keys this process has seen, for a few seconds (ORCHESTRATOR_API_KEY_CACHE_S): a request
+        # then needs no key lookup of its own (api/deps.py); a revoke here empties it (api/routers/projects.py).
+        self.api_keys = KeyCache(settings.api_key_cache_s)
         self._backend = backend
         self.run_loops = run_loops
         self.local_cluster = None
@@ -87,9 +91,14 @@ class ControlPlane:
 
         return tick
 
-    def start(self) -> None:
+    def prepare_database(self) -> None:
+        """The newest schema, and an admin key (printed once) if none exists: the first thing start() does.
+        `orchestrator serve` with several workers does it once before they start, so that they do not race."""
         upgrade_head(self.engine)
         self._bootstrap_keys()
+
+    def start(self) -> None:
+        self.prepare_database()
         if self._backend is None:
             self._backend = self._connect_ray()
         # Every Ray call counted by method and outcome, whoever makes it (loops, services, routes).

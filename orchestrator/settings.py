@@ -20,6 +20,15 @@ class Settings(BaseSettings):
     )
     host: str = Field("127.0.0.1", description="Where the API listens.")
     port: int = Field(8000, ge=0, le=65535, description="The API's port.")
+    api_workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="`orchestrator serve`'s processes (uvicorn workers) on the one port. Each is a replica, so more "
+        "than 1 needs PostgreSQL (leader election picks the one that runs the loops) and RAY_ADDRESS (each would "
+        "otherwise start the local Ray cluster); per-process figures (GET /metrics, the log-follow cap per key, "
+        "the memory of API keys) are each worker's own. docs/benchmarks.md: what it buys on a small machine.",
+    )
     storage: str = Field("./var/storage", description="Checkpoint and run storage (Ray Train storage_path).")
     var_dir: str = Field("./var", description="Local state the service owns: Ray token, logs.")
     admin_token: str | None = Field(
@@ -27,6 +36,15 @@ class Settings(BaseSettings):
         description="Cluster-wide admin token(s) (bootstrap). Comma-separated to rotate: set 'new,old', restart "
         "the control plane (nothing is lost: jobs and keys live in the database), move clients to the new "
         "token, then drop the old one.",
+    )
+    api_key_cache_s: float = Field(
+        5.0,
+        ge=0,
+        le=300,
+        description="How long a process remembers a valid API key instead of looking it up in the database on "
+        "each request (0: never). A revoke through this process ends it at once; a revoke through another "
+        "replica or worker is seen here within this time. Expiry is always exact; unknown keys are never "
+        "remembered (docs/security.md).",
     )
     # RAY_ADDRESS keeps Ray's own name: the dashboard address of an existing cluster to use.
     ray_address: str | None = Field(

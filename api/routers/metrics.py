@@ -12,9 +12,9 @@ from api.deps import BearerDep, ControlPlaneDep, cluster_admin, current_principa
 from orchestrator.metrics import CONTENT_TYPE
 
 
-def scrape_allowed(credentials: BearerDep, service: ControlPlaneDep) -> None:
+async def scrape_allowed(credentials: BearerDep, service: ControlPlaneDep) -> None:
     if service.settings.metrics != "open":
-        cluster_admin(current_principal(credentials, service))
+        await cluster_admin(await current_principal(credentials, service))
 
 
 router = APIRouter(tags=["health"])

@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter, status
 from sqlalchemy.exc import IntegrityError
 
-from api.deps import AdminKey, ClusterAdminKey, CurrentKey, SessionDep, visible_project
+from api.deps import AdminKey, ClusterAdminKey, ControlPlaneDep, CurrentKey, SessionDep, visible_project
 from api.paging import Page
 from orchestrator.db.models import utcnow
 from orchestrator.errors import Conflict, NotFound
@@ -94,9 +94,13 @@ def list_keys(project_id: str, session: SessionDep, principal: AdminKey, page: P
 
 
 @router.delete("/{project_id}/keys/{key_id}", status_code=status.HTTP_204_NO_CONTENT, summary="Revoke an API key")
-def revoke_key(project_id: str, key_id: str, session: SessionDep, principal: AdminKey) -> None:
-    """Revoke a key: it answers 401 from the next request on. A cluster-wide key only by a cluster-wide admin."""
+def revoke_key(
+    project_id: str, key_id: str, session: SessionDep, service: ControlPlaneDep, principal: AdminKey
+) -> None:
+    """Revoke a key: it answers 401 from the next request on (at another replica: within
+    ORCHESTRATOR_API_KEY_CACHE_S). A cluster-wide key only by a cluster-wide admin."""
     visible_project(session, principal, project_id)
     if not projects_repo.delete_api_key(session, project_id, key_id, cluster_wide=principal.is_cluster_admin):
         raise NotFound(f"no key {key_id} in project {project_id}")
     session.commit()
+    service.api_keys.forget(key_id)  # this process's memory of it, before the 204 is sent

@@ -80,8 +80,9 @@ def get_api_key(session: Session, key_id: str) -> ApiKey | None:
     return session.get(ApiKey, key_id)
 
 
-def find_api_key(session: Session, secret: str) -> ApiKey | None:
-    return session.scalars(select(ApiKey).where(ApiKey.key_hash == hash_secret(secret))).one_or_none()
+def find_api_key_by_hash(session: Session, key_hash: str) -> ApiKey | None:
+    """The key whose secret hashes to ``key_hash`` (``orchestrator.auth.hash_secret``), if any."""
+    return session.scalars(select(ApiKey).where(ApiKey.key_hash == key_hash)).one_or_none()
 
 
 def list_api_keys(session: Session, project_id: str, cluster_wide: bool) -> list[ApiKey]:
