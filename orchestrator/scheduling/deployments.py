@@ -92,18 +92,17 @@ def carry_out(sessions: sessionmaker[Session], plan: TickPlan, queued: list[Queu
     admitted = dict(plan.admit)
     for deployment in queued:
         if deployment.key in admitted:
-            _admit(sessions, deployment, admitted[deployment.key])
+            _admit(sessions, deployment)
     note_waits(sessions, queued, {d.key: plan.waits[d.key] for d in queued if d.key in plan.waits})
 
 
-def _admit(sessions: sessionmaker[Session], queued: QueuedDeployment, borrowing: bool) -> None:
+def _admit(sessions: sessionmaker[Session], queued: QueuedDeployment) -> None:
+    """Roll out the version that waited (never admitted by borrowing: ``policy.DEPLOYMENTS_DO_NOT_BORROW``)."""
     with sessions.begin() as session:
         deployment = _still_waiting(session, queued)
         if deployment is None:
             return  # deleted, or another version asked for, since the tick looked: the next tick decides
-        # A deployment is never preempted: one that borrows keeps the capacity until it shrinks or is deleted.
-        how = " (borrowing idle capacity beyond its project's quota)" if borrowing else ""
-        start_rollout(session, deployment, "admitted", f"version {queued.version}{how}")
+        start_rollout(session, deployment, "admitted", f"version {queued.version}")
     log.info("deployment %s: version %s admitted", queued.name, queued.version)
 
 

@@ -40,6 +40,9 @@ _EPS = 1e-9
 QUOTA_EXCEEDED = "quota_exceeded"
 INSUFFICIENT = "insufficient_resources"
 _UNITS = {"CPU": "CPUs", "GPU": "GPUs"}
+# A project's borrowing lets its runs use idle capacity past its quota because preemption takes that capacity
+# back when its owner needs it; a deployment is never preempted, so it stays within its project's quota.
+DEPLOYMENTS_DO_NOT_BORROW = "a deployment never borrows beyond its project's quota"
 _LIMITS = {"CPU": "max_cpus", "GPU": "max_gpus"}
 
 
@@ -280,8 +283,10 @@ def plan_tick(
             return False
         over = over_quota(quota, state.used_by(run.project_id), request, run.needs)
         if over is not None:
-            if quota.borrowing:
+            if quota.borrowing and run.is_run:
                 deferred.append((run, over[1]))
+            elif quota.borrowing:  # borrowed capacity is given back by preemption, and replicas are never preempted
+                plan.waits[run.key] = (QUOTA_EXCEEDED, f"{over[1]} ({DEPLOYMENTS_DO_NOT_BORROW})")
             else:
                 plan.waits[run.key] = (QUOTA_EXCEEDED, f"{over[1]} (borrowing is off)")
             return False

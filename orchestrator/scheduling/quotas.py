@@ -71,13 +71,14 @@ def serving_holdings(session: Session) -> list[Holding]:
 
 def check_deployment_quota(session: Session, project_id: str, settings: dict) -> None:
     """A deployment's replicas (at most ``replicas``, or autoscaling's ``max``) that could never fit its project's
-    CPU/GPU quota (and the project may not borrow): 422 at create or update. Its replicas are not runs, so
-    neither ``max_running_jobs`` nor ``max_queued`` applies."""
+    CPU/GPU quota: 422 at create or update, whether or not the project may borrow (a deployment never borrows:
+    ``policy.DEPLOYMENTS_DO_NOT_BORROW``). Its replicas are not runs, so neither ``max_running_jobs`` nor
+    ``max_queued`` applies."""
     project = session.get(Project, project_id)
     if project is None:
         return
     demand = replicas_demand(settings)
-    quota = replace(quota_of(project), max_running_jobs=None)
+    quota = replace(quota_of(project), max_running_jobs=None, borrowing=False)
     impossible = never_fits_quota(quota, demand)
     if impossible:
         raise Invalid(f"this deployment can never run under its project's quota: {impossible}", ("replicas",))

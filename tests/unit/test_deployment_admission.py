@@ -211,23 +211,31 @@ def test_jobs_and_deployments_of_a_project_wait_in_one_queue_by_priority_then_ag
     assert job_state(client, younger) == "STARTING"
 
 
-def test_a_project_that_may_borrow_runs_its_deployment_on_idle_capacity(app, client, backend, tmp_path):
+def test_a_deployment_never_borrows_even_where_its_project_may(app, client, backend, tmp_path):
+    """Borrowed capacity goes back to its owner by preemption, and replicas are never preempted: a deployment
+    stays within its project's quota though the project's runs may borrow (and the fake cluster has 4 idle
+    CPUs)."""
     job_id, _ = finished_job(app, tmp_path)
-    set_quota(client, max_cpus=1)  # borrowing on by default; the fake cluster has 4 idle CPUs
-    deploy(client, name="paid", source={"job_id": job_id}, replicas=2, resources={"cpus": 1})
+    set_quota(client, max_cpus=1)  # borrowing on by default
+    refused = deploy(client, name="paid", source={"job_id": job_id}, replicas=2, resources={"cpus": 1})
+    assert refused.status_code == 422, refused.text  # 2 CPUs can never fit a 1-CPU quota
+    assert "can never run under its project's quota" in refused.text
+    assert deploy(client, name="paid", source={"job_id": job_id}, resources={"cpus": 1}).status_code == 201
     tick(app)
-    body = get(client, "paid")
-    assert body["state"] == "DEPLOYING"
-    assert body["message"] == "deploying version 1 (borrowing idle capacity beyond its project's quota)"
-    # No idle capacity left to borrow: the next one waits, and says so.
-    backend.total = {"CPU": 2.0, "GPU": 0.0}
+    assert get(client, "paid")["state"] == "DEPLOYING"  # within its quota
     deploy(client, name="more", source={"job_id": job_id}, resources={"cpus": 1})
     tick(app)
     body = get(client, "more")
     assert (body["state"], body["reason"]) == ("QUEUED", "quota_exceeded")
     assert body["message"] == (
-        "project default uses 2 of 1 CPUs; this deployment needs 1; no idle capacity to borrow: needs 1 CPU, 0 free"
+        "project default uses 1 of 1 CPUs; this deployment needs 1 "
+        "(a deployment never borrows beyond its project's quota)"
     )
+    # A job of the same project still borrows the idle CPUs.
+    borrower = submit(client, ADMIN, scaling=ONE_CPU).json()["id"]
+    tick(app)
+    assert job_state(client, borrower) == "STARTING"
+    assert client.get(f"/v1/jobs/{borrower}", headers=auth(ADMIN)).json()["borrowing"] is True
 
 
 def test_a_deployment_waits_for_room_on_the_cluster_and_an_unreachable_one(app, client, backend, tmp_path):
