@@ -120,8 +120,11 @@ def replicas_demand(settings: Mapping[str, Any]) -> Demand:
     return Demand({r: most * amount for r, amount in per_replica.items()}, per_replica, f"{most} replicas")
 
 
-def beyond(demand: Demand, held: Mapping[str, float]) -> Demand:
-    """What ``demand`` asks on top of ``held``: a deployment's new version replaces the one holding ``held``."""
+def replicas_beyond(settings: Mapping[str, Any], serving: Mapping[str, Any] | None) -> Demand:
+    """What a deployment version's replicas (``settings``) ask on top of those of the version serving now
+    (``serving``'s settings; None: nothing serves), which they replace."""
+    demand = replicas_demand(settings)
+    held = replicas_demand(serving).total if serving is not None else {}
     return Demand(
         {r: max(0.0, demand.total.get(r, 0.0) - held.get(r, 0.0)) for r in RESOURCES}, demand.per_worker, demand.what
     )

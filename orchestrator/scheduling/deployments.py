@@ -20,12 +20,12 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.admission import Demand, beyond, replicas_demand
+from orchestrator.admission import Demand, replicas_beyond
 from orchestrator.db.models import Deployment, DeploymentState
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.scheduling.policy import TickPlan, Waiting
 from orchestrator.services.deployments import start_rollout
-from orchestrator.states.deployments import lock_deployment, note_deployment_waiting
+from orchestrator.states.deployments import applied_version, lock_deployment, note_deployment_waiting
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +70,7 @@ def queued_deployments(session: Session) -> list[QueuedDeployment]:
     queued = []
     for deployment in deployments_repo.queued_deployments(session):
         newest = deployment.get_version(deployment.version)
-        serving = deployment.get_version(deployment.live_version)
-        held = replicas_demand(serving.settings).total if serving is not None else {}
+        serving = applied_version(deployment)  # QUEUED: the last promoted version, if any
         queued.append(
             QueuedDeployment(
                 deployment.id,
@@ -80,7 +79,7 @@ def queued_deployments(session: Session) -> list[QueuedDeployment]:
                 deployment.version,
                 deployment.live_version,
                 newest.created_at,
-                beyond(replicas_demand(newest.settings), held),
+                replicas_beyond(newest.settings, serving.settings if serving is not None else None),
                 (deployment.reason, deployment.message),
             )
         )

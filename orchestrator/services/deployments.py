@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from orchestrator.admission import asks_nothing, beyond, replicas_demand
+from orchestrator.admission import asks_nothing, replicas_beyond
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.checkpoint_policy import best_first
 from orchestrator.db.models import Checkpoint, Deployment, DeploymentState, Job, Sweep
@@ -338,7 +338,7 @@ def create_deployment(
         raise DeploymentConflict(f"route_prefix {body.route_prefix} is taken by {owner}; choose another route_prefix")
     try:
         with session.begin_nested():
-            state = D.DEPLOYING if asks_nothing(replicas_demand(settings).total) else D.QUEUED
+            state = D.DEPLOYING if asks_nothing(replicas_beyond(settings, None).total) else D.QUEUED
             deployment = deployments_repo.create_deployment(
                 session, project_id, body.name, resolved.workload, body.route_prefix, state
             )
@@ -426,9 +426,9 @@ def _retarget(
     """Append the version and start rolling it out: UPDATING while an old version serves, else DEPLOYING; or
     QUEUED, the old version serving meanwhile, when its replicas ask more than the deployment holds now."""
     serving = applied_version(deployment)
-    held = replicas_demand(serving.settings).total if serving is not None else {}
+    extra = replicas_beyond(settings, serving.settings if serving is not None else None)
     _add_version(session, deployment, resolved, source, settings, note)
-    if asks_nothing(beyond(replicas_demand(settings), held).total):
+    if asks_nothing(extra.total):
         start_rollout(session, deployment, reason, what)
     else:
         keeps = f"; version {deployment.live_version} keeps serving" if deployment.live_version is not None else ""
