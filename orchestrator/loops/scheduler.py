@@ -56,14 +56,15 @@ class Scheduler:
         try:
             capacity = self.backend.capacity()
         except BackendUnavailable as exc:
-            self._note_all(queued, "cluster_unavailable", f"waiting for the Ray cluster: {exc}")
             unavailable = ("cluster_unavailable", f"waiting for the Ray cluster: {exc}")
+            self._note_all(queued, unavailable)
             note_waits(self.sessions, deployments, {d.key: unavailable for d in deployments})
             return None
         waiting = [Waiting(q.key, q.project_id, q.priority, q.created_at, q.demand, q.queued_at) for q in queued]
         waiting += [d.waiting() for d in deployments]
-        shares = self._decayed_shares(holding, capacity, now or utcnow())
-        plan = plan_tick(waiting, holding, quotas, capacity, shares, now or utcnow(), self.settings.starvation_s)
+        now = now or utcnow()
+        shares = self._decayed_shares(holding, capacity, now)
+        plan = plan_tick(waiting, holding, quotas, capacity, shares, now, self.settings.starvation_s)
         carry_out(self.sessions, plan, deployments)  # rolls out the deployments admitted; notes why others wait
 
         runs = {run.key: run for run in queued}
@@ -174,6 +175,6 @@ class Scheduler:
                 if run is not None and run.state == JobState.QUEUED:  # not cancelled since we looked
                     note_waiting(run, reason, message)
 
-    def _note_all(self, queued: list[QueuedRun], reason: str, message: str) -> None:
-        notes = [(run, run.waiting_message((reason, message))) for run in queued]
+    def _note_all(self, queued: list[QueuedRun], why: tuple[str, str]) -> None:
+        notes = [(run, run.waiting_message(why)) for run in queued]
         self._note_waiting([(run, why) for run, why in notes if why != run.waiting])
