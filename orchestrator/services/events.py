@@ -6,7 +6,7 @@ import logging
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db.models import Job, JobState
+from orchestrator.db.models import Job, JobState, Sweep
 from orchestrator.errors import Refused
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.states.core import IllegalTransition
@@ -74,11 +74,17 @@ def apply_events(session: Session, job: Job, batch: EventBatch, storage: Checkpo
     return applied
 
 
+def is_preemption_stop(kind: str, run: Job | Sweep, event: StateEvent) -> bool:
+    """A job or sweep being preempted (orchestrator.services.preemption): a failure its driver reports while it
+    is stopped is the stop itself, to be ignored; the reconciler moves the run back to QUEUED."""
+    if run.preempt_requested_at is None or event.state not in ("failed", "restarting"):
+        return False
+    log.info("%s %s is being preempted: ignoring its reported %s (%s)", kind, run.id, event.state, event.reason)
+    return True
+
+
 def _apply_state(session: Session, job: Job, event: StateEvent) -> bool:
-    if job.preempt_requested_at is not None and event.state in ("failed", "restarting"):
-        # Being preempted (orchestrator.services.preemption): a failure its driver reports while it is
-        # stopped is the stop itself; the reconciler moves it back to QUEUED.
-        log.info("job %s is being preempted: ignoring its reported %s (%s)", job.id, event.state, event.reason)
+    if is_preemption_stop("job", job, event):
         return False
     try:
         changed = set_job_state(

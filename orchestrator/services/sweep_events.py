@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 from orchestrator.checkpoint_policy import best_first, score
 from orchestrator.db.models import Sweep, Trial, TrialMetric, TrialState
 from orchestrator.repositories import sweeps as sweeps_repo
-from orchestrator.services.events import DEFAULT_REASON, TARGET_STATE, RefusedEvent
+from orchestrator.services.events import DEFAULT_REASON, TARGET_STATE, RefusedEvent, is_preemption_stop
 from orchestrator.states.core import IllegalTransition
 from orchestrator.states.sweeps import set_sweep_state, set_trial_state
 from orchestrator.storage import CheckpointStorage
@@ -43,9 +43,7 @@ def apply_sweep_events(session: Session, sweep: Sweep, batch: SweepEventBatch, s
         if isinstance(event, TrialEvent):
             applied += _apply_trial(session, sweep, spec, event)
         elif isinstance(event, StateEvent):
-            if sweep.preempt_requested_at is not None and event.state in ("failed", "restarting"):
-                # Being preempted, as a job (orchestrator.services.events): the stop itself, not a failure.
-                log.info("sweep %s is being preempted: ignoring its reported %s", sweep.id, event.state)
+            if is_preemption_stop("sweep", sweep, event):
                 continue
             try:
                 applied += set_sweep_state(
