@@ -55,7 +55,7 @@ def create_sweep(
     target = target_project(session, principal, project_id)
     for priority, loc in ((spec.priority, ("priority",)), (spec.base.priority, ("base", "priority"))):
         check_priority(session, target, priority, principal.is_cluster_admin, loc)
-    check_preemptible(session, target, spec.preemptible and spec.base.preemptible, principal.is_cluster_admin)
+    check_preemptible(session, target, spec.may_be_preempted, principal.is_cluster_admin)
     check_code(session, target, spec.base.code, service.settings, ("base",))
     check_quota(session, target, sweep_demand(spec), ("max_concurrent_trials",))  # 422 / 429 (a full queue)
     sweep = sweeps_repo.create_sweep(session, target, spec)

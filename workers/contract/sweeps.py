@@ -212,6 +212,11 @@ class SweepSpec(_Strict):
         "admin's key or a key of a project that allows it (allow_non_preemptible).",
     )
 
+    @property
+    def may_be_preempted(self) -> bool:
+        """``preemptible: false`` on the sweep or on its base exempts it."""
+        return self.preemptible and self.base.preemptible
+
     @model_validator(mode="after")
     def _check(self) -> SweepSpec:
         if self.mode is None:

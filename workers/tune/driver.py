@@ -97,7 +97,7 @@ def run_sweep(assignment: SweepAssignment, control_plane_url: str | None, token:
         StateEvent(state="running", reason="sweep_started", message=f"attempt {attempt}: Ray Tune is running")
     )
     preemption = None
-    if control_plane_url and token and spec.preemptible and spec.base.preemptible:
+    if control_plane_url and token and spec.may_be_preempted:
         markers = markers_folder(sweep_folder(assignment.storage_path, sweep_id), attempt)
         preemption = PREEMPTIONS[sweep_id] = SweepPreemption(
             SweepControl(control_plane_url, sweep_id, attempt, token, markers)
