@@ -16,9 +16,23 @@ from __future__ import annotations
 import os
 import stat
 
+from workers.contract import workloads
+from workers.contract.jobs import JobSpec
+
+Location = tuple[str, ...]  # where in a job spec: ("config", "text_path")
+
 
 class DataPathRefused(ValueError):
     """The path may not be used; the message says what to fix."""
+
+
+def data_files(spec: JobSpec) -> dict[Location, str]:
+    """Every data file a job's spec names, by where it names it: its workload's config fields marked
+    ``DATA_PATH`` that hold a string. A job and every value a sweep's trial can receive are checked through
+    this one function (``orchestrator.services.submission``)."""
+    descriptor = workloads.get(spec.workload or "")
+    fields = [] if descriptor is None else descriptor.data_path_fields
+    return {("config", name): spec.config[name] for name in fields if isinstance(spec.config.get(name), str)}
 
 
 def resolve_data_path(value: str, roots: tuple[str, ...], max_bytes: int) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
@@ -10,17 +11,16 @@ from sqlalchemy.orm import Session
 
 from orchestrator.admission import Demand, never_fits, sweep_demand
 from orchestrator.backend import BackendUnavailable, ClusterBackend
-from orchestrator.data_paths import DataPathRefused, resolve_data_path
+from orchestrator.data_paths import DataPathRefused, data_files, resolve_data_path
 from orchestrator.db.models import Job
 from orchestrator.errors import Conflict, Invalid
 from orchestrator.planner import DoesNotFit, plan_job
 from orchestrator.repositories import code as code_repo
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.settings import Settings
-from workers.contract import workloads
 from workers.contract.code import CodeSpec
 from workers.contract.jobs import JobSpec, TrainingPlan, is_custom_workload
-from workers.contract.sweeps import Choice, Grid, SweepSpec
+from workers.contract.sweeps import Choice, Grid, SweepSpec, trial_spec
 
 log = logging.getLogger(__name__)
 
@@ -37,35 +37,45 @@ class IdempotencyConflict(Conflict):
 
 
 def pin_data_paths(spec: JobSpec, settings: Settings) -> JobSpec:
-    """The spec with every data file its workload's config names (``workers.contract.jobs.DATA_PATH`` fields)
+    """The spec with every data file its workload's config names (``orchestrator.data_paths.data_files``)
     checked against the data roots and replaced by its resolved path (``orchestrator.data_paths``)."""
-    fields = _data_path_fields(spec.workload or "")
-    if not fields:
+    files = data_files(spec)
+    if not files:
         return spec
     config = dict(spec.config)
-    for name in fields:
-        if isinstance(config.get(name), str):
-            config[name] = _pinned(config[name], settings, ("config", name))
+    for (_, name), given in files.items():
+        config[name] = _pinned(given, settings, ("config", name))
     return spec.model_copy(update={"config": config})
 
 
 def pin_sweep_data_paths(spec: SweepSpec, settings: Settings) -> SweepSpec:
-    """For every value a search may give a data path field, as ``pin_data_paths`` does for a job."""
-    base = spec.base
-    fields = _data_path_fields(base.workload or "")
+    """Every value a search may give a trial, checked and pinned as a job's data files are: the value is put
+    in the base as a trial gets it, so a data path anywhere in it (``config.text_path``, or a whole
+    ``config`` dict holding one) is found by the job's own check. Ranges give numbers only."""
     space = dict(spec.search_space)
-    for name in fields:
-        dim = space.get(f"config.{name}")
+    for path, dim in spec.search_space.items():
         if isinstance(dim, (Choice, Grid)):
-            loc = ("search_space", f"config.{name}", "values")
-            values = [_pinned(v, settings, loc) if isinstance(v, str) else v for v in dim.values]
-            space[f"config.{name}"] = dim.model_copy(update={"values": values})
+            values = [_pinned_trial_value(spec.base, path, value, settings) for value in dim.values]
+            space[path] = dim.model_copy(update={"values": values})
     return spec.model_copy(update={"search_space": space})
 
 
-def _data_path_fields(workload: str) -> list[str]:
-    descriptor = workloads.get(workload)
-    return [] if descriptor is None else descriptor.data_path_fields
+def _pinned_trial_value(base: JobSpec, path: str, value: Any, settings: Settings) -> Any:
+    """``value`` with each data file the trial it makes names inside it replaced by its resolved path."""
+    prefix = tuple(path.split("."))
+    for where, given in data_files(trial_spec(base, {path: value})).items():
+        if where[: len(prefix)] == prefix:  # the file comes from this value, not from the (pinned) base
+            pinned = _pinned(given, settings, ("search_space", path, "values"))
+            value = _replaced(value, where[len(prefix) :], pinned)
+    return value
+
+
+def _replaced(value: Any, where: tuple[str, ...], new: str) -> Any:
+    if not where:
+        return new
+    copy = dict(value)
+    copy[where[0]] = _replaced(copy.get(where[0], {}), where[1:], new)
+    return copy
 
 
 def _pinned(value: str, settings: Settings, loc: tuple[str, ...]) -> str:

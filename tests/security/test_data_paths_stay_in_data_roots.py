@@ -105,3 +105,56 @@ def test_a_sweep_may_not_search_over_files_outside_the_roots(app, client):
     assert ok.status_code == 201, ok.text
     assert ok.json()["spec"]["search_space"]["config.text_path"]["values"] == [str((root / "corpus.txt").resolve())]
     assert ok.json()["spec"]["base"]["config"]["text_path"] == str((root / "corpus.txt").resolve())
+
+
+def sweep(client, search_space: dict, algorithm: str = "random"):
+    base = {
+        **BASE,
+        "workload": "tiny_gpt",
+        "config": {"text_path": "corpus.txt", **GPT},
+        "scaling": {"num_workers": 1, "cpus_per_worker": 0.5},
+    }
+    return client.post(
+        "/v1/sweeps",
+        json={"base": base, "search_space": search_space, "algorithm": algorithm},
+        headers=auth(ADMIN),
+    )
+
+
+def test_a_sweep_cannot_reach_a_file_through_a_whole_config_value(app, client):
+    """Issue 29, finding 4. On the old code a search over the whole ``config`` (a choice or grid of dicts)
+    passed: only keys named ``config.<field>`` were pinned, so a trial could read /etc/passwd (201). Now
+    every value a trial can receive goes through the job spec's own check, wherever the path is nested."""
+    root = data_root(app)
+    (root / "corpus.txt").write_text("hello world\n" * 10)
+    reproduction = {"config": {"type": "choice", "values": [{"text_path": "/etc/passwd"}]}}
+    refused(
+        sweep(client, reproduction), "'/etc/passwd' is not inside a data root", str(root), "ORCHESTRATOR_DATA_ROOTS"
+    )
+    # Nested among good values, in a grid, the bad one a link out of the root.
+    os.symlink("/etc/passwd", root / "passwd")
+    nested = {
+        "config": {"type": "grid", "values": [{"text_path": "corpus.txt", **GPT}, {"text_path": "passwd", **GPT}]}
+    }
+    refused(sweep(client, nested, algorithm="grid"), "'passwd' is not inside a data root")
+    both = {
+        "config.context": {"type": "choice", "values": [8, 16]},
+        "config": {"type": "choice", "values": [{"text_path": "corpus.txt", **GPT}, {"text_path": "../../x", **GPT}]},
+    }
+    refused(sweep(client, both), "'../../x' is not inside a data root")
+    assert client.get("/v1/sweeps", headers=auth(ADMIN)).json() == []  # nothing stored
+
+
+def test_a_whole_config_value_inside_a_data_root_is_stored_resolved(app, client):
+    root = data_root(app)
+    (root / "corpus.txt").write_text("hello world\n" * 10)
+    os.symlink(root / "corpus.txt", root / "latest.txt")
+    space = {"config": {"type": "choice", "values": [{"text_path": "latest.txt", **GPT}, {"text_path": "corpus.txt"}]}}
+    response = sweep(client, space)
+    assert response.status_code == 201, response.text
+    resolved = str((root / "corpus.txt").resolve())
+    # Only the path is rewritten: the rest of each value stays as the user sent it.
+    assert response.json()["spec"]["search_space"]["config"]["values"] == [
+        {"text_path": resolved, **GPT},
+        {"text_path": resolved},
+    ]
