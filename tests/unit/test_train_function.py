@@ -6,8 +6,10 @@ as the cluster imports it from the job's working directory."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -246,11 +248,64 @@ def test_metric_names_and_values_are_checked(tmp_path):
         ({"loss": "low"}, "report a number"),
         ({"loss": torch.ones(3)}, "3 elements"),
         ({"loss": float("nan")}, "finite"),
-        ({"epoch": 3}, "ctx.report"),
         ({f"m{i}": 0.0 for i in range(DEFAULT_MAX_METRIC_NAMES)}, f"at most {DEFAULT_MAX_METRIC_NAMES}"),
     ]:
         with pytest.raises(ValueError, match=message):
             ctx.report(metrics)
+
+
+def ray_train_style(ctx: TrainContext) -> None:
+    """How Ray Train's examples report: the position in the metrics dict (``train.report({"loss": l, "epoch":
+    e})``), the epoch counted from 0 by ``for epoch in range(...)``, a checkpoint with every report; then one
+    report with both ``epoch`` and ``step`` in the dict, no checkpoint."""
+    for epoch in range(ctx.epochs):
+        with tempfile.TemporaryDirectory() as folder:
+            ctx.report({"loss": 1.0 / (epoch + 1), "epoch": epoch}, checkpoint_dir=folder)
+    ctx.report({"loss": 0.1, "epoch": ctx.epochs - 1, "step": 10})
+
+
+RAY_STYLE_POSITIONS = [(0, 1), (1, 2), (2, 3), (2, 10)]  # (epoch, step): the step counts reports unless given
+
+
+def test_a_function_reporting_its_epoch_in_the_metrics_dict_runs_to_the_end(tmp_path):
+    """Ray Train's idiom, ctx.report({"loss": l, "epoch": e}): the dict's epoch (and step) is the report's
+    position, not a metric. Before, the first report failed the run: "'epoch' is not a metric name here"."""
+    ctx = LocalContext(tmp_path)
+    reporter = RecordingReporter()
+    result = run_function(function_config(f"{__name__}:ray_train_style", epochs=3), ctx, reporter)
+    metrics = [e for e in reporter.events if isinstance(e, MetricsEvent)]
+    assert [(e.epoch, e.step) for e in metrics] == RAY_STYLE_POSITIONS
+    assert [e.values for e in metrics] == [{"loss": 1.0}, {"loss": 0.5}, {"loss": 1 / 3}, {"loss": 0.1}]
+    assert result == {"loss": 0.1, "epoch": 2, "step": 10}
+    # What the checkpoints carry (Ray Train's report): the metric beside the position, once each.
+    assert ctx.reported == [{"loss": 1.0 / (e + 1), "epoch": e, "step": e + 1} for e in range(3)]
+    positions = [json.loads((c / CONTEXT_FILE).read_text()) for c in ctx.checkpoints]
+    assert positions == [{"epoch": e, "step": e + 1} for e in range(3)]  # where a resume goes on from
+
+
+def test_the_position_may_be_in_the_dict_or_the_keywords_but_not_two_different_ones(tmp_path):
+    ctx = bare_context(tmp_path)
+    ctx.report({"loss": 1.0}, epoch=1)  # the keywords, as before
+    ctx.report({"loss": 0.9, "epoch": 1}, epoch=1)  # both, agreeing
+    ctx.report({"loss": 0.8, "step": 7}, epoch=2)  # one in each
+    ctx.report({"loss": 0.7, "epoch": torch.tensor(3)})  # a whole number in a one-element tensor
+    assert ctx.result() == {"loss": 0.7, "epoch": 3, "step": 8}
+    events = [e for e in ctx._reporter.events if isinstance(e, MetricsEvent)]
+    assert [(e.epoch, e.step) for e in events] == [(1, 1), (1, 2), (2, 7), (3, 8)]
+    assert all(set(e.values) == {"loss"} for e in events)
+    for metrics, position, message in [
+        ({"loss": 1.0, "epoch": 2}, {"epoch": 3}, r"epoch=3 and \{'epoch': 2\} in the metrics"),
+        ({"loss": 1.0, "step": 5}, {"step": 4}, r"step=4 and \{'step': 5\} in the metrics"),
+        ({"epoch": 1.5}, {}, "epoch is 1.5: a whole number"),
+        ({"epoch": -1}, {}, "epoch is -1: a whole number from 0"),
+        ({"step": "3"}, {}, "step is str: a whole number"),
+        ({"step": True}, {}, "step is bool: a whole number"),
+        ({"epoch": torch.ones(2)}, {}, "epoch is a tensor of 2 elements"),
+        ({}, {"step": -2}, "step is -2"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            ctx.report(metrics, **position)
+    assert ctx.result() == {"loss": 0.7, "epoch": 3, "step": 8}  # a refused report changed nothing
 
 
 def test_a_checkpoint_folder_is_each_ranks_own(tmp_path):
@@ -304,9 +359,30 @@ def test_on_two_ranks_should_preempt_is_true_on_both_at_the_same_step(tmp_path):
     assert verification and verification.world_size == 2
 
 
+def _two_ranks_ray_train_style(root: str) -> dict:
+    ctx = LocalContext(root)
+    reporter = RecordingReporter()
+    config = function_config(f"{__name__}:ray_train_style", world_size=2, epochs=3)
+    result = run_function(config, ctx, reporter)
+    metrics = [(e.epoch, e.step) for e in reporter.events if isinstance(e, MetricsEvent)]
+    return {"result": result, "metrics": metrics, "reported": ctx.reported, "checkpoints": ctx.checkpoints}
+
+
 def test_on_two_ranks_ddp_wraps_shards_are_disjoint_and_a_checkpoint_has_both_parts(tmp_path):
-    ranks = run_on_ranks([(_two_ranks, {"root": str(tmp_path / "ckpt")})], tmp_path)
-    (rank0,), (rank1,) = ranks
+    """Also (in the same group, to spare a second one) Ray Train's idiom on two ranks: both run it to the end
+    (before, both failed at the first report), only rank 0 sends metrics, and each checkpoint has both parts."""
+    tasks = [
+        (_two_ranks, {"root": str(tmp_path / "ckpt")}),
+        (_two_ranks_ray_train_style, {"root": str(tmp_path / "ray")}),
+    ]
+    ranks = run_on_ranks(tasks, tmp_path)
+    (rank0, ray0), (rank1, ray1) = ranks
+    assert ray0["result"] == ray1["result"] == {"loss": 0.1, "epoch": 2, "step": 10}
+    assert ray0["metrics"] == RAY_STYLE_POSITIONS and ray1["metrics"] == []
+    assert (
+        ray0["reported"] == ray1["reported"] == [{"loss": 1.0 / (e + 1), "epoch": e, "step": e + 1} for e in range(3)]
+    )
+    assert [verify_checkpoint(c).world_size for c in ray0["checkpoints"]] == [2, 2, 2]
     assert rank0["wrapped"] == rank1["wrapped"] == "DistributedDataParallel"
     for epoch in range(2):  # disjoint, together the whole set, reshuffled per epoch
         assert sorted(rank0["seen"][epoch] + rank1["seen"][epoch]) == list(range(64))

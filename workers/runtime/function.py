@@ -10,9 +10,10 @@
 - ``prepare(model)``: sync BatchNorm, the device, DDP or FSDP2, with the loop's own code (``prepare_model``);
 - ``shard(dataset, batch_size)``: a DataLoader over a ``DistributedSampler`` whose ``set_epoch`` is called
   on every new iteration (after a restore, iterations go on from the checkpoint's epoch);
-- ``report(metrics, checkpoint_dir=None)``: metrics to the control plane from rank 0 (the loop's
-  ``EventReporter``); with a folder (every rank its own, every rank calls it), a committed checkpoint
-  through the ``LoopContext``, with a manifest so that a resume verifies it;
+- ``report(metrics, checkpoint_dir=None, *, epoch=None, step=None)``: metrics to the control plane from rank 0
+  (the loop's ``EventReporter``); ``epoch`` and ``step`` in ``metrics`` (Ray Train's idiom) are the report's
+  position, as the keywords are (``report_position``); with a folder (every rank its own, every rank calls
+  it), a committed checkpoint through the ``LoopContext``, with a manifest so that a resume verifies it;
 - ``restore()``: a local folder holding the latest committed checkpoint that verifies, or None;
 - ``should_preempt()``: True once the control plane asked the job to give its workers back (issue 20), on every
   rank at the same call (rank 0's ``ControlPoller``, carried to the others by a ``SharedFlag``): save a
@@ -165,11 +166,14 @@ class TrainContext:
         step: int | None = None,
     ) -> None:
         """Store ``metrics`` (rank 0's; scalars) at ``epoch`` (default: the shard's current epoch) and ``step``
-        (default: one more than the last report's). With ``checkpoint_dir``, every rank calls it with its own
-        folder of its part of the checkpoint, and together they become one committed checkpoint."""
+        (default: one more than the last report's). ``epoch`` and ``step`` may also be keys of ``metrics``, as
+        Ray Train's ``train.report`` users write them (``report_position``). With ``checkpoint_dir``, every rank
+        calls it with its own folder of its part of the checkpoint, and together they become one committed
+        checkpoint."""
+        metrics, epoch, step = report_position(metrics, epoch, step)
         values = self._checked(metrics)
-        self.epoch = self.epoch if epoch is None else int(epoch)
-        self.step = self.step + 1 if step is None else int(step)
+        self.epoch = self.epoch if epoch is None else epoch
+        self.step = self.step + 1 if step is None else step
         if self._reporter is not None and values:
             self._reporter.emit(MetricsEvent(epoch=max(self.epoch, 0), step=max(self.step, 0), values=values))
         self._last = values
@@ -220,13 +224,9 @@ class TrainContext:
         return {**self._last, "epoch": self.epoch, "step": self.step}
 
     def _checked(self, metrics: dict[str, Any]) -> dict[str, float]:
-        if not isinstance(metrics, dict):
-            raise ValueError(f"ctx.report takes a dict of metric name to number, not {type(metrics).__name__}")
         values = {}
         for name, value in metrics.items():
             check_metric_name(name)
-            if name in POSITION_KEYS:
-                raise ValueError(f"{name!r} is not a metric name here: pass ctx.report(..., {name}=N)")
             values[name] = _scalar(name, value)
         new = values.keys() - self._names
         if len(self._names) + len(new) > DEFAULT_MAX_METRIC_NAMES:
@@ -239,6 +239,43 @@ class TrainContext:
 
     def _begin_epoch(self, epoch: int) -> None:
         self.epoch = max(self.epoch, epoch)
+
+
+def report_position(
+    metrics: dict[str, Any], epoch: Any = None, step: Any = None
+) -> tuple[dict[str, Any], int | None, int | None]:
+    """``ctx.report``'s arguments as (the metrics without ``epoch`` and ``step``, the epoch, the step), each
+    position None where neither the keyword nor the dict gives it. The one reading of a report's position for
+    every context (``LocalContext``, ``RayContext``, ``torchrun``): ``report({"loss": l, "epoch": e})``, Ray
+    Train's idiom, means ``report({"loss": l}, epoch=e)``. A position given both ways must agree (ValueError
+    otherwise: which one was meant?); each is a whole number from 0."""
+    if not isinstance(metrics, dict):
+        raise ValueError(f"ctx.report takes a dict of metric name to number, not {type(metrics).__name__}")
+    given = {"epoch": epoch, "step": step}
+    for name in POSITION_KEYS & metrics.keys():
+        in_dict = _whole_number(name, metrics[name])
+        keyword = given[name]
+        if keyword is not None and _whole_number(name, keyword) != in_dict:
+            raise ValueError(
+                f"ctx.report got {name}={keyword} and {{{name!r}: {metrics[name]}}} in the metrics: give the "
+                f"{name} once (either way), or the same in both"
+            )
+        given[name] = in_dict
+    values = {name: value for name, value in metrics.items() if name not in POSITION_KEYS}
+    epoch, step = (None if given[k] is None else _whole_number(k, given[k]) for k in ("epoch", "step"))
+    return values, epoch, step
+
+
+def _whole_number(name: str, value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"{name} is a tensor of {value.numel()} elements: a whole number from 0")
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} is {type(value).__name__}: a whole number from 0")
+    if not (isinstance(value, numbers.Integral) or float(value).is_integer()) or value < 0:
+        raise ValueError(f"{name} is {value}: a whole number from 0")
+    return int(value)
 
 
 def _scalar(name: str, value: Any) -> float:

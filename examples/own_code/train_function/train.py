@@ -34,15 +34,17 @@ def accuracy(model: nn.Module, data: TensorDataset, device: torch.device) -> flo
     return (model(x.to(device)).argmax(dim=1) == y.to(device)).float().mean().item()
 
 
-def save(ctx, model: nn.Module, optimizer, metrics: dict, progress: dict, epoch: int | None = None) -> None:
+def save(ctx, model: nn.Module, optimizer, metrics: dict, progress: dict) -> None:
     """A committed checkpoint: what resuming needs (``progress``: the epoch to go on with and how far into it),
-    and the whole module, which serving loads. Every worker calls it, each with its own folder."""
+    and the whole module, which serving loads. Every worker calls it, each with its own folder. ``metrics``
+    holds the report's ``epoch`` beside the metrics, as Ray Train's ``train.report`` users write it
+    (``ctx.report(metrics, ..., epoch=N)`` says the same)."""
     with tempfile.TemporaryDirectory() as checkpoint:
         if ctx.rank == 0:
             state = {"model": ctx.unwrap(model).state_dict(), "optimizer": optimizer.state_dict(), **progress}
             torch.save(state, os.path.join(checkpoint, "state.pt"))
             torch.save(ctx.unwrap(model), os.path.join(checkpoint, "model.pt"))
-        ctx.report(metrics, checkpoint_dir=checkpoint, epoch=epoch)
+        ctx.report(metrics, checkpoint_dir=checkpoint)
 
 
 def main(ctx) -> None:
@@ -73,8 +75,10 @@ def main(ctx) -> None:
             # Every worker asks at the same step, and all get the same answer at the same step.
             if ctx.should_preempt():  # the control plane wants the workers back: checkpoint here, then return
                 progress = {"epoch": epoch, "batches_done": batches, "loss_sum": total}
-                save(ctx, model, optimizer, {"train_loss": total / batches}, progress, epoch=epoch)
+                # The epochs finished: a resumed ctx.shard replays the interrupted one in the same order.
+                save(ctx, model, optimizer, {"train_loss": total / batches, "epoch": epoch}, progress)
                 return
-        metrics = {"train_loss": total / batches, "val_accuracy": accuracy(ctx.unwrap(model), val_set, ctx.device)}
+        val_accuracy = accuracy(ctx.unwrap(model), val_set, ctx.device)
+        metrics = {"train_loss": total / batches, "val_accuracy": val_accuracy, "epoch": epoch + 1}
         save(ctx, model, optimizer, metrics, {"epoch": epoch + 1})
         done, total = 0, 0.0
