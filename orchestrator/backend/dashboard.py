@@ -40,6 +40,54 @@ def alive_nodes(dashboard_url: str, headers: dict[str, str], timeout_s: float = 
     return response.json()["data"]["result"]["result"]
 
 
+class JobNotFound(Exception):
+    """Ray's dashboard answered that it has no record of the job (its own 404, not any 404)."""
+
+
+def _job_answer(response: httpx.Response, submission_id: str) -> httpx.Response:
+    """``response`` when it is a 2xx; JobNotFound for Ray's own answer about an unknown job (``job_head.py``:
+    404 with "Job <id> does not exist"); httpx.HTTPStatusError for anything else. Classified by the status,
+    never by the text alone: job ids are random hex and may hold "404" (0.7 % of them), and errors name them."""
+    if response.status_code == 404 and response.text.strip() == f"Job {submission_id} does not exist":
+        raise JobNotFound(submission_id)
+    response.raise_for_status()
+    return response
+
+
+def job_url(dashboard_url: str, submission_id: str, route: str = "") -> str:
+    if not submission_id or "/" in submission_id:
+        raise ValueError(f"not a submission id: {submission_id!r}")
+    return f"{dashboard_url.rstrip('/')}/api/jobs/{submission_id}{route}"
+
+
+def job_details(dashboard_url: str, headers: dict[str, str], submission_id: str, timeout_s: float = 30) -> dict:
+    """Ray's JobDetails of a submission (``GET /api/jobs/{id}``: status, message, driver_exit_code, ...).
+    Raises JobNotFound, httpx.HTTPError, or ValueError for a body that is not one."""
+    response = httpx.get(job_url(dashboard_url, submission_id), headers=headers, timeout=timeout_s)
+    body = _job_answer(response, submission_id).json()
+    if not isinstance(body, dict) or not isinstance(body.get("status"), str):
+        raise ValueError(f"not a JobDetails: {response.text[:200]}")
+    return body
+
+
+def job_logs(dashboard_url: str, headers: dict[str, str], submission_id: str, timeout_s: float = 60) -> str:
+    """The driver's whole output (``GET /api/jobs/{id}/logs``). Raises JobNotFound, httpx.HTTPError, or
+    ValueError for a body that is not Ray's."""
+    response = httpx.get(job_url(dashboard_url, submission_id, "/logs"), headers=headers, timeout=timeout_s)
+    logs = _job_answer(response, submission_id).json().get("logs")
+    if not isinstance(logs, str):
+        raise ValueError(f"not a JobLogsResponse: {response.text[:200]}")
+    return logs
+
+
+def stop_job(dashboard_url: str, headers: dict[str, str], submission_id: str, timeout_s: float = 30) -> None:
+    """Ask Ray to stop a submission (``POST /api/jobs/{id}/stop``; one that has ended already is fine).
+    Raises JobNotFound or httpx.HTTPError."""
+    _job_answer(
+        httpx.post(job_url(dashboard_url, submission_id, "/stop"), headers=headers, timeout=timeout_s), submission_id
+    )
+
+
 SERVE_APPLICATIONS = "/api/serve/applications/"
 
 

@@ -7,7 +7,7 @@ import time
 from threading import Lock
 
 import httpx
-from ray.job_submission import JobStatus, JobSubmissionClient
+from ray.job_submission import JobSubmissionClient
 
 from orchestrator.admission import ClusterCapacity
 from orchestrator.backend import (
@@ -22,12 +22,16 @@ from orchestrator.backend import (
     ServeStatus,
 )
 from orchestrator.backend.dashboard import (
+    JobNotFound,
     alive_nodes,
     auth_headers,
+    job_details,
+    job_logs,
     package_exists,
     put_package,
     put_serve_applications,
     serve_applications,
+    stop_job,
 )
 
 log = logging.getLogger(__name__)
@@ -35,8 +39,11 @@ log = logging.getLogger(__name__)
 _CAPACITY_TTL_S = 5.0
 
 
-def _is_not_found(exc: Exception) -> bool:
-    return "does not exist" in str(exc) or "404" in str(exc)
+def _said(exc: Exception) -> str:
+    """An HTTP error as a log line: the status and the start of what the dashboard answered."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"HTTP {exc.response.status_code}: {exc.response.text[:500]}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 class RayBackend:
@@ -114,36 +121,39 @@ class RayBackend:
                 return
             raise BackendUnavailable(f"submitting {submission_id}: {exc}") from exc
 
+    # info, stop and logs go through the dashboard's HTTP routes ourselves rather than JobSubmissionClient,
+    # whose errors are a RuntimeError with the status inside their text: here the status decides what an
+    # answer means, and only Ray's own 404 about the job reads as "Ray has no such run" (issue 29, 10).
+
     def info(self, submission_id: str) -> RunInfo:
         try:
-            details = self.client.get_job_info(submission_id)
-        except BackendUnavailable:
-            raise
-        except Exception as exc:
-            if _is_not_found(exc):
-                return RunInfo(RunStatus.MISSING, "Ray has no record of this submission")
-            raise BackendUnavailable(f"reading {submission_id}: {exc}") from exc
-        status = RunStatus(details.status.value if isinstance(details.status, JobStatus) else str(details.status))
-        return RunInfo(status, details.message or "", details.driver_exit_code)
+            details = job_details(self.dashboard_url, self.headers, submission_id)
+        except JobNotFound:
+            return RunInfo(RunStatus.MISSING, "Ray has no record of this submission")
+        except (httpx.HTTPError, ValueError) as exc:
+            raise BackendUnavailable(f"reading {submission_id}: {_said(exc)}") from exc
+        try:
+            status = RunStatus(details["status"])
+        except ValueError as exc:
+            raise BackendUnavailable(f"reading {submission_id}: unknown status {details['status']!r}") from exc
+        exit_code = details.get("driver_exit_code")
+        return RunInfo(status, details.get("message") or "", exit_code if isinstance(exit_code, int) else None)
 
     def stop(self, submission_id: str) -> None:
         try:
-            self.client.stop_job(submission_id)
-        except BackendUnavailable:
-            raise
-        except Exception as exc:
-            if not _is_not_found(exc):
-                raise BackendUnavailable(f"stopping {submission_id}: {exc}") from exc
+            stop_job(self.dashboard_url, self.headers, submission_id)
+        except JobNotFound:
+            return  # gone already: nothing to stop
+        except httpx.HTTPError as exc:
+            raise BackendUnavailable(f"stopping {submission_id}: {_said(exc)}") from exc
 
     def logs(self, submission_id: str) -> str | None:
         try:
-            return self.client.get_job_logs(submission_id)
-        except BackendUnavailable:
-            raise
-        except Exception as exc:
-            if _is_not_found(exc):
-                return None
-            raise BackendUnavailable(f"reading logs of {submission_id}: {exc}") from exc
+            return job_logs(self.dashboard_url, self.headers, submission_id)
+        except JobNotFound:
+            return None
+        except (httpx.HTTPError, ValueError) as exc:
+            raise BackendUnavailable(f"reading logs of {submission_id}: {_said(exc)}") from exc
 
     def upload_package(self, uri: str, open_package: PackageOpener, size: int) -> bool:
         # What JobSubmissionClient does for a working_dir (GET, then PUT if missing), over the dashboard's

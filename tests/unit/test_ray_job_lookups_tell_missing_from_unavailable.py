@@ -1,0 +1,179 @@
+"""Issue 29, finding 10: the Ray backend read any error whose text held "404" as "Ray has no such job". Job ids
+are random hex, and 0.7 % of them hold "404"; Ray's client puts the job id (the URL) in every error's text, so
+a dashboard that answered 500 or refused the connection while asked about such a job made the reconciler see
+the run MISSING (and fail or resubmit it), a stop that failed read as done, and the logs as gone. On the old
+code ``test_a_transient_error_naming_a_job_with_404_in_its_id_is_unavailable_not_missing`` failed with
+``RunInfo(status=<RunStatus.MISSING>, message='Ray has no record of this submission')`` for the 500, and
+``test_only_rays_own_404_means_missing`` with MISSING for a proxy's bare 404.
+
+Now the job routes are asked over plain HTTP (``orchestrator.backend.dashboard``) and classified by the HTTP
+status: only a 404 carrying Ray's "does not exist" answer is MISSING; anything else is BackendUnavailable,
+which every caller retries on its next tick. The dashboard here is a stub answering as Ray 2.60's
+``job_head.py`` does (its routes, bodies and statuses), over real HTTP."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from orchestrator.backend import BackendUnavailable, RunInfo, RunStatus
+from orchestrator.backend.ray_backend import RayBackend
+
+JOB = "5e404a1c9b2d4f6e8a7b3c1d0e9f8a7b"  # a job id with "404" in it: 0.7 % of them
+SUBMISSION = f"{JOB}-1"
+
+
+class StubDashboard:
+    """Answers ``/api/version`` like Ray 2.60 and each job route with what ``answers`` says for its path:
+    ``(status, body)``; a path not in ``answers`` is Ray's own 404 for an unknown job."""
+
+    def __init__(self):
+        self.answers: dict[str, tuple[int, str]] = {}
+        self.seen: list[tuple[str, str]] = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                stub.seen.append((self.command, self.path))
+                if self.path == "/api/version":
+                    status, body = 200, json.dumps({"version": "4", "ray_version": "2.60.0", "ray_commit": "x"})
+                else:
+                    job = self.path.removeprefix("/api/jobs/").split("/")[0]
+                    status, body = stub.answers.get(self.path, (404, f"Job {job} does not exist"))
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@contextmanager
+def dashboard() -> Iterator[StubDashboard]:
+    stub = StubDashboard()
+    try:
+        yield stub
+    finally:
+        stub.close()
+
+
+def details(status: str, message: str = "", exit_code: int | None = None) -> str:
+    """A JobDetails body as Ray's ``GET /api/jobs/{id}`` answers it (the fields the backend reads, and more)."""
+    return json.dumps(
+        {
+            "type": "SUBMISSION",
+            "job_id": "02000000",
+            "submission_id": SUBMISSION,
+            "driver_info": None,
+            "status": status,
+            "entrypoint": "python -m workers.train.driver",
+            "message": message,
+            "error_type": None,
+            "start_time": 1,
+            "end_time": None,
+            "metadata": {},
+            "runtime_env": {},
+            "driver_agent_http_address": None,
+            "driver_node_id": None,
+            "driver_exit_code": exit_code,
+        }
+    )
+
+
+def test_a_transient_error_naming_a_job_with_404_in_its_id_is_unavailable_not_missing():
+    with dashboard() as ray:
+        backend = RayBackend(ray.url)
+        # The dashboard fails while asked about the job (its GCS is busy, a proxy times out, ...): 500 and 502
+        # answers naming the job, as Ray's handlers do with a traceback.
+        for status in (500, 502, 503):
+            failure = (status, f"Traceback (most recent call last): reading job {SUBMISSION} ... TimeoutError")
+            ray.answers = {
+                f"/api/jobs/{SUBMISSION}": failure,
+                f"/api/jobs/{SUBMISSION}/logs": failure,
+                f"/api/jobs/{SUBMISSION}/stop": failure,
+            }
+            with pytest.raises(BackendUnavailable):
+                backend.info(SUBMISSION)
+            with pytest.raises(BackendUnavailable):
+                backend.logs(SUBMISSION)
+            with pytest.raises(BackendUnavailable):  # a stop that did not happen is not reported done
+                backend.stop(SUBMISSION)
+        ray.answers = {f"/api/jobs/{SUBMISSION}": (200, details("RUNNING", "Job is currently running."))}
+        assert backend.info(SUBMISSION) == RunInfo(RunStatus.RUNNING, "Job is currently running.", None)
+    # The dashboard is gone (restarting): the refused connection is no news about the job.
+    with pytest.raises(BackendUnavailable):
+        backend.info(SUBMISSION)
+    with pytest.raises(BackendUnavailable):
+        backend.logs(SUBMISSION)
+    with pytest.raises(BackendUnavailable):
+        backend.stop(SUBMISSION)
+
+
+def test_only_rays_own_404_means_missing():
+    with dashboard() as ray:
+        backend = RayBackend(ray.url)
+        # Ray's own answer for a job it has no record of (job_head.py: 404, "Job <id> does not exist").
+        assert backend.info(SUBMISSION).status is RunStatus.MISSING
+        assert backend.logs(SUBMISSION) is None
+        backend.stop(SUBMISSION)  # a run that is gone is fine to stop
+        assert ("POST", f"/api/jobs/{SUBMISSION}/stop") in ray.seen
+        # A 404 that is not Ray's answer about the job (a proxy or an ingress in front of a dashboard that is
+        # not there yet) says nothing about the job.
+        ray.answers = {f"/api/jobs/{SUBMISSION}": (404, "404: Not Found")}
+        with pytest.raises(BackendUnavailable):
+            backend.info(SUBMISSION)
+
+
+def test_rays_answers_are_read_as_they_are():
+    with dashboard() as ray:
+        backend = RayBackend(ray.url, token="t0k")
+        ray.answers = {
+            f"/api/jobs/{SUBMISSION}": (200, details("FAILED", "Job entrypoint command failed with exit code 3", 3)),
+            f"/api/jobs/{SUBMISSION}/logs": (200, json.dumps({"logs": "line 1\nline 404\n"})),
+            f"/api/jobs/{SUBMISSION}/stop": (200, json.dumps({"stopped": False})),
+        }
+        assert backend.info(SUBMISSION) == RunInfo(
+            RunStatus.FAILED, "Job entrypoint command failed with exit code 3", 3
+        )
+        assert backend.logs(SUBMISSION) == "line 1\nline 404\n"
+        backend.stop(SUBMISSION)
+        # A body that is not Ray's JobDetails is no answer either.
+        ray.answers = {f"/api/jobs/{SUBMISSION}": (200, "<html>sign in</html>")}
+        with pytest.raises(BackendUnavailable):
+            backend.info(SUBMISSION)
+
+
+def test_the_installed_rays_dashboard_answers_an_unknown_job_as_the_backend_reads_it():
+    """The stub's 404 is Ray's: every job route of the installed dashboard answers an unknown id so (this fails
+    by name when a Ray upgrade changes it, rather than every lost run reading as "Ray unreachable")."""
+    import importlib.util
+    from pathlib import Path
+
+    source = Path(importlib.util.find_spec("ray.dashboard.modules.job.job_head").origin).read_text()
+    answer = 'text=f"Job {job_or_submission_id} does not exist",\n                status=aiohttp.web.HTTPNotFound.status_code,'
+    for decorator in (
+        '@routes.get("/api/jobs/{job_or_submission_id}")',
+        '@routes.post("/api/jobs/{job_or_submission_id}/stop")',
+        '@routes.get("/api/jobs/{job_or_submission_id}/logs")',
+    ):
+        handler = source[source.index(decorator) :]
+        handler = handler[: handler.index("@routes.", 1)]
+        assert answer in handler, decorator
