@@ -53,7 +53,7 @@ def create_job(
     check_preemptible(session, target, spec.preemptible, principal.is_cluster_admin)
     check_code(session, target, spec.code, service.settings)
     if not (idempotency_key and jobs_repo.find_by_idempotency_key(session, target, idempotency_key)):
-        check_quota(session, target, demand_of(spec))  # 422 never within its quota, 429 a full queue
+        check_quota(session, target, demand_of(spec), preemptible=spec.preemptible)  # 422 never fits its quota; 429
     job, created = submit_job(session, target, spec, plan, idempotency_key)
     session.commit()
     if not created:

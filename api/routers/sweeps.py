@@ -57,7 +57,9 @@ def create_sweep(
         check_priority(session, target, priority, principal.is_cluster_admin, loc)
     check_preemptible(session, target, spec.may_be_preempted, principal.is_cluster_admin)
     check_code(session, target, spec.base.code, service.settings, ("base",))
-    check_quota(session, target, sweep_demand(spec), ("max_concurrent_trials",))  # 422 / 429 (a full queue)
+    check_quota(  # 422 never fits its quota (one that may not be preempted never borrows); 429 a full queue
+        session, target, sweep_demand(spec), ("max_concurrent_trials",), preemptible=spec.may_be_preempted
+    )
     sweep = sweeps_repo.create_sweep(session, target, spec)
     session.commit()
     return _out(session, sweep)

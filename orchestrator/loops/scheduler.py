@@ -46,10 +46,14 @@ class Scheduler:
                 return None
             active = active_runs(session)
             # Serve replicas (0 CPU by default) hold their share of the cluster and of their project's quota.
-            # Jobs and sweeps may be preempted (a run's own spec may still exempt it: preemption.choose_victims
-            # knows); serving replicas never are.
+            # Jobs and sweeps may be preempted unless their spec exempts them: the policy must know, or it plans
+            # a preemption choose_victims refuses, and that one a tick blocks every other (issue 29). Serving
+            # replicas never are.
             holding = [
-                Holding(a.key, a.project_id, a.request, a.priority, a.started_at, a.borrowing) for a in active
+                Holding(
+                    a.key, a.project_id, a.request, a.priority, a.started_at, a.borrowing, preemptible=a.preemptible
+                )
+                for a in active
             ] + serving_holdings(session)
             projects = {run.project_id for run in [*queued, *deployments]} | {h.project_id for h in holding}
             quotas = project_quotas(session, projects)
@@ -60,7 +64,10 @@ class Scheduler:
             self._note_all(queued, unavailable)
             note_waits(self.sessions, deployments, {d.key: unavailable for d in deployments})
             return None
-        waiting = [Waiting(q.key, q.project_id, q.priority, q.created_at, q.demand, q.queued_at) for q in queued]
+        waiting = [
+            Waiting(q.key, q.project_id, q.priority, q.created_at, q.demand, q.queued_at, preemptible=q.preemptible)
+            for q in queued
+        ]
         waiting += [d.waiting() for d in deployments]
         now = now or utcnow()
         shares = self._decayed_shares(holding, capacity, now)

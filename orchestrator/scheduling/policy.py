@@ -14,13 +14,16 @@ The rules (docs/scheduling.md):
    goes next; its share grows with each run it starts this tick. Within a project, priority then age.
 4. Quota: a run that would take its project past ``max_running_jobs`` waits (``quota_exceeded``); one that
    would take it past ``max_cpus``/``max_gpus`` waits too, unless the project may borrow: then it may start
-   on what is left once every project's runs within quota have had their turn, and it is marked borrowing.
+   on what is left once every project's runs within quota have had their turn, and it is marked borrowing. A run
+   that may not be preempted never borrows: it waits within its quota (nothing could take the capacity back).
 5. A run that fits what is free starts; one that does not waits (``insufficient_resources``) while smaller
    ones behind it may still start (only on what a reservation does not hold).
 6. Preemption: the first run (in the order above) that preempting would let start asks for victims: runs
    of its project with a lower priority (also for a run over its project's quota: they give the quota back);
    for a run waiting for the cluster, also runs of other projects that borrow, and runs of projects above
-   their fair share while its project, with it, stays at or below its own. One preemption a tick.
+   their fair share while its project, with it, stays at or below its own. One preemption a tick, so a run
+   that may not be preempted (``Holding.preemptible`` False) is never counted as a victim: a plan that named
+   it would be refused and would take the tick's one turn from every other waiting run.
 
 Deployments (``Waiting.is_run`` False: a new version's replicas, beyond what the deployment holds now) wait
 in their project's queue as runs of priority 0 do, under the same quota and borrowing rules, but count against
@@ -43,6 +46,9 @@ _UNITS = {"CPU": "CPUs", "GPU": "GPUs"}
 # A project's borrowing lets its runs use idle capacity past its quota because preemption takes that capacity
 # back when its owner needs it; a deployment is never preempted, so it stays within its project's quota.
 DEPLOYMENTS_DO_NOT_BORROW = "a deployment never borrows beyond its project's quota"
+# The same for a run whose spec says ``preemptible: false`` (issue 29): capacity it borrowed could never be taken
+# back, and as a victim it could only be refused.
+NON_PREEMPTIBLE_DO_NOT_BORROW = "a run that may not be preempted never borrows beyond its project's quota"
 _LIMITS = {"CPU": "max_cpus", "GPU": "max_gpus"}
 
 
@@ -82,6 +88,7 @@ class Waiting:
     # A deployment's replicas: not a run (no max_running_jobs, never a preemptor, never failed for the cluster).
     is_run: bool = True
     needs: str = "this job needs {}"  # how the quota message names it ("this deployment needs {}")
+    preemptible: bool = True  # False (its spec's ``preemptible: false``): it never borrows, like a deployment
 
     @property
     def waiting_since(self) -> datetime:
@@ -185,23 +192,25 @@ def over_quota(
     return None
 
 
-def never_fits_quota(quota: ProjectQuota, demand: Demand) -> str | None:
+def never_fits_quota(quota: ProjectQuota, demand: Demand, preemptible: bool = True) -> str | None:
     """Why a run could never start under its project's quota (a 422 at submit), or None. A project that may
-    borrow can run a job past its CPU/GPU quota on idle capacity, so only ``max_running_jobs`` 0 counts then."""
+    borrow can run a job past its CPU/GPU quota on idle capacity, so only ``max_running_jobs`` 0 counts then;
+    a run that may not be preempted never borrows (``NON_PREEMPTIBLE_DO_NOT_BORROW``), so its quota binds."""
     if quota.max_running_jobs == 0:
         return (
             f"project {quota.label} may run no job (max_running_jobs is 0): "
             "ask a cluster-wide admin to raise it (PUT /v1/projects/{id}/quota)"
         )
-    if quota.borrowing:
+    if quota.borrowing and preemptible:
         return None
+    why_not = "it may not borrow" if not quota.borrowing else NON_PREEMPTIBLE_DO_NOT_BORROW
     for r in RESOURCES:
         limit = quota.limit(r)
         need = demand.total.get(r, 0.0)
         if limit is not None and need > limit + _EPS:
             return (
                 f"needs {_fmt(need)} {r} for {demand.what} but project {quota.label}'s quota is "
-                f"{_fmt(limit)} {_UNITS[r]} ({_LIMITS[r]}) and it may not borrow: ask for less, "
+                f"{_fmt(limit)} {_UNITS[r]} ({_LIMITS[r]}) and {why_not}: ask for less, "
                 "or ask a cluster-wide admin to raise the quota (PUT /v1/projects/{id}/quota)"
             )
     return None
@@ -283,10 +292,11 @@ def plan_tick(
             return False
         over = over_quota(quota, state.used_by(run.project_id), request, run.needs)
         if over is not None:
-            if quota.borrowing and run.is_run:
+            if quota.borrowing and run.is_run and run.preemptible:
                 deferred.append((run, over[1]))
-            elif quota.borrowing:  # borrowed capacity is given back by preemption, and replicas are never preempted
-                plan.waits[run.key] = (QUOTA_EXCEEDED, f"{over[1]} ({DEPLOYMENTS_DO_NOT_BORROW})")
+            elif quota.borrowing:  # borrowed capacity is given back by preemption: what is never preempted waits
+                why = NON_PREEMPTIBLE_DO_NOT_BORROW if run.is_run else DEPLOYMENTS_DO_NOT_BORROW
+                plan.waits[run.key] = (QUOTA_EXCEEDED, f"{over[1]} ({why})")
             else:
                 plan.waits[run.key] = (QUOTA_EXCEEDED, f"{over[1]} (borrowing is off)")
             return False

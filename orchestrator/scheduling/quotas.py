@@ -97,14 +97,21 @@ def queued_count(session: Session, project_id: str) -> int:
     )
 
 
-def check_quota(session: Session, project_id: str, demand: Demand, loc: tuple[str, ...] = ("scaling",)) -> None:
-    """At submit: 422 when the run could never fit its project's quota (the message says what to change), 429
-    when the project already has ``max_queued`` runs waiting."""
+def check_quota(
+    session: Session,
+    project_id: str,
+    demand: Demand,
+    loc: tuple[str, ...] = ("scaling",),
+    preemptible: bool = True,
+) -> None:
+    """At submit: 422 when the run could never fit its project's quota (the message says what to change; a run
+    that may not be preempted never borrows, so its project's quota binds it), 429 when the project already has
+    ``max_queued`` runs waiting."""
     project = session.get(Project, project_id)
     if project is None:
         return
     quota = quota_of(project)
-    impossible = never_fits_quota(quota, demand)
+    impossible = never_fits_quota(quota, demand, preemptible)
     if impossible:
         raise Invalid(f"this run can never start under its project's quota: {impossible}", loc)
     if quota.max_queued is not None:

@@ -53,7 +53,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.admission import RESOURCES
 from orchestrator.backend import RunStatus
 from orchestrator.db.models import Checkpoint, JobState, utcnow
-from orchestrator.services.runs import JOBS, KINDS, Run, RunKind
+from orchestrator.services.runs import JOBS, KINDS, Run, RunKind, may_be_preempted
 from orchestrator.states.jobs import PREEMPTED, note_waiting
 from workers.contract.jobs import DriverExit
 
@@ -151,11 +151,6 @@ def priority_candidates(candidates: Iterable[Candidate], project_id: str, priori
     return [c for c in candidates if c.project_id == project_id and c.priority < priority]
 
 
-def preemptible(spec: Mapping) -> bool:
-    """A job's spec, or a sweep's (``preemptible: false`` on the sweep or on its base exempts it)."""
-    return bool(spec.get("preemptible", True)) and bool((spec.get("base") or {}).get("preemptible", True))
-
-
 def preemption_candidates(session: Session) -> list[Candidate]:
     """Every job and sweep that is STARTING, RUNNING or RESTARTING, with what it holds (a sweep: its concurrent
     trials, as admitted)."""
@@ -166,7 +161,7 @@ def preemption_candidates(session: Session) -> list[Candidate]:
             priority=run.priority,
             created_at=run.created_at,
             demand=kind.demand(run).total,
-            preemptible=preemptible(run.spec),
+            preemptible=may_be_preempted(run.spec),
             borrowing=bool(run.borrowing),
             preempting=run.preempt_requested_at is not None,
             kind=kind.name,
@@ -185,7 +180,7 @@ def mark_preempted(session: Session, run: Run, by: str, reason: str) -> bool:
     """In the caller's transaction, ``run`` (a job or a sweep) locked: ask it to checkpoint now and stop. False
     (nothing changed) when it is not active, is being cancelled, is not preemptible or is already being
     preempted."""
-    if run.state not in PREEMPTIBLE_STATES or not preemptible(run.spec) or run.preempt_requested_at is not None:
+    if run.state not in PREEMPTIBLE_STATES or not may_be_preempted(run.spec) or run.preempt_requested_at is not None:
         return False
     run.preempt_requested_at = utcnow()
     run.preempt_by = f"{by} ({reason})"[:256] if reason else by[:256]

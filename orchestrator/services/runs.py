@@ -103,6 +103,11 @@ SWEEPS = RunKind(
 KINDS: tuple[RunKind, ...] = (JOBS, SWEEPS)
 
 
+def may_be_preempted(spec: dict) -> bool:
+    """A job's spec, or a sweep's: ``preemptible: false`` on the sweep or on its base exempts it."""
+    return bool(spec.get("preemptible", True)) and bool((spec.get("base") or {}).get("preemptible", True))
+
+
 @dataclass(frozen=True)
 class QueuedRun:
     kind: RunKind
@@ -116,6 +121,7 @@ class QueuedRun:
     queued_at: datetime | None = None  # when it last entered QUEUED (the starvation clock); None: created_at
     last_preempted_at: datetime | None = None
     last_preempted_by: str = ""
+    preemptible: bool = True  # its spec's: a run that may not be preempted never borrows (scheduling.policy)
 
     @property
     def key(self) -> str:
@@ -149,6 +155,7 @@ def queued_runs(session: Session) -> list[QueuedRun]:
             run.queued_at,
             run.last_preempted_at,
             run.last_preempted_by,
+            may_be_preempted(run.spec),
         )
         for kind in KINDS
         for run in kind.queued(session)
@@ -172,6 +179,7 @@ class ActiveRun:
     started_at: datetime | None
     request: dict[str, float]
     borrowing: bool
+    preemptible: bool = True  # its spec's: the policy never counts a run that may not be preempted as a victim
 
     @property
     def key(self) -> str:
@@ -190,6 +198,7 @@ def active_runs(session: Session) -> list[ActiveRun]:
             run.started_at,
             kind.demand(run).total,
             run.borrowing,
+            may_be_preempted(run.spec),
         )
         for kind in KINDS
         for run in kind.active(session)

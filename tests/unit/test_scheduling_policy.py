@@ -266,6 +266,10 @@ def test_never_fits_quota_says_what_to_change():
     # A project that may borrow can run it on idle capacity: accepted.
     assert never_fits_quota(ProjectQuota("p", max_gpus=2, borrowing=True), demand(gpus=1, workers=4)) is None
     assert "max_running_jobs is 0" in never_fits_quota(ProjectQuota("p", max_running_jobs=0), demand())
+    # A run that may not be preempted never borrows: the quota binds it even where the project may borrow.
+    exempt = never_fits_quota(ProjectQuota("p", name="vision", max_gpus=2), demand(gpus=1, workers=4), False)
+    assert exempt is not None and exempt.startswith("needs 4 GPU for 4 workers but project vision's quota is 2 GPUs")
+    assert "a run that may not be preempted never borrows beyond its project's quota: ask for less" in exempt
 
 
 # --- borrowing ------------------------------------------------------------------------------------------
@@ -287,6 +291,20 @@ def test_borrowing_uses_idle_capacity_after_everyone_within_quota_and_is_marked(
     assert result.waits["a2"] == (
         "quota_exceeded",
         "project a uses 2 of 1 CPUs; this job needs 1; no idle capacity to borrow: needs 1 CPU, 0 free",
+    )
+
+
+def test_a_run_that_may_not_be_preempted_never_borrows():
+    """Borrowed capacity is taken back by preemption, which such a run refuses: it waits within its quota while
+    the project's preemptible runs still borrow (issue 29)."""
+    quotas = [ProjectQuota("a", name="vision", max_cpus=1)]
+    exempt = Waiting("a-exempt", "a", 0, NOW - timedelta(seconds=5), demand(), preemptible=False)
+    result = plan([waiting("a0", "a", age_s=10), exempt, waiting("a1", "a", age_s=1)], quotas=quotas)
+    assert result.admit == [("a0", False), ("a1", True)]
+    assert result.waits["a-exempt"] == (
+        "quota_exceeded",
+        "project vision uses 1 of 1 CPUs; this job needs 1 "
+        "(a run that may not be preempted never borrows beyond its project's quota)",
     )
 
 
@@ -355,6 +373,19 @@ def test_no_preemption_when_victims_cannot_free_enough_or_only_other_projects_ho
     # Victims that together free too little: nobody is asked.
     small = [held("a-low", "a", cpus=1, priority=0), held("b-x", "b", cpus=3, priority=9)]
     assert plan([waiting("a-high", "a", cpus=3, priority=5)], small, shares={"a": 0.25, "b": 0.75}).preemption is None
+
+
+def test_a_run_that_may_not_be_preempted_is_never_named_and_leaves_the_turn_to_the_next_run():
+    """One preemption a tick: a plan naming only a non-preemptible borrower (which choose_victims refuses) would
+    take every tick's turn. d's run (first in fair-share order) has no victim; a's urgent job gets the turn."""
+    holding = [
+        held("a-low", "a", cpus=1, priority=0),
+        Holding("b-exempt", "b", {"CPU": 1, "GPU": 0}, 0, NOW, borrowing=True, preemptible=False),
+    ]
+    queued = [waiting("d1", "d", cpus=1), waiting("a-urgent", "a", cpus=1, priority=10)]
+    result = plan(queued, holding, capacity=cluster(cpus=2), shares={"a": 0.5, "b": 0.5})
+    assert result.preemption is not None and result.preemption.for_key == "a-urgent"
+    assert result.preemption.victims == ("a-low",) and "b-exempt" not in result.preemption.trigger_of
 
 
 def test_a_run_that_can_never_fit_the_cluster_fails():
