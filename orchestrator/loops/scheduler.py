@@ -100,17 +100,24 @@ class Scheduler:
             eligible = [c for c in candidates if c.key in trigger]
             victims = preemption.choose_victims(ask.need, ask.free, eligible) or []
             preemptor = runs[ask.for_key]
-            by = f"{preemptor.kind.name} {preemptor.id} (priority {preemptor.priority})"
+            # A victim of another project learns only that, and the cause; the preemptor, only how many of
+            # another project's runs it waits for (issue 29): never the other's run ids or priorities.
             stopping = [
-                v.key
+                v
                 for v in victims
-                if preemption.preempt(self.sessions, v.id, by, trigger[v.key], preemption.kind_named(v.kind))
+                if preemption.preempt(
+                    self.sessions,
+                    v.id,
+                    preemption.preemptor_named(
+                        preemptor.kind.name, preemptor.id, preemptor.priority, preemptor.project_id, v.project_id
+                    ),
+                    trigger[v.key],
+                    preemption.kind_named(v.kind),
+                )
             ]
             if stopping or any(c.preempting for c in eligible):
-                waits[ask.for_key] = (
-                    "preempting",
-                    f"waiting for preempted run(s) to checkpoint and stop: {', '.join(stopping) or 'already asked'}",
-                )
+                named = preemption.victims_named(stopping, preemptor.project_id) or "already asked"
+                waits[ask.for_key] = ("preempting", f"waiting for preempted run(s) to checkpoint and stop: {named}")
         # ---------------------------------------------------------------------------------------------------
 
         # Only the reasons that changed, in one transaction: a long queue that stays put (hundreds of

@@ -67,6 +67,8 @@ PREEMPTING = "preempting"  # the reason of a marked job while it checkpoints and
 # A STARTING job whose submission Ray does not know yet may still be being submitted: wait this long
 # before calling it gone (the reconciler's RESUBMIT_GRACE).
 MISSING_GRACE = timedelta(seconds=10)
+# How a run is named to a project that does not own it (issue 29): never its id or priority.
+ANOTHER_PROJECTS_RUN = "a run of another project"
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,26 @@ def priority_candidates(candidates: Iterable[Candidate], project_id: str, priori
     return [c for c in candidates if c.project_id == project_id and c.priority < priority]
 
 
+def preemptor_named(kind: str, run_id: str, priority: int, project_id: str, victim_project_id: str) -> str:
+    """The preemptor as its victim's message and ``last_preempted_by`` name it: a run of the victim's own project
+    by kind, id and priority ("job 1f2e (priority 10)"); a run of another project only as that, so a project
+    never learns another's run ids or priorities (the cause, fair share or quota, is added by ``preempt``)."""
+    if project_id == victim_project_id:
+        return f"{kind} {run_id} (priority {priority})"
+    return ANOTHER_PROJECTS_RUN
+
+
+def victims_named(victims: Iterable[Candidate], project_id: str) -> str:
+    """The victims as the preemptor's waiting message names them: its own project's by key ("job:1f2e"),
+    another project's only by count."""
+    victims = list(victims)
+    own = [v.key for v in victims if v.project_id == project_id]
+    others = len(victims) - len(own)
+    if others:
+        own.append(ANOTHER_PROJECTS_RUN if others == 1 else f"{others} runs of other projects")
+    return ", ".join(own)
+
+
 def preemption_candidates(session: Session) -> list[Candidate]:
     """Every job and sweep that is STARTING, RUNNING or RESTARTING, with what it holds (a sweep: its concurrent
     trials, as admitted)."""
@@ -198,27 +220,6 @@ def preempt(sessions: sessionmaker[Session], victim_id: str, by: str, reason: st
             return False
     log.info("%s %s: preempted by %s (%s): asked to checkpoint now and stop", kind.name, victim_id, by, reason)
     return True
-
-
-def preempt_for(
-    sessions: sessionmaker[Session],
-    run_id: str,
-    project_id: str,
-    priority: int,
-    need: Mapping[str, float],
-    free: Mapping[str, float],
-    candidates: Iterable[Candidate],
-    trigger: str = "priority",
-) -> list[str]:
-    """For a queued run that does not fit: choose victims among ``candidates`` (for ``trigger="priority"``
-    only its own project's lower-priority runs are eligible) and preempt them. Returns the victims' ids
-    ([] when none is needed or none would make it fit)."""
-    pool = list(candidates)
-    if trigger == "priority":
-        pool = priority_candidates(pool, project_id, priority)
-    victims = choose_victims(need, free, pool) or []
-    by = f"job {run_id} (priority {priority}, project {project_id})"
-    return [v.id for v in victims if preempt(sessions, v.id, by, trigger, kind_named(v.kind))]
 
 
 def checkpoint_step(session: Session, job_id: str) -> int | None:

@@ -37,7 +37,9 @@ class RunOut(FromAttributes):
     )
     last_preempted_by: str = Field(
         "",
-        description="By whom and why it was last preempted, e.g. 'job 1f2e (priority 10) (priority)'; '' if never.",
+        description="By whom and why it was last preempted: a run of its own project by id and priority, e.g. "
+        "'job 1f2e (priority 10) (priority)'; another project's only as 'a run of another project (quota)' "
+        "(or '(fair_share)'); '' if never.",
     )
     borrowing: bool = Field(
         False,
