@@ -162,16 +162,17 @@ def test_keep_best_may_name_any_metric_the_workload_reports_with_its_mode(client
         )
         return response
 
-    # A metric only the workload knows (its own Workload.metrics): the spec says which way is better.
-    kept = keep_best("digits", metric="val_mae", mode="min")
-    assert kept.status_code == 201, kept.text
-    assert kept.json()["spec"]["checkpoint"]["keep_best"] == {"metric": "val_mae", "mode": "min", "count": 1}
-    # Without mode: a 422 saying so.
-    response = keep_best("digits", metric="val_mae")
+    # A metric only the workload's code knows (its own Workload.metrics): the spec says which way is better.
+    kept = JobSpec(workload="pkg.train:build", checkpoint={"keep_best": {"metric": "val_mae", "mode": "min"}})
+    assert kept.checkpoint.keep_best.model_dump() == {"metric": "val_mae", "mode": "min", "count": 1}
+    # Without mode: a 422 saying so (before the package is found not allowed here: the spec is checked first).
+    response = keep_best("pkg.train:build", metric="val_mae")
     assert response.status_code == 422, response.text
     [detail] = response.json()["detail"]
     assert detail["loc"] == ["body", "checkpoint"], detail
     assert "mode is required for metric 'val_mae' (max or min)" in detail["msg"], detail
+    # A registered workload's metrics are known before it runs: digits never reports val_mae (tests/unit/test_spec.py).
+    assert keep_best("digits", metric="val_mae", mode="min").status_code == 422
     # A "package.module:function" workload declares no metrics of its own; the loop's keep their modes.
     with pytest.raises(ValidationError, match=r"mode is required for metric 'val_mae' \(max or min\)"):
         JobSpec(workload="pkg.train:build", checkpoint={"keep_best": {"metric": "val_mae"}})

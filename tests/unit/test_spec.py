@@ -3,7 +3,9 @@
 import pytest
 from pydantic import ValidationError
 
+from tests.unit.api_helpers import ADMIN, auth
 from workers.contract.jobs import DigitsConfig, EventBatch, JobSpec, TinyGptConfig, scale_lr
+from workers.contract.sweeps import SweepSpec
 
 
 def test_only_workload_is_required_and_defaults_are_filled_in():
@@ -75,6 +77,34 @@ def test_use_gpu_defaults_to_one_gpu_per_worker():
         ({"workload": "digits", "lr": {"scaling": "cubic"}}, ("lr", "scaling"), "'linear'"),
         ({"workload": "digits", "grad_clip_norm": 0}, ("grad_clip_norm",), "greater than 0"),
         ({"workload": "digits", "optimizer": {"name": "lion"}}, ("optimizer", "name"), "'sgd'"),
+        # A metric the workload's checkpoints never carry (known from the registry): a 422 now, not a keep_best
+        # that silently keeps nothing.
+        (
+            {"workload": "digits", "checkpoint": {"keep_best": {"metric": "val_mae", "mode": "min"}}},
+            ("checkpoint", "keep_best", "metric"),
+            "workload 'digits' never reports 'val_mae'",
+        ),
+        (
+            {"workload": "digits", "checkpoint": {"keep_best": {"metric": "val_mae"}}},
+            ("checkpoint", "keep_best", "metric"),
+            "its epoch checkpoints carry ['samples_per_s', 'train_loss', 'val_accuracy', 'val_loss']",
+        ),
+        (  # a step metric: never on a checkpoint
+            {"workload": "tiny_gpt", "config": {"text_path": "t"}, "checkpoint": {"keep_best": {"metric": "lr"}}},
+            ("checkpoint", "keep_best", "metric"),
+            "never reports 'lr'",
+        ),
+        # A report's position is no metric, whatever the job runs.
+        (
+            {"workload": "digits", "checkpoint": {"keep_best": {"metric": "step", "mode": "max"}}},
+            ("checkpoint", "keep_best", "metric"),
+            "'step' is a report's position",
+        ),
+        (
+            {"entrypoint": "train:main", "checkpoint": {"keep_best": {"metric": "epoch", "mode": "max"}}},
+            ("checkpoint", "keep_best", "metric"),
+            "'epoch' is a report's position",
+        ),
     ],
 )
 def test_invalid_specs_name_the_field(body, loc, words):
@@ -92,3 +122,51 @@ def test_custom_workload_syntax_is_accepted_by_the_contract():
 def test_event_batch_rejects_unknown_event_types():
     with pytest.raises(ValidationError):
         EventBatch.model_validate({"attempt": 1, "events": [{"type": "bogus"}]})
+
+
+LR = {"lr.base": {"type": "choice", "values": [0.1, 0.01]}}
+
+
+@pytest.mark.parametrize(
+    ("base", "metric", "words"),
+    [
+        ({"workload": "digits"}, "val_mae", "workload 'digits' never reports 'val_mae'"),
+        ({"workload": "digits"}, "epoch", "'epoch' is a report's position"),
+        ({"entrypoint": "train:main"}, "step", "'step' is a report's position"),
+    ],
+)
+def test_a_sweeps_metric_its_trials_never_report_is_refused_naming_the_field(base, metric, words):
+    """Before, such a sweep was accepted and Ray Tune failed it at its first result ("Trial returned a result
+    which did not include the specified metric"), or its best trial was never found (a position)."""
+    with pytest.raises(ValidationError) as info:
+        SweepSpec.model_validate({"base": base, "search_space": LR, "metric": metric, "mode": "min"})
+    errors = info.value.errors()
+    assert any(tuple(e["loc"]) == ("metric",) and words in e["msg"] for e in errors), errors
+
+
+def test_a_metric_known_only_when_the_run_reports_it_is_accepted_with_its_mode():
+    """A training function's metrics are its ctx.report calls, and a "package.module:function" workload's its
+    code's: neither is known before it runs, so the spec's metric is taken at its word."""
+    function = {"entrypoint": "train:main"}
+    assert JobSpec(**function, checkpoint={"keep_best": {"metric": "loss", "mode": "min"}}).checkpoint.keep_best
+    assert SweepSpec(base=function, search_space=LR, metric="loss", mode="min").metric == "loss"
+    custom = {"workload": "pkg.train:build"}
+    assert JobSpec(**custom, checkpoint={"keep_best": {"metric": "val_mae", "mode": "min"}}).checkpoint.keep_best
+    assert SweepSpec(base=custom, search_space=LR, metric="val_mae", mode="min").metric == "val_mae"
+    # The loop's own epoch metrics are on every workload's checkpoints.
+    assert JobSpec(**custom, checkpoint={"keep_best": {"metric": "samples_per_s"}}).checkpoint.keep_best.mode == "max"
+
+
+def test_submitting_a_metric_the_run_never_reports_is_a_422_naming_the_field(client):
+    keep_best = {"keep_best": {"metric": "val_mae", "mode": "min"}}
+    job = client.post("/v1/jobs", json={"workload": "digits", "checkpoint": keep_best}, headers=auth(ADMIN))
+    assert job.status_code == 422, job.text
+    [detail] = job.json()["detail"]
+    assert detail["loc"] == ["body", "checkpoint", "keep_best", "metric"] and "never reports" in detail["msg"]
+    sweep = {"base": {"workload": "digits"}, "search_space": LR, "metric": "epoch", "mode": "max"}
+    response = client.post("/v1/sweeps", json=sweep, headers=auth(ADMIN))
+    assert response.status_code == 422, response.text
+    [detail] = response.json()["detail"]
+    assert detail["loc"] == ["body", "metric"] and "'epoch' is a report's position" in detail["msg"], detail
+    assert client.get("/v1/jobs", headers=auth(ADMIN)).json()["items"] == []
+    assert client.get("/v1/sweeps", headers=auth(ADMIN)).json() == []

@@ -43,7 +43,7 @@ def sweep_spec(**fields) -> dict:
             "value 'lamb' makes an invalid job",
         ),
         ({"search_space": {"batch.per_worker": {"type": "randint", "low": 8, "high": 8}}}, "randint needs low < high"),
-        ({"metric": "accuracy"}, "mode is required for metric 'accuracy' (max or min)"),
+        ({"metric": "accuracy"}, "workload 'digits' never reports 'accuracy': its epoch checkpoints carry ["),
         ({"metric": "val\tmae", "mode": "min"}, "(no spaces or control characters)"),
         (
             {"algorithm": "optuna", "search_space": {"lr.base": {"type": "grid", "values": [0.1, 0.2]}}},
@@ -101,8 +101,9 @@ def test_defaults_trial_counts_and_the_worst_case_trial():
         8,
     )
     assert SweepSpec.model_validate(sweep_spec(metric="val_loss")).mode == "min"
-    # Any metric the workload reports, with its mode: the run's own (Workload.metrics).
-    assert SweepSpec.model_validate(sweep_spec(metric="val_mae", mode="min")).metric == "val_mae"
+    # Any metric the workload's code reports, with its mode: the run's own (Workload.metrics).
+    custom = {**BASE, "workload": "pkg.train:build", "config": {}}
+    assert SweepSpec.model_validate(sweep_spec(base=custom, metric="val_mae", mode="min")).metric == "val_mae"
     grid = SweepSpec.model_validate(
         sweep_spec(
             algorithm="random",
@@ -327,7 +328,7 @@ def test_a_submitted_sweep_is_queued_then_admitted_as_a_sweep_driver(app, client
     ("fields", "loc"),
     [
         ({"search_space": {"lr.base": {"type": "loguniform", "low": 0, "high": 1}}}, "search_space"),
-        ({"metric": "bleu"}, "mode is required for metric 'bleu'"),
+        ({"metric": "bleu"}, "workload 'digits' never reports 'bleu'"),
         ({"max_concurrent_trials": 5}, "max_concurrent_trials"),  # 5 x 1.01 CPU: never fits 4
         ({"base": {**BASE, "scaling": {"num_workers": 8}}}, "base"),
         ({"scheduler": PBT | {"mutate": ["config.hidden"]}, "search_space": {**LR, **HIDDEN}}, "only lr.* paths"),

@@ -18,16 +18,18 @@ from pydantic import (
     BaseModel,
     Field,
     StringConstraints,
+    ValidationError,
     ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from workers.contract import workloads
 from workers.contract.base import Strict as _Strict
 from workers.contract.code import CodeSpec
-from workers.contract.metrics import DEFAULT_MAX_METRIC_NAME_CHARS, METRIC_NAME_PATTERN, check_metric_name
+from workers.contract.metrics import DEFAULT_MAX_METRIC_NAME_CHARS, METRIC_NAME_PATTERN, check_compared_metric
 from workers.contract.workloads import CUSTOM_WORKLOAD_PATTERN as CUSTOM_WORKLOAD_PATTERN
 from workers.contract.workloads import DATA_PATH as DATA_PATH
 from workers.contract.workloads import LOOP_METRICS
@@ -102,12 +104,46 @@ class OptimizerSpec(_Strict):
 # The metrics the training loop reports with every checkpoint taken at an epoch's end (val_accuracy: unless
 # the workload brings metrics of its own; a mid-epoch checkpoint carries none), and which way is better.
 CHECKPOINT_METRICS: Mapping[str, Literal["max", "min"]] = LOOP_METRICS
-# A metric a spec names: one of CHECKPOINT_METRICS, or any a workload reports (Workload.metrics).
+# What the loop reports itself with every epoch checkpoint, whatever the workload; beside them, the workload's
+# validation metrics (val_accuracy, unless it has its own). tests/unit/test_workload_metrics.py holds this to the
+# loop's real output.
+LOOP_EPOCH_METRICS = frozenset({"train_loss", "val_loss", "samples_per_s"})
+# A metric a spec names: one of CHECKPOINT_METRICS, or any a workload reports (Workload.metrics); never a
+# report's position (epoch, step).
 CheckpointMetric = Annotated[
     str,
-    AfterValidator(check_metric_name),
+    AfterValidator(check_compared_metric),
     WithJsonSchema({"type": "string", "pattern": METRIC_NAME_PATTERN, "maxLength": DEFAULT_MAX_METRIC_NAME_CHARS}),
 ]
+
+
+def epoch_metrics(workload: str | None) -> frozenset[str] | None:
+    """The metrics every epoch checkpoint of ``workload`` carries, known before it runs: the loop's own and
+    those its registered descriptor declares. None where only the run knows them: a training function (its
+    ``ctx.report`` calls) and an unregistered ``"package.module:function"`` workload (its code may bring a
+    ``Workload.metrics`` or a descriptor of its own, which the control plane never imports)."""
+    descriptor = workloads.get(workload) if workload else None
+    return None if descriptor is None else LOOP_EPOCH_METRICS | frozenset(descriptor.metrics)
+
+
+def check_reported(workload: str | None, metric: str, loc: tuple[str, ...]) -> None:
+    """A 422 at submit, at ``loc`` (below the field being validated), for a metric that ``workload``'s
+    checkpoints never carry: a ``keep_best`` that would keep nothing, a sweep that Ray Tune would fail at its
+    first result. Nothing where the metrics are known only when the run reports them (``epoch_metrics``)."""
+    names = epoch_metrics(workload)
+    if names is not None and metric not in names:
+        message = f"workload {workload!r} never reports {metric!r}: its epoch checkpoints carry {sorted(names)}"
+        raise field_error(loc, message, metric)
+
+
+def field_error(loc: tuple[str, ...], message: str, value: Any) -> ValidationError:
+    """A validation error at ``loc`` for a validator to raise: pydantic puts the validated field's own location
+    before it, so a 422 names the exact field (``checkpoint.keep_best.metric``) where a ValueError would name
+    only the field being validated (``checkpoint``)."""
+    error = PydanticCustomError("value_error", "{message}", {"message": message})
+    return ValidationError.from_exception_data("spec", [InitErrorDetails(type=error, loc=loc, input=value)])
+
+
 METRIC_DESCRIPTION = (
     "A metric the epoch checkpoints carry: the loop's (val_loss, train_loss, samples_per_s; val_accuracy unless "
     "the workload has metrics of its own) or one the workload reports (val_mae...)."
@@ -241,9 +277,12 @@ class JobSpec(_Strict):
 
     @field_validator("checkpoint")
     @classmethod
-    def _keep_best_mode(cls, checkpoint: CheckpointSpec, info: ValidationInfo) -> CheckpointSpec:
+    def _keep_best_metric(cls, checkpoint: CheckpointSpec, info: ValidationInfo) -> CheckpointSpec:
         keep_best = checkpoint.keep_best
-        if keep_best is not None and keep_best.mode is None and "workload" in info.data:
+        if keep_best is None or "workload" not in info.data:  # no keep_best, or a workload already refused
+            return checkpoint
+        check_reported(info.data["workload"], keep_best.metric, ("keep_best", "metric"))
+        if keep_best.mode is None:
             keep_best.mode = workloads.metric_mode(info.data["workload"], keep_best.metric)
         return checkpoint
 

@@ -39,3 +39,15 @@ def check_metric_name(name: object, max_chars: int = DEFAULT_MAX_METRIC_NAME_CHA
     if problem:
         raise ValueError(problem)
     return name  # type: ignore[return-value]
+
+
+def check_compared_metric(name: object) -> str:
+    """A metric a spec compares checkpoints or trials by (``checkpoint.keep_best.metric``, a sweep's ``metric``):
+    a metric name, and not a report's position, which no checkpoint's or trial's metrics hold."""
+    check_metric_name(name)
+    if name in POSITION_KEYS:
+        raise ValueError(
+            f"{name!r} is a report's position (its epoch and step), not a metric: checkpoints and trials are "
+            "compared by a metric they carry, such as val_loss"
+        )
+    return name  # type: ignore[return-value]

@@ -16,7 +16,14 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from workers.contract import workloads
 from workers.contract.base import Strict as _Strict
-from workers.contract.jobs import METRIC_DESCRIPTION, MODE_DESCRIPTION, CheckpointMetric, JobSpec, StateEvent
+from workers.contract.jobs import (
+    METRIC_DESCRIPTION,
+    MODE_DESCRIPTION,
+    CheckpointMetric,
+    JobSpec,
+    StateEvent,
+    check_reported,
+)
 
 # What the function trainable (one small actor per running trial, which only drives its TorchTrainer and
 # waits on it) asks of Ray: no CPU, and 1 byte of Ray's "memory" resource, which every node has, because Tune
@@ -219,6 +226,7 @@ class SweepSpec(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> SweepSpec:
+        check_reported(self.base.workload, self.metric, ("metric",))  # else Tune fails at the first result
         if self.mode is None:
             self.mode = workloads.metric_mode(self.base.workload, self.metric)
         grids = [path for path, dim in self.search_space.items() if isinstance(dim, Grid)]
