@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from orchestrator.admission import ClusterCapacity
 from orchestrator.backend import (
     BackendUnavailable,
     ClusterNode,
+    LogChunk,
     RunInfo,
+    RunNotFound,
     RunStatus,
     ServeApp,
     ServeReplica,
@@ -38,6 +42,11 @@ class FakeBackend:
     asked: list[str] = field(default_factory=list)
     # Ray's package store: uri -> the zip's bytes, as uploaded (a working_dir's code)
     packages: dict[str, bytes] = field(default_factory=dict)
+    # The drivers' output as Ray's log files hold it, by submission id (default: one line naming it): a test
+    # sets or appends to it. ``logs`` and ``tail_logs`` count every character they hand the control plane.
+    log_texts: dict[str, str] = field(default_factory=dict)
+    log_chars_read: int = 0
+    tail_poll_s: float = 0.01  # how often a tail looks at the file for more (Ray's agent: 1 s)
 
     def capacity(self, fresh: bool = False) -> ClusterCapacity:
         self._check("capacity")
@@ -64,9 +73,43 @@ class FakeBackend:
         if submission_id in self.runs and not self.runs[submission_id].finished:
             self.runs[submission_id] = RunStatus.STOPPED
 
+    def printed(self, submission_id) -> str | None:
+        """What the submission's driver has printed so far; None when Ray has no such log."""
+        if submission_id in self.log_texts:
+            return self.log_texts[submission_id]
+        return f"log of {submission_id}\n" if submission_id in self.runs else None
+
     def logs(self, submission_id) -> str | None:
         self.asked.append("logs")
-        return f"log of {submission_id}\n" if submission_id in self.runs else None
+        text = self.printed(submission_id)
+        self.log_chars_read += len(text or "")
+        return text
+
+    async def tail_logs(self, submission_id) -> AsyncIterator[LogChunk]:
+        """Ray's log tail: the file from its start, then what is appended, each character once; ends after the
+        run ended and the rest was sent. Every chunk reaches the end of the file as it was read (``at_end``)."""
+        self._check("tail_logs")
+        if submission_id not in self.runs:
+            raise RunNotFound(submission_id)
+        sent = None
+        while True:
+            if not self.available:
+                raise BackendUnavailable("fake cluster is down")
+            ended = self.runs.get(submission_id, RunStatus.MISSING).finished  # first: nothing is printed after it
+            text = self._file(submission_id)
+            if sent is None or len(text) > sent:
+                chunk = text[sent or 0 :]
+                self.log_chars_read += len(chunk)
+                yield LogChunk(chunk, at_end=True)
+                sent = len(text)
+            if ended:
+                return
+            await asyncio.sleep(self.tail_poll_s)
+
+    def _file(self, submission_id) -> str:
+        # Tests written before tails existed replace ``logs`` to say what Ray holds: the tail reads that too.
+        replaced = vars(self).get("logs")
+        return (replaced(submission_id) if replaced else self.printed(submission_id)) or ""
 
     def upload_package(self, uri, open_package, size) -> bool:
         self._check("upload_package")

@@ -7,7 +7,7 @@ This module holds the interface and plain types (no ray import); ``ray_backend``
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import BinaryIO, Protocol
@@ -54,6 +54,19 @@ class BackendUnavailable(Exception):
     """The cluster could not be reached; callers retry on their next tick."""
 
 
+class RunNotFound(Exception):
+    """Ray has no record of the submission (its own answer, not an error on the way)."""
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """What a driver printed next. ``at_end``: it reached the end of what the driver had printed when it was
+    read (a chunk may be empty and only say that), so what came before is the whole log of that moment."""
+
+    text: str
+    at_end: bool = False
+
+
 class ClusterBackend(Protocol):
     def capacity(self, fresh: bool = False) -> ClusterCapacity:
         """What the cluster's alive nodes hold; may be a few seconds old unless ``fresh``."""
@@ -73,6 +86,11 @@ class ClusterBackend(Protocol):
 
     def logs(self, submission_id: str) -> str | None:
         """The driver's output (Ray forwards worker output into it); None when Ray has none."""
+
+    def tail_logs(self, submission_id: str) -> AsyncIterator[LogChunk]:
+        """The driver's output from its first byte, then each new piece as it is printed, each byte once; ends
+        once the run has ended and all of it was sent (or when the connection breaks: the caller asks
+        ``info``). Raises RunNotFound when Ray has no such submission, BackendUnavailable when unreachable."""
 
     def upload_package(self, uri: str, open_package: PackageOpener, size: int) -> bool:
         """Make sure Ray's package store holds the zip ``uri`` names (``gcs://_ray_pkg_<sha256>.zip``, what a

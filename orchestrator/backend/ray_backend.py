@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from threading import Lock
 
 import httpx
@@ -13,8 +15,10 @@ from orchestrator.admission import ClusterCapacity
 from orchestrator.backend import (
     BackendUnavailable,
     ClusterNode,
+    LogChunk,
     PackageOpener,
     RunInfo,
+    RunNotFound,
     RunStatus,
     ServeApp,
     ServeConfigRejected,
@@ -37,6 +41,14 @@ from orchestrator.backend.dashboard import (
 log = logging.getLogger(__name__)
 
 _CAPACITY_TTL_S = 5.0
+
+# Ray's log tail (a websocket, relayed by the head from the driver node's agent) sends a log file in batches of
+# up to 10 lines or past 20,000 characters, read as fast as they come until the end of the file
+# (ray/dashboard/modules/job/utils.py: file_tail_iterator); a batch short of both was cut by the file's end.
+_TAIL_BATCH_LINES, _TAIL_BATCH_CHARS = 10, 20_000
+# At the end of the file the agent waits a second before it looks again: a tail this long without a message
+# after a full batch is at the end too.
+_TAIL_QUIET_S = 1.0
 
 
 def _said(exc: Exception) -> str:
@@ -154,6 +166,43 @@ class RayBackend:
             return None
         except (httpx.HTTPError, ValueError) as exc:
             raise BackendUnavailable(f"reading logs of {submission_id}: {_said(exc)}") from exc
+
+    async def tail_logs(self, submission_id: str) -> AsyncIterator[LogChunk]:
+        # Ray's own client (JobSubmissionClient.tail_job_logs: the dashboard's /api/jobs/{id}/logs/tail
+        # websocket), read by a task of its own into a queue, so that a quiet spell can be told apart.
+        client = await asyncio.to_thread(lambda: self.client)
+        messages: asyncio.Queue[str | BaseException | None] = asyncio.Queue(maxsize=100)
+
+        async def receive() -> None:
+            try:
+                async for text in client.tail_job_logs(submission_id):
+                    await messages.put(text)
+            except Exception as exc:
+                await messages.put(exc)
+            else:
+                await messages.put(None)
+
+        receiver = asyncio.create_task(receive())
+        try:
+            at_end = False
+            while True:
+                try:
+                    item = await asyncio.wait_for(messages.get(), None if at_end else _TAIL_QUIET_S)
+                except TimeoutError:
+                    at_end = True
+                    yield LogChunk("", at_end=True)
+                    continue
+                if item is None:
+                    return  # Ray ended the tail: the run ended and all of it was sent (or the relay broke)
+                if isinstance(item, BaseException):
+                    # A handshake Ray refused carries its HTTP status: 404 is "no such job" (job_head.py).
+                    if getattr(item, "status", None) == 404:
+                        raise RunNotFound(submission_id) from item
+                    raise BackendUnavailable(f"following the log of {submission_id}: {item!r}") from item
+                at_end = item.count("\n") < _TAIL_BATCH_LINES and len(item) <= _TAIL_BATCH_CHARS
+                yield LogChunk(item, at_end)
+        finally:
+            receiver.cancel()
 
     def upload_package(self, uri: str, open_package: PackageOpener, size: int) -> bool:
         # What JobSubmissionClient does for a working_dir (GET, then PUT if missing), over the dashboard's

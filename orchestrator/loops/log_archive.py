@@ -5,7 +5,8 @@ into the run's storage while it runs, so it outlives the Ray cluster, whose job 
 
 A background loop copies the output of every attempt of each active job, and of jobs that ended
 lately, when it has grown; an attempt that Ray reports finished and that is fully copied is not read
-again. The API serves Ray's live output when Ray has it and the copy otherwise.
+again. The API serves Ray's live output when Ray has it and the copy otherwise; a follow reads the copy
+from the byte where its last read stopped (``read_from``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,15 @@ class LogArchive:
         try:
             with self.storage.fs.open_input_stream(self.path(job_id, attempt)) as stream:
                 return stream.read().decode(errors="replace")
+        except FileNotFoundError:
+            return None
+
+    def read_from(self, job_id: str, attempt: int, offset: int) -> bytes | None:
+        """The copy's bytes from ``offset`` on (a follow reads only what it has not read); None: no copy."""
+        try:
+            with self.storage.fs.open_input_file(self.path(job_id, attempt)) as source:
+                size = source.size()
+                return source.read_at(size - offset, offset) if size > offset else b""
         except FileNotFoundError:
             return None
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from workers.contract.logs import RANK_MARKER
 
@@ -44,19 +45,38 @@ def view(text: str, keep_ray_chatter: bool = False, rank: int | None = None) -> 
 
 
 def view_lines(lines: Iterable[str], keep_ray_chatter: bool, rank: int | None) -> Iterable[str]:
-    ranks: dict[tuple[str, str | None], int] = {}  # (pid, ip as the prefix gives it) -> rank
+    viewer = LineViewer(keep_ray_chatter)
     for line in lines:
+        shown = viewer.judge(line)
+        if shown.text is not None and (rank is None or shown.rank == rank):
+            yield shown.text
+
+
+class Shown(NamedTuple):
+    rank: int | None  # the rank of the process that printed the line, as known then; None: no rank's
+    text: str | None  # the line as served; None: Ray's chatter, left out
+
+
+class LineViewer:
+    """``view`` one line at a time, in order: a log read in pieces is judged as the whole would be, so a
+    follow judges each new line once (and any rank's follower of it filters on ``Shown.rank``)."""
+
+    def __init__(self, keep_ray_chatter: bool = False):
+        self.keep_ray_chatter = keep_ray_chatter
+        self.ranks: dict[tuple[str, str | None], int] = {}  # (pid, ip as the prefix gives it) -> rank
+
+    def judge(self, line: str) -> Shown:
+        """``line`` (one line, escape codes removed) as served, and whose it is."""
         prefix = RAY_PREFIX.match(line)
         body = line[prefix.end() :] if prefix else line
         process = (prefix["pid"], prefix["ip"]) if prefix else None
-        _learn_ranks(body, process, ranks)
-        if rank is not None and (process is None or ranks.get(process) != rank):
-            continue
-        if not keep_ray_chatter:
+        _learn_ranks(body, process, self.ranks)
+        rank = self.ranks.get(process) if process is not None else None
+        if not self.keep_ray_chatter:
             if CHATTER.match(body):
-                continue
+                return Shown(rank, None)
             line = DEDUP_HINT.sub("", line)
-        yield line
+        return Shown(rank, line)
 
 
 def _learn_ranks(body: str, process: tuple[str, str | None] | None, ranks: dict) -> None:

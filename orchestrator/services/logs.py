@@ -1,6 +1,7 @@
 """A job's output (Ray forwards every worker's output into its driver's), read or followed: Ray's live
 copy when Ray has it, else the durable one (``orchestrator.loops.log_archive``), without terminal escape
-codes; what of it is shown (Ray's chatter, one rank) is ``orchestrator.services.log_lines``'s ``view``."""
+codes; what of it is shown (Ray's chatter, one rank) is ``orchestrator.services.log_lines``'s ``view``. A
+follow reads each byte once (``orchestrator.services.followed_log``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from datetime import datetime
 
 import anyio
 from sqlalchemy.orm import Session, sessionmaker
@@ -18,7 +19,8 @@ from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.db.models import Job, Sweep, utcnow
 from orchestrator.errors import TooMany
 from orchestrator.loops.log_archive import LogArchive
-from orchestrator.services.log_lines import strip_ansi, view
+from orchestrator.services.followed_log import FollowedLog
+from orchestrator.services.log_lines import strip_ansi
 from orchestrator.states.jobs import TERMINAL
 
 # A driver reports the job's end, then shuts down (Ray Train's last lines, Ray's "[repeated Nx]" summary):
@@ -54,12 +56,6 @@ def last_lines(text: str, tail: int | None) -> str:
     return "".join(lines[-tail:]) if tail else ""
 
 
-@dataclass(frozen=True)
-class _Snapshot:
-    text: str
-    finished: bool  # the job has ended and its driver prints nothing more
-
-
 class TooManyFollows(TooMany):
     """429: the key already follows as many logs as it may."""
 
@@ -67,10 +63,12 @@ class TooManyFollows(TooMany):
 
 
 class LogFollows:
-    """Live follows of jobs' output, asynchronous: a follow holds no thread while it waits, only for the
-    moment a read takes. However many follow one job, its output is read at most once per ``poll_s`` and
-    each follower is sent only what is new. A key may hold ``max_per_key`` follows at once; a follow ends
-    when its job does, after ``max_s``, or when the client goes away (the server cancels the stream)."""
+    """Live follows of jobs' output, asynchronous: a follow holds no thread while it waits. However many follow
+    one job, its output is read once for all of them (``FollowedLog``: Ray's log tail, each byte once, or the
+    archived copy from where the last read stopped), its row looked at once per ``poll_s``, and each follower
+    sends only its view of the lines it has not sent. A key may hold ``max_per_key`` follows at once; a follow
+    ends when its job does (after its driver's last lines), after ``max_s``, or when the client goes away (the
+    server cancels the stream)."""
 
     def __init__(
         self,
@@ -88,8 +86,7 @@ class LogFollows:
         self._lock = threading.Lock()
         self._by_key: Counter[str] = Counter()
         self._by_job: Counter[str] = Counter()
-        self._latest: dict[str, tuple[float, _Snapshot | None]] = {}  # job id -> (when read, what)
-        self._reading: dict[str, asyncio.Lock] = {}
+        self._logs: dict[str, FollowedLog] = {}  # job id -> its output as its followers share it
 
     def active(self, key: str) -> int:
         with self._lock:
@@ -110,46 +107,56 @@ class LogFollows:
 
     async def _stream(self, job_id: str, key: str, tail: int | None, rank: int | None) -> AsyncIterator[str]:
         try:
-            sent: int | None = None
+            with self._lock:
+                log = self._logs.get(job_id)
+                if log is None:
+                    log = self._logs[job_id] = FollowedLog(job_id, self.backend, self.archive, self.keep_ray_chatter)
+            generation, position = None, 0
             deadline = time.monotonic() + self.max_s
             while time.monotonic() < deadline:
-                snapshot = await self._snapshot(job_id)
-                if snapshot is None:
+                await self._poll(log)
+                if log.gone:
                     return
-                # Whole lines only until the end: a line is judged (chatter? whose?) once it is complete.
-                raw = snapshot.text if snapshot.finished else snapshot.text[: snapshot.text.rfind("\n") + 1]
-                text = view(raw, self.keep_ray_chatter, rank)
-                if sent is None:  # the first send: the last `tail` lines, or all of it
-                    sent = len(text) - len(last_lines(text, tail))
-                if len(text) < sent:
-                    sent = 0  # a new attempt started a new log
-                if len(text) > sent:
-                    yield text[sent:]
-                    sent = len(text)
-                if snapshot.finished:
+                if generation != log.generation:
+                    if generation is None:  # the first send: the last `tail` lines of what was printed by now
+                        if not (log.caught_up or log.finished):
+                            await asyncio.sleep(self.poll_s)
+                            continue
+                        position = log.start_of_tail(rank, tail)
+                    else:
+                        position = 0  # a new attempt started a new log: all of it
+                    generation = log.generation
+                finished = log.finished  # as of the lines taken now: it may finish while this waits to send them
+                text = log.since(position, rank)
+                position = len(log.entries)
+                if text:
+                    yield text
+                if finished:
                     return
                 await asyncio.sleep(self.poll_s)
         finally:
             self._release(job_id, key)
 
-    async def _snapshot(self, job_id: str) -> _Snapshot | None:
-        """The job's output, read again only when the last read is older than ``poll_s``: one read a
-        poll for all its followers, in a worker thread (the backend and the database are blocking)."""
-        lock = self._reading.setdefault(job_id, asyncio.Lock())
-        async with lock:
-            read_at, snapshot = self._latest.get(job_id, (0.0, None))
-            if snapshot is None or time.monotonic() - read_at >= self.poll_s:
-                snapshot = await anyio.to_thread.run_sync(self._read, job_id)
-                self._latest[job_id] = (time.monotonic(), snapshot)
-            return snapshot
+    async def _poll(self, log: FollowedLog) -> None:
+        """Look at the job's row, at most once per ``poll_s`` for all its followers (in a worker thread: the
+        database is blocking), and bring the log's reads in line with it."""
+        async with log.lock:
+            if log.gone or log.finished or time.monotonic() - log.checked_at < self.poll_s:
+                return
+            row = await anyio.to_thread.run_sync(self._job_row, log.job_id)
+            log.checked_at = time.monotonic()
+            if row is None:
+                log.gone = True
+                log.close()
+                return
+            attempt, ended, finished_at = row
+            grace_passed = finished_at is None or (utcnow() - finished_at).total_seconds() > DRIVER_EXIT_GRACE_S
+            await log.update(attempt, ended, ended and grace_passed)
 
-    def _read(self, job_id: str) -> _Snapshot | None:
+    def _job_row(self, job_id: str) -> tuple[int, bool, datetime | None] | None:
         with self.sessions() as session:
             job = session.get(Job, job_id)
-            if job is None:
-                return None
-            finished = job.state in TERMINAL and _driver_exited(self.backend, job)
-            return _Snapshot(read_logs(self.backend, self.archive, job), finished)
+            return None if job is None else (job.attempt, job.state in TERMINAL, job.finished_at)
 
     def _release(self, job_id: str, key: str) -> None:
         with self._lock:
@@ -157,20 +164,8 @@ class LogFollows:
             self._by_job[job_id] -= 1
             if self._by_key[key] <= 0:
                 del self._by_key[key]
-            if self._by_job[job_id] <= 0:  # nobody follows it: forget what was read
+            if self._by_job[job_id] <= 0:  # nobody follows it: stop reading it and forget what was read
                 del self._by_job[job_id]
-                self._latest.pop(job_id, None)
-                self._reading.pop(job_id, None)
-
-
-def _driver_exited(backend: ClusterBackend, job: Job) -> bool:
-    """Whether the ended job's current attempt prints nothing more: its Ray job has finished (or Ray lost
-    it), or the grace since the job ended has passed."""
-    if job.attempt == 0 or job.finished_at is None:
-        return True
-    if (utcnow() - job.finished_at).total_seconds() > DRIVER_EXIT_GRACE_S:
-        return True
-    try:
-        return backend.info(f"{job.id}-{job.attempt}").status.finished
-    except BackendUnavailable:
-        return True  # no live copy to wait for: the archive is what there is
+                log = self._logs.pop(job_id, None)
+                if log is not None:
+                    log.close()
