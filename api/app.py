@@ -6,6 +6,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 
+from api.auth_first import install_auth_first
 from api.errors import install_error_handler
 from api.http_metrics import HttpMetrics
 from api.limits import BodySizeLimit
@@ -102,5 +103,6 @@ def create_app(
 
     install_error_handler(app)  # every domain error (orchestrator.errors) -> its status, in one table
     install_ui(app)  # the dashboard under /ui (after the error handler: its pages answer errors in HTML)
+    install_auth_first(app)  # a request's caller is checked before its body or parameters are refused (422)
     document_error_shapes(app)
     return app

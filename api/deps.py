@@ -23,7 +23,7 @@ from orchestrator.db.models import ApiKey, Role, utcnow
 from orchestrator.errors import Forbidden, NotFound, Unauthorized
 from orchestrator.repositories import projects as projects_repo
 
-_bearer = HTTPBearer(auto_error=False)
+bearer_scheme = HTTPBearer(auto_error=False)  # None when no bearer credentials come (the routes say 401 themselves)
 
 
 async def get_control_plane(request: Request) -> ControlPlane:
@@ -48,7 +48,7 @@ async def get_session(service: ControlPlaneDep) -> AsyncIterator[Session]:
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
-BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
 
 
 async def current_principal(credentials: BearerDep, service: ControlPlaneDep) -> Principal:
