@@ -20,10 +20,12 @@ const App = (() => {
     return response;
   }
 
-  function escapeText(text) {
-    const div = document.createElement("div");
-    div.textContent = text == null ? "" : String(text);
-    return div.innerHTML;
+  // The one escaper for what a script writes into HTML, as text and as an attribute's value (in " or '):
+  // & < > " ' become character references, so a name or message can neither open a tag nor close the
+  // attribute it sits in. (Reading back a div's innerHTML, as before, escaped no quotes.)
+  const HTML_ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+  function escapeHtml(value) {
+    return (value == null ? "" : String(value)).replace(/[&<>"']/g, (c) => HTML_ESCAPES[c]);
   }
 
   // Read JSON a template left for the page (<script type="application/json" id=...>: data, never run).
@@ -62,5 +64,5 @@ const App = (() => {
     });
   });
 
-  return { csrfHeaders, post, escapeText, pageData, formatNumber };
+  return { csrfHeaders, post, escapeHtml, pageData, formatNumber };
 })();

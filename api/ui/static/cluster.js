@@ -2,7 +2,7 @@
 "use strict";
 
 (() => {
-  const esc = App.escapeText;
+  const esc = App.escapeHtml;
   const time = (iso) => (iso ? iso.slice(0, 19).replace("T", " ") : "");
   const num = (v) => App.formatNumber(Math.round(v * 1000) / 1000);
 

@@ -6,7 +6,7 @@
 (() => {
   const page = App.pageData("page-data");
   if (!page) return;
-  const esc = App.escapeText;
+  const esc = App.escapeHtml;
   const time = (iso) => (iso ? iso.slice(0, 19).replace("T", " ") : "");
 
   function badge(state, extra) {

@@ -22,7 +22,7 @@
       badge.className = "badge state-" + d.state.toLowerCase();
       const why = row.querySelector('[data-field="why"]');
       why.className = "why" + (failed.has(d.state) ? " failed" : waiting.has(d.state) ? " waiting" : "");
-      why.innerHTML = d.reason ? `<code>${App.escapeText(d.reason)}</code> ${App.escapeText(d.message)}` : "";
+      why.innerHTML = d.reason ? `<code>${App.escapeHtml(d.reason)}</code> ${App.escapeHtml(d.message)}` : "";
       row.querySelector('[data-field="serving"]').textContent =
         (d.serving_version ? `v${d.serving_version}` : "—") + (d.version !== d.serving_version ? ` → v${d.version}` : "");
       row.querySelector('[data-field="replicas"]').textContent = `${d.replicas_running} / ${d.replicas}`;

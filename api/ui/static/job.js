@@ -10,7 +10,7 @@
 
   // --- state, timeline, checkpoints -------------------------------------------------------------------
   function badge(state) {
-    return `<span class="badge state-${App.escapeText(state.toLowerCase())}">${App.escapeText(state)}</span>`;
+    return `<span class="badge state-${App.escapeHtml(state.toLowerCase())}">${App.escapeHtml(state)}</span>`;
   }
 
   function onSummary(summary) {
@@ -47,10 +47,10 @@
       const e = events[i];
       const li = document.createElement("li");
       li.innerHTML =
-        `<span class="when">${App.escapeText(e.created_at.replace("T", " ").slice(0, 19))}</span> ${badge(e.to_state)} ` +
+        `<span class="when">${App.escapeHtml(e.created_at.replace("T", " ").slice(0, 19))}</span> ${badge(e.to_state)} ` +
         (e.attempt ? `<span class="muted">attempt ${e.attempt}</span> ` : "") +
-        (e.reason ? `<code>${App.escapeText(e.reason)}</code> ` : "") +
-        App.escapeText(e.message);
+        (e.reason ? `<code>${App.escapeHtml(e.reason)}</code> ` : "") +
+        App.escapeHtml(e.message);
       list.appendChild(li);
     }
   }
@@ -67,7 +67,7 @@
       const metrics = Object.entries(c.metrics).map(([k, v]) => `${k}=${v}`).join(" ");
       row.innerHTML =
         `<td class="num">${c.step}</td><td class="num">${c.epoch}</td><td class="num">${c.attempt}</td>` +
-        `<td class="mono">${App.escapeText(metrics)}</td><td class="num">${(c.size_bytes / 1e6).toFixed(2)} MB</td>`;
+        `<td class="mono">${App.escapeHtml(metrics)}</td><td class="num">${(c.size_bytes / 1e6).toFixed(2)} MB</td>`;
       if (page.can_write) {
         const template = document.querySelector(".deploy-form");
         const name = template ? template.querySelector("input[name=name]").value.replace(/-\d+$/, "") : "job";
@@ -75,8 +75,8 @@
         const csrf = App.csrfHeaders();
         cell.innerHTML =
           `<form method="post" action="/ui/jobs/${encodeURIComponent(page.id)}/checkpoints/${c.id}/deploy" class="deploy-form">` +
-          `<input type="hidden" name="csrf_token" value="${App.escapeText(Object.values(csrf)[0])}">` +
-          `<input type="text" name="name" value="${App.escapeText(name)}-${c.id}" maxlength="63" required aria-label="deployment name">` +
+          `<input type="hidden" name="csrf_token" value="${App.escapeHtml(Object.values(csrf)[0])}">` +
+          `<input type="text" name="name" value="${App.escapeHtml(name)}-${c.id}" maxlength="63" required aria-label="deployment name">` +
           `<button type="submit" class="primary" ${terminal ? "" : "disabled"}>Deploy</button></form>`;
       }
     }

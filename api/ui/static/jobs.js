@@ -23,7 +23,7 @@
       setBadge(row.querySelector('[data-field="state"]'), job.state);
       const why = row.querySelector('[data-field="why"]');
       why.className = "why " + job.why;
-      why.innerHTML = job.reason ? `<code>${App.escapeText(job.reason)}</code> ${App.escapeText(job.message)}` : "";
+      why.innerHTML = job.reason ? `<code>${App.escapeHtml(job.reason)}</code> ${App.escapeHtml(job.message)}` : "";
       row.querySelector('[data-field="attempt"]').textContent = job.attempt;
       row.querySelector('[data-field="progress"]').textContent =
         job.epoch == null ? "" : `epoch ${job.epoch}, step ${job.step}`;

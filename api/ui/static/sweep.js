@@ -82,8 +82,8 @@
       for (const path of params) tr.appendChild(cell(trial.config[path], "mono"));
       const why = document.createElement("td");
       why.innerHTML = `<div class="why${trial.state === "FAILED" ? " failed" : ""}">${
-        trial.reason ? `<code>${App.escapeText(trial.reason)}</code> ` : ""
-      }${App.escapeText(trial.message)}</div>`;
+        trial.reason ? `<code>${App.escapeHtml(trial.reason)}</code> ` : ""
+      }${App.escapeHtml(trial.message)}</div>`;
       tr.appendChild(why);
       fragment.appendChild(tr);
     }

@@ -21,7 +21,7 @@
       const why = row.querySelector('[data-field="why"]');
       why.className = "why" + (sweep.state === "FAILED" ? " failed" : sweep.state === "QUEUED" ? " waiting" : "");
       why.innerHTML = sweep.reason
-        ? `<code>${App.escapeText(sweep.reason)}</code> ${App.escapeText(sweep.message)}`
+        ? `<code>${App.escapeHtml(sweep.reason)}</code> ${App.escapeHtml(sweep.message)}`
         : "";
       const seen = Object.values(sweep.trials).reduce((a, b) => a + b, 0);
       row.querySelector('[data-field="trials"]').textContent = `${seen} / ${sweep.total_trials}`;
