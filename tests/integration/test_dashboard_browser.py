@@ -2,8 +2,9 @@
 
 Debian's ``chromium`` (scripts/ensure-chromium.sh installs it; ``make install`` and ``make test`` run it) is
 driven through Playwright with ``executable_path``: Playwright's own browser download is never used. Where no
-Chromium can be found, every test here is skipped with a message that says so; anything else that goes wrong
-fails. One browser for the module; each key signs in in a context of its own (its own cookies).
+Chromium can be found, every test here is skipped with a message that says so, except under CI (CI=true), where
+each fails with that message; anything else that goes wrong fails. One browser for the module; each key signs
+in in a context of its own (its own cookies).
 
 Screenshots of every page go to ``test-output/screenshots/`` at the repository root (gitignored; the path is
 printed), so a failed run leaves what the browser saw.
@@ -37,16 +38,23 @@ def chromium_path() -> str | None:
 
 
 CHROMIUM = chromium_path()
-# Decided before any fixture runs, so a machine without Chromium does not start Ray for these tests.
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        CHROMIUM is None,
-        reason="no Chromium found (looked for ORCHESTRATOR_CHROMIUM, then "
-        f"{', '.join(CHROMIUM_NAMES)} on PATH): run `bash scripts/ensure-chromium.sh` "
-        "(apt-get install chromium, as root) to run the dashboard's browser tests",
-    ),
-]
+IN_CI = os.environ.get("CI", "").strip().lower() in ("true", "1")  # as scripts/ensure-chromium.sh reads it
+NO_CHROMIUM = (
+    "no Chromium found (looked for ORCHESTRATOR_CHROMIUM, then "
+    f"{', '.join(CHROMIUM_NAMES)} on PATH): run `bash scripts/ensure-chromium.sh` "
+    "(apt-get install chromium, as root) to run the dashboard's browser tests"
+)
+# Decided before any fixture runs, so a developer's machine without Chromium does not start Ray for these tests.
+# Under CI they are not skipped: chromium_under_ci fails them instead.
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(CHROMIUM is None and not IN_CI, reason=NO_CHROMIUM)]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def chromium_under_ci() -> None:
+    """Under CI (CI=true) a missing Chromium fails every test here, where a developer gets a skip: a CI run must
+    not pass with the dashboard untested. Session-scoped and autouse, so it is set up before the Ray cluster."""
+    if CHROMIUM is None:
+        pytest.fail(f"CI=true: {NO_CHROMIUM}", pytrace=False)
 
 
 @pytest.fixture(scope="module")
