@@ -203,7 +203,7 @@ def _chart():
 def test_the_chart_ships_a_network_policy_in_front_of_the_ray_heads_ports(values_name):
     chart = _chart()
     objects = chart.render(chart.values_file(values_name))
-    policy = chart.one(objects, "NetworkPolicy")
+    policy = chart.one(objects, "NetworkPolicy", f"{chart.RELEASE}-orchestrator-ray")  # the Ray pods' ingress
     doc = {k: v for k, v in policy.items() if k != "__template"}
     for version in chart.K8S_VERSIONS:
         chart.kubernetes_validate.validate(doc, version, strict=True)

@@ -470,7 +470,7 @@ def test_the_ingress_routes_to_the_api_service():
 
 def test_the_network_policy_lets_only_ray_pods_and_the_control_plane_reach_rays_ports():
     objects = render(values_file("external-db-values.yaml"))
-    policy = one(objects, "NetworkPolicy")
+    policy = one(objects, "NetworkPolicy", f"{RELEASE}-orchestrator-ray")  # the Ray pods' ingress
     cluster = one(objects, "RayCluster")["metadata"]["name"]
     assert policy["spec"]["podSelector"] == {"matchLabels": {"ray.io/cluster": cluster}}
     ray_pods, control_plane, serve = policy["spec"]["ingress"]
@@ -678,7 +678,9 @@ def test_the_serve_service_reaches_the_heads_serve_port_where_the_control_plane_
     assert config["ORCHESTRATOR_SERVE_HOST"] == "0.0.0.0"
     assert int(config["ORCHESTRATOR_SERVE_PORT"]) == serve_port["containerPort"] == 8001
     # The NetworkPolicy lets clients in on that same port.
-    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    policies = [
+        o for o in objects if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == f"{RELEASE}-orchestrator-ray"
+    ]
     if policies:
         assert {"protocol": "TCP", "port": serve_port["containerPort"]} in policies[0]["spec"]["ingress"][-1]["ports"]
 

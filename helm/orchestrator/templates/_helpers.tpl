@@ -135,6 +135,11 @@ upgrade keeps generated tokens), else a new random one. Call with (list $ "key" 
 {{- end }}
 {{- end -}}
 
+{{/* The head pod's projected ServiceAccount token, mounted into KubeRay's autoscaler container only. */}}
+{{- define "orchestrator.ray.autoscalerTokenVolume" -}}
+autoscaler-api-token
+{{- end -}}
+
 {{/* Volumes and mounts of every Ray pod: memory-backed /dev/shm and the shared checkpoint volume. */}}
 {{- define "orchestrator.ray.volumes" -}}
 - name: dshm
