@@ -288,6 +288,13 @@ class Settings(BaseSettings):
         description="Largest total size of a code package's files, uncompressed (MB): a zip bomb is a 413 naming "
         "this setting, found before anything is stored.",
     )
+    code_max_concurrent_uploads: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="Code uploads one API process receives and checks at once (each in a thread of its own, off the "
+        "request threads); past it a 429 with Retry-After, at once.",
+    )
     allow_requirements: bool = Field(
         True,
         description="Whether a job's code may name pip requirements (code.requirements, installed by Ray's "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, Query, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
@@ -13,7 +14,7 @@ from api.paging import Page
 from orchestrator.db.models import CodePackage
 from orchestrator.errors import Invalid, NotFound
 from orchestrator.repositories import code as code_repo
-from orchestrator.services.code import store_upload
+from orchestrator.services.code import UploadSlots, store_upload
 from workers.contract.rest import CodeFileOut, CodePackageOut, CodeUploaded
 
 router = APIRouter(prefix="/v1/code", tags=["code"])
@@ -31,6 +32,14 @@ UPLOAD_BODY = {
         }
     },
 }
+
+
+def _upload_slots(request: Request, limit: int) -> UploadSlots:
+    """This app's slots (made at its first upload: the event loop's thread, so no two are made)."""
+    slots = getattr(request.app.state, "code_upload_slots", None)
+    if slots is None:
+        slots = request.app.state.code_upload_slots = UploadSlots(limit)
+    return slots
 
 
 def _out(package: CodePackage, with_files: bool = False) -> CodePackageOut:
@@ -60,23 +69,34 @@ async def upload_code(
     project_id: ProjectQuery = None,
 ) -> CodeUploaded:
     """A `.zip` or `.tar.gz` of a directory in the multipart form field `file` (at most ORCHESTRATOR_CODE_MAX_MB:
-    413 past it, ORCHESTRATOR_CODE_MAX_FILES files, ORCHESTRATOR_CODE_MAX_UNPACKED_MB unpacked). Every entry is
-    checked before anything is stored: an absolute path, `..`, a link, a device file or FIFO, or bytes that are
-    not such an archive are a 422 naming the entry. 201 with the package's id (`sha256:` of the bytes); the same
-    bytes again in the same project are stored once and answer 200 with the same id."""
+    413 past it, ORCHESTRATOR_CODE_MAX_FILES files, twice as many entries of any kind,
+    ORCHESTRATOR_CODE_MAX_UNPACKED_MB unpacked). Every entry is checked before anything is stored: an absolute
+    path, `..`, a link, a device file or FIFO, or bytes that are not such an archive are a 422 naming the entry.
+    201 with the package's id (`sha256:` of the bytes); the same bytes again in the same project are stored once
+    and answer 200 with the same id. More than ORCHESTRATOR_CODE_MAX_CONCURRENT_UPLOADS uploads at once: 429
+    with Retry-After."""
 
     def project() -> str:
         with service.sessions() as session:
             return target_project(session, principal, project_id)
 
     target = await run_in_threadpool(project)  # 401/403/404 before a byte of the body is read
-    async with request.form(max_files=1, max_fields=4) as form:
-        upload = form.get("file")
-        if not isinstance(upload, UploadFile):
-            raise Invalid("a .zip or .tar.gz file in the multipart form field 'file' is required", ("file",))
-        uploaded = await run_in_threadpool(
-            store_upload, service.sessions, service.code_storage, service.settings, target, upload.file
-        )
+    with _upload_slots(request, service.settings.code_max_concurrent_uploads).slot():  # 429 past the cap
+        async with request.form(max_files=1, max_fields=4) as form:
+            upload = form.get("file")
+            if not isinstance(upload, UploadFile):
+                raise Invalid("a .zip or .tar.gz file in the multipart form field 'file' is required", ("file",))
+            # In a thread of its own, not one of the pool the sync routes share (anyio's default limiter): a
+            # slow archive must not take the drivers' report routes' threads. The slots bound these threads.
+            uploaded = await anyio.to_thread.run_sync(
+                store_upload,
+                service.sessions,
+                service.code_storage,
+                service.settings,
+                target,
+                upload.file,
+                limiter=anyio.CapacityLimiter(1),
+            )
     if not uploaded.created:
         response.status_code = status.HTTP_200_OK
     package = uploaded.package

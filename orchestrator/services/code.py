@@ -2,12 +2,15 @@
 413 past ORCHESTRATOR_CODE_MAX_MB), looked up (the same bytes in the same project are stored once),
 checked and repacked as a zip (``orchestrator.code_archive``), stored (``orchestrator.code_storage``),
 then recorded. The heavy steps run outside any database transaction: on SQLite a transaction holds the
-write lock (``db/engine.py``)."""
+write lock (``db/engine.py``). ``UploadSlots`` bounds how many uploads a process handles at once."""
 
 from __future__ import annotations
 
 import hashlib
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -18,7 +21,7 @@ from orchestrator import code_archive
 from orchestrator.code_archive import ArchiveRejected, Limits
 from orchestrator.code_storage import CodeStorage
 from orchestrator.db.models import CodePackage
-from orchestrator.errors import TooLarge
+from orchestrator.errors import TooLarge, TooMany
 from orchestrator.repositories import code as code_repo
 from orchestrator.settings import Settings
 
@@ -28,6 +31,42 @@ CHUNK = 1024 * 1024
 # be larger than the upload (a .tar.gz compresses across files, a zip file by file): past this, Ray would
 # refuse it at every start, so the upload is refused instead.
 RAY_PACKAGE_MAX_BYTES = 100 * 1024 * 1024
+
+
+# What a 429 asks a client to wait: an upload is checked and stored in seconds.
+UPLOAD_RETRY_AFTER_S = 5
+
+
+class UploadsBusy(TooMany):
+    """429: the process is already handling ORCHESTRATOR_CODE_MAX_CONCURRENT_UPLOADS uploads."""
+
+    retry_after_s = UPLOAD_RETRY_AFTER_S
+
+
+class UploadSlots:
+    """At most ``limit`` uploads in progress at once in this process, from the first byte of the body read to
+    the package stored (a body spooled to disk, then hashed, checked and repacked). Past it ``UploadsBusy`` at
+    once, never a wait: a queue of waiting uploads would hold their bodies and the client's connection."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._taken = 0
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        with self._lock:
+            if self._taken >= self.limit:
+                raise UploadsBusy(
+                    f"{self.limit} code uploads are already being received and checked here, the most at once "
+                    f"(ORCHESTRATOR_CODE_MAX_CONCURRENT_UPLOADS): send it again in {UPLOAD_RETRY_AFTER_S} s"
+                )
+            self._taken += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._taken -= 1
 
 
 @dataclass(frozen=True)

@@ -4,15 +4,20 @@ count and unpacked size are capped, and a project never sees another's packages.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
+import threading
+import tracemalloc
 from pathlib import Path
 
+import anyio
 import pytest
 from sqlalchemy import func, select
 
+from orchestrator import code_archive
 from orchestrator.db.models import CodePackage
 from tests.unit.api_helpers import auth, make_project
-from tests.unit.code_archives import BAD_ARCHIVES, TRAIN_PY, tar_files, zip_bomb, zip_of
+from tests.unit.code_archives import BAD_ARCHIVES, TRAIN_PY, folders_tar_gz, folders_zip, tar_files, zip_bomb, zip_of
 
 
 @pytest.fixture
@@ -130,3 +135,95 @@ def test_a_package_whose_zip_for_ray_is_past_rays_limit_is_a_413(client, app, mo
     assert response.status_code == 413, response.text
     assert "stored as a zip for Ray" in response.json()["detail"]
     assert nothing_stored(app)
+
+
+# --- issue 29, finding 3: an archive's listing, and uploads at once, are bounded ---------------------
+
+
+class CountedReads(io.BytesIO):
+    """An upload that counts the bytes read from it."""
+
+    read_bytes = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = super().read(size)
+        self.read_bytes += len(data)
+        return data
+
+
+FOLDER_ARCHIVES = {
+    # 50,000 folder entries in 110 KB: on the old code, 5 s of CPU and 19 MB of headers kept to list them
+    "tar-of-folders": (lambda: folders_tar_gz(50_000), 32 * 1024),
+    # 2,000 folder entries whose end record says 1: zipfile reads the whole central directory (106 KB)
+    "zip-of-folders-declaring-one": (lambda: folders_zip(2_000, declared=1), 32 * 1024),
+    # 11 folder entries declaring 1: a directory small enough to read, its records counted one by one
+    "zip-of-11-folders-declaring-one": (lambda: folders_zip(11, declared=1), None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FOLDER_ARCHIVES))
+def test_an_archive_of_folder_entries_is_refused_at_the_entry_limit_and_reading_stops_there(client, app, case):
+    """On the old code folders were skipped before anything counted them: every header was read (and kept
+    by tarfile) and the upload ended in "the archive holds no files" (422, the limit never named); the
+    tar read all of its 111,792 bytes with a peak of 19 MB traced, the lying zip its whole central
+    directory. Now every entry counts (folders and links too: at most twice ORCHESTRATOR_CODE_MAX_FILES)
+    and so do the listing's bytes, and reading stops at the first limit passed."""
+    make, read_at_most = FOLDER_ARCHIVES[case]
+    data = make()
+    _, keys = make_project(client, "team")
+    response = upload(client, keys["member"], data)
+    assert response.status_code == 422, response.text
+    assert "ORCHESTRATOR_CODE_MAX_FILES" in response.json()["detail"], response.text
+    assert nothing_stored(app)
+    if read_at_most is None:
+        return
+    counted = CountedReads(data)
+    tracemalloc.start()
+    try:
+        with pytest.raises(code_archive.ArchiveRejected, match="ORCHESTRATOR_CODE_MAX_FILES"):
+            code_archive.inspect(counted, code_archive.Limits(max_files=5, max_unpacked_bytes=2**20))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(data) > 3 * read_at_most
+    assert counted.read_bytes <= read_at_most, counted.read_bytes  # the old code read every byte
+    assert peak < 2 * 1024 * 1024, peak  # the old code: 19 MB for the tar
+
+
+@pytest.mark.parametrize("settings_overrides", [{"code_max_concurrent_uploads": 1}])
+def test_an_upload_past_the_concurrent_upload_cap_is_a_429_while_one_is_in_progress(client, app, monkeypatch):
+    """On the old code uploads had no cap (the second was checked beside the first: 201), and each was
+    checked in a thread of the pool every sync route shares. Now at most ORCHESTRATOR_CODE_MAX_CONCURRENT_UPLOADS
+    are in progress per process, each in a thread of its own; past it a 429 with Retry-After, at once. The
+    first upload is held inside its check by an Event: no timing decides the test."""
+    inspect = code_archive.inspect
+    started, release = threading.Event(), threading.Event()
+    default_pool_tokens: list[float] = []
+
+    def held_inspect(upload, limits):
+        if not started.is_set():  # only the first upload waits
+            default_pool_tokens.append(
+                anyio.from_thread.run_sync(lambda: anyio.to_thread.current_default_thread_limiter().borrowed_tokens)
+            )
+            started.set()
+            assert release.wait(60), "the test never released the first upload"
+        return inspect(upload, limits)
+
+    monkeypatch.setattr(code_archive, "inspect", held_inspect)
+    _, keys = make_project(client, "team")
+    first: list = []
+    worker = threading.Thread(target=lambda: first.append(upload(client, keys["member"], zip_of({"a.py": b"1"}))))
+    worker.start()
+    try:
+        assert started.wait(60), "the first upload never reached its check"
+        second = upload(client, keys["member"], zip_of({"b.py": b"2"}))
+    finally:
+        release.set()
+        worker.join(60)
+    assert second.status_code == 429, second.text
+    assert "ORCHESTRATOR_CODE_MAX_CONCURRENT_UPLOADS" in second.json()["detail"]
+    assert int(second.headers["Retry-After"]) > 0
+    assert first[0].status_code == 201, first[0].text
+    assert default_pool_tokens == [0]  # checked off the request threads' pool
+    # The slot came back: the next upload goes through.
+    assert upload(client, keys["member"], zip_of({"b.py": b"2"})).status_code == 201
