@@ -46,9 +46,11 @@ _CAPACITY_TTL_S = 5.0
 # up to 10 lines or past 20,000 characters, read as fast as they come until the end of the file
 # (ray/dashboard/modules/job/utils.py: file_tail_iterator); a batch short of both was cut by the file's end.
 _TAIL_BATCH_LINES, _TAIL_BATCH_CHARS = 10, 20_000
-# At the end of the file the agent waits a second before it looks again: a tail this long without a message
-# after a full batch is at the end too.
-_TAIL_QUIET_S = 1.0
+# At the end of the file the agent waits a second, then sends what it read since (so a batch cut by the end comes
+# a second after the one before it): a tail this long without a message after a full batch is at the end too.
+# Before the first message nothing is said (the head waits a second for the driver's agent; a driver that has
+# printed nothing has nothing to catch up on).
+_TAIL_QUIET_S = 2.0
 
 
 def _said(exc: Exception) -> str:
@@ -184,7 +186,7 @@ class RayBackend:
 
         receiver = asyncio.create_task(receive())
         try:
-            at_end = False
+            at_end = True  # nothing to say until a first full batch
             while True:
                 try:
                     item = await asyncio.wait_for(messages.get(), None if at_end else _TAIL_QUIET_S)

@@ -77,9 +77,30 @@ def test_digits_job_trains_to_95_percent_and_reports_everything(member, ray_clus
     logs = member.http.get(f"/v1/jobs/{job_id}/logs").text
     assert job_id in logs and "RayTrainWorker" in logs  # driver output and forwarded worker output
     assert followed == logs
+    _rays_log_tail_and_answers_read_as_the_backend_expects(ray_cluster, job_id)
 
     assert len(_ray_submissions_of(ray_cluster, job_id)) == 1
     _usage_matches_the_events(member, job, workers=2, cpus=1.0)
+
+
+def _rays_log_tail_and_answers_read_as_the_backend_expects(cluster, job_id: str) -> None:
+    """What a follow reads (issue 29, 11) and how a lookup is classified (10), on the real dashboard: the tail
+    of an ended run is its whole log, then ends; an unknown submission is MISSING, no log, and no tail."""
+    import asyncio
+
+    from orchestrator.backend import RunNotFound, RunStatus
+    from orchestrator.backend.ray_backend import RayBackend
+
+    backend = RayBackend(cluster.dashboard_url, cluster.token())
+
+    async def tail(submission_id: str) -> str:
+        return "".join([chunk.text async for chunk in backend.tail_logs(submission_id)])
+
+    assert asyncio.run(tail(f"{job_id}-1")) == backend.logs(f"{job_id}-1")
+    unknown = "f404" + job_id[4:] + "-1"  # "404" in an id says nothing: Ray's own answer does
+    assert backend.info(unknown).status is RunStatus.MISSING and backend.logs(unknown) is None
+    with pytest.raises(RunNotFound):
+        asyncio.run(tail(unknown))
 
 
 def _usage_matches_the_events(member, job: dict, workers: int, cpus: float) -> None:

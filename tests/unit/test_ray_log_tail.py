@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from orchestrator.backend import BackendUnavailable, LogChunk, RunNotFound
+from orchestrator.backend import BackendUnavailable, LogChunk, RunNotFound, ray_backend
 from orchestrator.backend.ray_backend import RayBackend
 
 SUBMISSION = "0a404b-1"
@@ -58,12 +58,14 @@ async def tail_of(script: list | int) -> list[LogChunk]:
         await runner.cleanup()
 
 
-def test_a_tail_says_when_it_reached_the_end_of_what_was_printed():
+def test_a_tail_says_when_it_reached_the_end_of_what_was_printed(monkeypatch):
     # Ray's agent sends batches of 10 lines until the end of the file, where the batch is cut short; then,
     # as the driver prints more, what it printed. A batch of exactly 10 lines at the end is only known to
-    # be the end when nothing follows it for a while.
-    chunks = asyncio.run(tail_of([lines(0, 10), lines(10, 10), lines(20, 3), 0.2, lines(23, 10), 1.5, lines(33, 1)]))
-    assert chunks == [
+    # be the end when nothing follows it for a while (Ray's agent waits a second at the end: 2 s; 0.5 here).
+    monkeypatch.setattr(ray_backend, "_TAIL_QUIET_S", 0.5)
+    script = [0.8, lines(0, 10), lines(10, 10), lines(20, 3), 0.8, lines(23, 10), 0.8, lines(33, 1)]
+    chunks = asyncio.run(tail_of(script))
+    assert chunks == [  # nothing said during the wait for the first batch: the driver had printed nothing
         LogChunk(lines(0, 10), at_end=False),
         LogChunk(lines(10, 10), at_end=False),
         LogChunk(lines(20, 3), at_end=True),
@@ -94,8 +96,6 @@ def test_the_batching_of_rays_agent_is_what_the_backend_reads(tmp_path):
     cut past 20,000 characters, and a batch cut short only by the end of the file (fails by name when a Ray
     upgrade changes it; a tail would then say it is at the end only after a quiet second)."""
     from ray.dashboard.modules.job.utils import file_tail_iterator
-
-    from orchestrator.backend import ray_backend
 
     path = tmp_path / "job-driver.log"
     path.write_text(lines(0, 23) + "x" * 30_000 + "\n" + "partial")
