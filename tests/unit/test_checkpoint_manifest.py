@@ -215,7 +215,7 @@ def _ray_snapshot(storage: Path, run: str, names: list[str]) -> None:
         timed_out_validation_checkpoint_dir_names=[],
         failed_validation_checkpoint_dir_names=[],
     )
-    (storage / run / SNAPSHOT_FILE).write_text(state.json())
+    (storage / run / SNAPSHOT_FILE).write_text(state.model_dump_json())
 
 
 def _ray_loads_snapshot(storage: Path, run: str):
