@@ -1,9 +1,9 @@
 """Steady-state training throughput through the service vs the same loop under plain torchrun.
 
-    .venv/bin/python bench/train_throughput.py [--rounds 3] [--epochs 4]
+    .venv/bin/python bench/train_throughput.py [--rounds 3] [--epochs 4] [--gpus N]
 
 One workload and spec for both arms (tiny_gpt on generated text, 2 CPU workers, gloo, OMP_NUM_THREADS=1
-and one torch thread per rank). The service arm submits the job over HTTP to the real service on a
+and one torch thread per rank; with ``--gpus N``, N workers with a GPU each, NCCL, on a cluster given N GPUs). The service arm submits the job over HTTP to the real service on a
 local Ray cluster and reads the samples/s step metrics it streamed; the reference arm runs
 `torchrun --nproc_per_node=2 -m workers.runtime.torchrun`. Arms alternate, round by round, so both see the
 same machine; both report the loop's own steady-state samples/s (all epochs but the first, which holds
@@ -37,11 +37,12 @@ from tests.conftest import free_port  # noqa: E402
 ADMIN = "bench-admin-token"
 
 
-def job_spec(text_path: Path, epochs: int, metrics_every_steps: int) -> dict:
+def job_spec(text_path: Path, epochs: int, metrics_every_steps: int, gpus: int = 0) -> dict:
+    scaling = {"num_workers": gpus, "use_gpu": True} if gpus else {"num_workers": 2}
     return {
         "workload": "tiny_gpt",
         "config": {"text_path": str(text_path), "context": 64, "layers": 2, "width": 128, "heads": 4},
-        "scaling": {"num_workers": 2, "cpus_per_worker": 1},
+        "scaling": {**scaling, "cpus_per_worker": 1},
         "epochs": epochs,
         "batch": {"per_worker": 16},
         "optimizer": {"name": "adamw"},
@@ -65,12 +66,12 @@ def service_arm(api: httpx.Client, spec: dict) -> float:
     return float(api.get(f"/v1/jobs/{job['id']}").json()["result"]["metrics"]["samples_per_s"])
 
 
-def torchrun_arm(spec_path: Path) -> float:
+def torchrun_arm(spec_path: Path, workers: int) -> float:
     command = [
         sys.executable,
         "-m",
         "torch.distributed.run",
-        "--nproc_per_node=2",
+        f"--nproc_per_node={workers}",
         "--master_port",
         str(free_port()),
         "-m",
@@ -88,6 +89,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--metrics-every", type=int, default=10, help="the spec's metrics_every_steps")
+    parser.add_argument("--gpus", type=int, default=0, help="N workers with a GPU each (default: 2 CPU workers)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench-throughput-"))
@@ -95,11 +97,11 @@ def main() -> None:
     text.write_text(
         "".join(f"line {i}: the quick brown fox jumps over the lazy dog {i * 7 % 13}.\n" for i in range(4000))
     )
-    spec = job_spec(text, args.epochs, args.metrics_every)
+    spec = job_spec(text, args.epochs, args.metrics_every, args.gpus)
     spec_path = work / "spec.json"
     spec_path.write_text(json.dumps(spec))
 
-    cluster = LocalRayCluster(work / "var", free_port(), free_port(), free_port(), num_cpus=2, num_gpus=0)
+    cluster = LocalRayCluster(work / "var", free_port(), free_port(), free_port(), num_cpus=2, num_gpus=args.gpus)
     cluster.start()
     settings = Settings(
         database_url=f"sqlite:///{work / 'bench.db'}",
@@ -115,7 +117,7 @@ def main() -> None:
             api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
             for round_number in range(1, args.rounds + 1):
                 service = service_arm(api, spec)
-                reference = torchrun_arm(spec_path)
+                reference = torchrun_arm(spec_path, spec["scaling"]["num_workers"])
                 rows.append((service, reference))
                 print(
                     f"round {round_number}: service {service:.1f} samples/s, torchrun {reference:.1f} samples/s, "

@@ -1,7 +1,8 @@
-"""Shared fixtures: databases (SQLite and PostgreSQL), settings, free ports."""
+"""Shared fixtures: databases (SQLite and PostgreSQL), settings, free ports; the ``gpu`` marker's skips."""
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import uuid
@@ -17,6 +18,37 @@ import pytest
 os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "3")
 
 PG_ADMIN_URL = os.environ.get("ORCHESTRATOR_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@functools.cache
+def cuda_device_count() -> int:
+    """The CUDA GPUs this process sees (``CUDA_VISIBLE_DEVICES`` applies); 0 without a CUDA build of torch."""
+    import torch  # here: most test runs never ask, and torch takes a second to import
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def gpus_needed(item: pytest.Item) -> int:
+    """``@pytest.mark.gpu`` asks for one GPU, ``@pytest.mark.gpu(2)`` for two (NCCL: one GPU per rank)."""
+    marker = item.get_closest_marker("gpu")
+    return int(marker.kwargs.get("count", marker.args[0] if marker.args else 1))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip, with the reason, every ``gpu`` test this machine has too few CUDA GPUs for; its CPU twin runs."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    available = cuda_device_count()
+    for item in gpu_items:
+        needed = gpus_needed(item)
+        if available == 0:
+            reason = "needs a CUDA GPU: torch.cuda.is_available() is false here (bash scripts/gpu-check.sh on one)"
+        elif available < needed:
+            reason = f"needs {needed} CUDA GPUs (NCCL runs one rank per GPU); this machine has {available}"
+        else:
+            continue
+        item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def free_port() -> int:

@@ -12,7 +12,7 @@ from api.embedded import serve_in_thread
 from orchestrator.backend.local_cluster import LocalRayCluster
 from orchestrator.backend.ray_backend import RayBackend
 from orchestrator.settings import Settings
-from tests.conftest import free_port
+from tests.conftest import cuda_device_count, free_port
 
 ADMIN = "integration-admin-token"
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
@@ -28,7 +28,7 @@ def ray_cluster(tmp_path_factory) -> Iterator[LocalRayCluster]:
         dashboard_port=free_port(),
         client_port=free_port(),
         num_cpus=2,
-        num_gpus=0,
+        num_gpus=cuda_device_count(),  # the machine's GPUs: use_gpu jobs run where there are some
     )
     cluster.start()
     try:

@@ -169,12 +169,13 @@ def test_queueing_cancel_and_idempotent_retry(member, ray_cluster):
     assert member.job(never)["state"] == "CANCELLED"
 
 
-def test_impossible_jobs_get_a_clear_reason_at_once(member):
+def test_impossible_jobs_get_a_clear_reason_at_once(member, ray_cluster):
     too_many = member.submit(scaling={"num_workers": 3})
     assert too_many.status_code == 422
     assert "needs 3 CPU for 3 workers but the whole cluster has 2 CPU" in too_many.json()["detail"][0]["msg"]
-    gpu = member.submit(scaling={"num_workers": 1, "use_gpu": True})
-    assert gpu.status_code == 422 and "has 0 GPU" in gpu.json()["detail"][0]["msg"]
+    gpus = ray_cluster.num_gpus  # the machine's: 0 here, some on a GPU machine
+    gpu = member.submit(scaling={"num_workers": 1, "use_gpu": True, "gpus_per_worker": gpus + 1})
+    assert gpu.status_code == 422 and f"has {gpus} GPU" in gpu.json()["detail"][0]["msg"]
     assert member.http.get("/v1/jobs", params={"state": "QUEUED"}).json()["items"] == []
 
 

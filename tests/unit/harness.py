@@ -1,5 +1,6 @@
 """Shared by the ``test_distributed_*`` files (no tests here): tiny workloads, job configs, and a runner
-that executes tasks on every rank of a fresh 2-process gloo group (``torch.multiprocessing``, no Ray).
+that executes tasks on every rank of a fresh process group (``torch.multiprocessing``, no Ray): 2 gloo
+ranks on the CPU, or NCCL ranks on CUDA, one GPU each.
 
 The workloads are custom workloads by name (``tests.unit.harness:mlp``), so the
 loop loads them exactly as it loads a user's package, in the test process and in the spawned ranks.
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -28,6 +30,20 @@ HERE = "tests.unit.harness"
 MLP, BN_MLP, TRANSFORMER = f"{HERE}:mlp", f"{HERE}:bn_mlp", f"{HERE}:transformer"
 REGRESSION = f"{HERE}:regression"
 FEATURES, CLASSES, VOCAB, LENGTH = 8, 3, 16, 8
+
+# The device each process-group backend trains on. A test runs on both through these params; the CUDA
+# ones carry the ``gpu`` marker (tests/conftest.py skips them, saying why, where there are too few GPUs).
+DEVICE_OF = {"gloo": "cpu", "nccl": "cuda"}
+
+
+def devices() -> list:
+    """``cpu`` and ``cuda`` (one GPU) as pytest params."""
+    return ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def backends(ranks: int = 2) -> list:
+    """``gloo`` (CPU) and ``nccl`` (CUDA: ``ranks`` GPUs, one per rank) as pytest params."""
+    return ["gloo", pytest.param("nccl", marks=pytest.mark.gpu(ranks))]
 
 
 # --- tiny workloads: build(config, seed) -------------------------------------------------------------
@@ -134,9 +150,12 @@ def regression(config: dict, seed: int) -> Workload:
 # --- jobs ---------------------------------------------------------------------------------------
 
 
-def job_config(workload: str = MLP, *, workers: int = 2, strategy: str = "ddp", **spec_fields: Any) -> dict:
-    """A loop config as the driver builds it; the plan is resolved as the control plane does."""
-    spec = JobSpec(workload=workload, scaling={"num_workers": workers}, **spec_fields)
+def job_config(
+    workload: str = MLP, *, workers: int = 2, strategy: str = "ddp", device: str = "cpu", **spec_fields: Any
+) -> dict:
+    """A loop config as the driver builds it; the plan is resolved as the control plane does. ``device="cuda"``
+    is ``scaling.use_gpu``: each worker trains on its GPU."""
+    spec = JobSpec(workload=workload, scaling={"num_workers": workers, "use_gpu": device == "cuda"}, **spec_fields)
     return loop_config(spec, TrainingPlan(strategy=strategy, global_batch=spec.global_batch, lr=spec.scaled_lr))
 
 
@@ -166,9 +185,17 @@ class RecordingReporter:
         pass
 
 
+def loop_device(config: dict) -> torch.device:
+    """Where a worker of ``config`` trains: with ``use_gpu``, this process's GPU (``run_on_ranks`` gives each
+    NCCL rank its own, as Ray Train does), else the CPU."""
+    if config["spec"]["scaling"]["use_gpu"]:
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def train(config: dict, root: str | Path, resume_from: str | Path | None = None) -> dict[str, Any]:
     """One ``run_training`` in this process (a rank of the group, or alone); what it produced."""
-    ctx = LocalContext(root, resume_from)
+    ctx = LocalContext(root, resume_from, loop_device(config))
     reporter = RecordingReporter()
     metrics = run_training(config, ctx, reporter)
     return {
@@ -180,7 +207,7 @@ def train(config: dict, root: str | Path, resume_from: str | Path | None = None)
 
 
 def model_state(checkpoint: str | Path) -> dict[str, torch.Tensor]:
-    return torch.load(Path(checkpoint) / "model.pt", weights_only=True)
+    return torch.load(Path(checkpoint) / "model.pt", weights_only=True, map_location="cpu")
 
 
 def assert_same_state(
@@ -196,13 +223,16 @@ def assert_same_state(
 Task = tuple[Callable[..., Any], dict[str, Any]]
 
 
-def run_on_ranks(tasks: list[Task], workdir: Path, world_size: int = 2) -> list[list[Any]]:
-    """Run every task, in order, on each rank of a new gloo group; ``results[rank][task]``.
+def run_on_ranks(tasks: list[Task], workdir: Path, world_size: int = 2, backend: str = "gloo") -> list[list[Any]]:
+    """Run every task, in order, on each rank of a new ``backend`` group; ``results[rank][task]``. On
+    ``nccl`` rank r uses GPU r (NCCL needs one GPU per rank).
 
     Tasks are module-level functions (the spawned ranks import them by name) with keyword arguments.
     """
     os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the ranks: 2 cores, 2 ranks
-    mp.start_processes(_rank_main, args=(world_size, tasks, str(workdir)), nprocs=world_size, start_method="spawn")
+    mp.start_processes(
+        _rank_main, args=(world_size, backend, tasks, str(workdir)), nprocs=world_size, start_method="spawn"
+    )
     results = []
     for rank in range(world_size):
         with open(workdir / f"results-{rank}.pkl", "rb") as file:
@@ -210,9 +240,11 @@ def run_on_ranks(tasks: list[Task], workdir: Path, world_size: int = 2) -> list[
     return results
 
 
-def _rank_main(rank: int, world_size: int, tasks: list[Task], workdir: str) -> None:
+def _rank_main(rank: int, world_size: int, backend: str, tasks: list[Task], workdir: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{workdir}/store", rank=rank, world_size=world_size)
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"file://{workdir}/store", rank=rank, world_size=world_size)
     try:
         results = [task(**kwargs) for task, kwargs in tasks]
     finally:

@@ -17,7 +17,7 @@ import pytest
 import torch
 from ray.train import Checkpoint
 
-from tests.unit.harness import RecordingReporter, job_config
+from tests.unit.harness import RecordingReporter, job_config, loop_device
 from workers.contract.jobs import DriverAssignment, JobSpec, MetricsEvent, StateEvent, TrainingPlan
 from workers.runtime import torchrun
 from workers.runtime.context import LocalContext
@@ -186,9 +186,22 @@ def test_checkpoint_every_n_epochs_every_n_steps_and_after_the_last(tmp_path):
     assert set(ctx.reported[0]) == {"epoch", "step"}
 
 
-def test_a_bf16_run_learns_digits(tmp_path):
-    metrics = run_training(loop_config(precision="bf16", epochs=2), LocalContext(tmp_path), RecordingReporter())
+@pytest.mark.parametrize(
+    ("precision", "device"),
+    [
+        ("bf16", "cpu"),
+        pytest.param("bf16", "cuda", marks=pytest.mark.gpu),
+        pytest.param("fp16", "cuda", marks=pytest.mark.gpu),
+    ],
+)
+def test_a_low_precision_run_learns_digits(tmp_path, precision, device):
+    """bf16 autocast on the CPU and on CUDA; fp16 (GPUs only) with its grad scaler, saved with the checkpoint."""
+    config = loop_config(precision=precision, epochs=2, device=device)
+    ctx = LocalContext(tmp_path, device=loop_device(config))
+    metrics = run_training(config, ctx, RecordingReporter())
     assert metrics["val_accuracy"] > 0.9
+    scaler = torch.load(ctx.checkpoints[-1] / "train_state.pt", weights_only=True, map_location="cpu")["scaler"]
+    assert bool(scaler) == (precision == "fp16")  # the scaler is on for fp16 only
 
 
 def test_resuming_with_another_strategy_is_refused(first_run, tmp_path):
