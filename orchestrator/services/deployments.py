@@ -42,7 +42,7 @@ from orchestrator.states.deployments import (
 from orchestrator.states.jobs import TERMINAL as JOB_TERMINAL
 from orchestrator.states.sweeps import TRIAL_TERMINAL
 from workers.contract import workloads
-from workers.contract.checkpoints import MODEL_FILE, SERVE_MODULE_FILE, SHARDED_DIR
+from workers.contract.checkpoints import MODEL_FILE, SERVE_MODULE_FILE, SHARDED_DIR, shards_only_problem
 from workers.contract.deployments import (
     AutoscalingSpec,
     BatchingSpec,
@@ -255,14 +255,18 @@ def selection_metric(job: Job, source: SourceSpec | None = None) -> tuple[str, b
 
 
 def _check_folder(path: str, loc: tuple[str, ...]) -> None:
-    """A local checkpoint folder must still hold a model (URIs are checked by the replica that loads them)."""
+    """A local checkpoint folder must still hold a model a replica loads: ``model.pt`` (tensors only; one with
+    only FSDP shards is refused, saying how to make it servable). URIs are checked by the replica that loads
+    them."""
     if "://" in path:
         return
     folder = Path(path)
     if not folder.is_dir():
         raise SpecRejected(loc, f"the checkpoint folder {path} no longer exists")
-    if not (folder / MODEL_FILE).is_file() and not (folder / SHARDED_DIR).is_dir():
-        raise SpecRejected(loc, f"the checkpoint folder {path} holds no model ({MODEL_FILE} or {SHARDED_DIR}/)")
+    if not (folder / MODEL_FILE).is_file():
+        if (folder / SHARDED_DIR).is_dir():
+            raise SpecRejected(loc, shards_only_problem(path))
+        raise SpecRejected(loc, f"the checkpoint folder {path} holds no model ({MODEL_FILE})")
 
 
 def check_resources(resources: dict[str, float], backend: ClusterBackend, replicas: int | dict[str, Any] = 1) -> None:

@@ -4,7 +4,7 @@ and the replica's answers to HTTP requests (4xx with what is expected, never a 5
 from __future__ import annotations
 
 import json
-import pickle
+import sys
 
 import pytest
 import torch
@@ -43,14 +43,41 @@ def test_a_ddp_checkpoint_loads_with_its_preprocessing(digits_checkpoint):
     assert torch.equal(loaded(x), model(x)) and not loaded.training
 
 
-def test_an_fsdp_checkpoint_with_only_shards_is_exported_to_a_full_state_dict(tmp_path):
+def test_a_checkpoint_with_only_fsdp_shards_is_refused_until_the_export_command_writes_model_pt(tmp_path, capsys):
+    """Saved before FSDP checkpoints carried model.pt: the replica refuses it (it never opens sharded/), and
+    ``python -m workers.train.export_full`` makes it servable, listed in rank 0's manifest."""
+    from workers.runtime.manifest import verify_checkpoint, write_manifest
+    from workers.train.export_full import main as export_full
+
     torch.manual_seed(0)
     model = tiny_gpt.build_model(GPT_CONFIG).eval()
     folder = tmp_path / "checkpoint_000002"
     dcp.save({"model": model.state_dict(), "optimizer": {}}, checkpoint_id=folder / "sharded")  # no process group
+    write_manifest(folder, rank=0, world_size=1)
+    with pytest.raises(ValueError, match="only FSDP shards") as refused:
+        load_serving_model(str(folder), "tiny_gpt", GPT_CONFIG)
+    assert f"python -m workers.train.export_full {folder}" in str(refused.value)
+
+    assert export_full([str(folder)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    verified = verify_checkpoint(folder)
+    assert verified and "model.pt" in json.loads((folder / "manifests" / "rank-00000.json").read_text())["files"]
     loaded = load_serving_model(str(folder), "tiny_gpt", GPT_CONFIG)
     tokens = torch.tensor([[1, 2, 3, 4]])
     assert torch.equal(loaded(tokens), model(tokens))
+    assert export_full([str(folder)]) == 0 and "nothing to do" in capsys.readouterr().out
+
+
+def test_the_export_command_refuses_a_checkpoint_whose_files_do_not_match_its_manifest(tmp_path, capsys):
+    from workers.runtime.manifest import write_manifest
+    from workers.train.export_full import main as export_full
+
+    folder = tmp_path / "checkpoint_000003"
+    dcp.save({"model": digits.build_model(DIGITS_CONFIG).state_dict()}, checkpoint_id=folder / "sharded")
+    write_manifest(folder, rank=0, world_size=1)
+    (folder / "sharded" / "__0_0.distcp").write_bytes(b"cut short")
+    assert export_full([str(folder)]) == 1
+    assert "not a whole checkpoint" in capsys.readouterr().err and not (folder / "model.pt").exists()
 
 
 @pytest.mark.parametrize(
@@ -157,7 +184,7 @@ def test_a_checkpoint_that_does_not_load_fails_the_replica(tmp_path):
     folder.mkdir()
     (folder / "model.pt").write_bytes(b"garbage")
     # torch.load(weights_only=True) refuses bytes that are no checkpoint: the replica never starts.
-    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+    with pytest.raises(ValueError, match="model.pt is not a state dict of tensors"):
         ModelServer.func_or_class(str(folder), "digits", DIGITS_CONFIG)
     with pytest.raises(ValueError, match="serving supports"):
         ModelServer.func_or_class(str(folder), "spirals", {})
@@ -177,3 +204,58 @@ def test_a_custom_workload_serves_rows_as_wide_as_its_samples(tmp_path):
     assert answer["predictions"] == model(torch.tensor([[0.1, -5.0]])).argmax(dim=1).tolist()
     with pytest.raises(BadInput, match="each row must be 2 numbers"):
         replica.predictor.parse({"inputs": [[0.1, 0.2, 0.3]]})
+
+
+SERVE_PY_WITH_BUILD_MODEL = '''
+import torch
+
+def build_model():
+    return torch.nn.Linear(2, 2)
+
+def predict(model, payload):
+    """{"x": [a, b]}"""
+    return {"y": model(torch.tensor([payload["x"]], dtype=torch.float32))[0].tolist()}
+'''
+
+
+@pytest.fixture
+def serve_py_with_build_model(tmp_path, monkeypatch):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "serve.py").write_text(SERVE_PY_WITH_BUILD_MODEL)
+    monkeypatch.syspath_prepend(str(code))  # the replica's working directory: the job's code
+    yield
+    sys.modules.pop("serve", None)
+
+
+def test_a_training_functions_build_model_has_model_pt_loaded_as_tensors_only(serve_py_with_build_model, tmp_path):
+    from workers.serve.app import load_hook_predictor
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 2)
+    folder = tmp_path / "checkpoint_000001"
+    folder.mkdir()
+    torch.save(model.state_dict(), folder / "model.pt")
+    predictor = load_hook_predictor(str(folder))
+    answer = predictor.parse({"x": [1.0, 2.0]})
+    assert answer == {"y": model(torch.tensor([[1.0, 2.0]]))[0].tolist()}
+
+    marker = tmp_path / "marker"
+    torch.save(model, folder / "model.pt")  # a whole pickled module: refused, not unpickled
+    with pytest.raises(ValueError, match="not a state dict of tensors"):
+        load_hook_predictor(str(folder))
+    (folder / "model.pt").write_bytes(pickle_payload(marker))
+    with pytest.raises(ValueError, match="not a state dict of tensors"):
+        load_hook_predictor(str(folder))
+    assert not marker.exists()
+
+
+def pickle_payload(marker) -> bytes:
+    """A pickle that, loaded without weights_only, creates ``marker``."""
+    import pickle
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    return pickle.dumps(Payload())

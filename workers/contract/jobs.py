@@ -175,7 +175,11 @@ class CheckpointSpec(_Strict):
     keep_best: KeepBestSpec | None = Field(
         None, description="Also keep the best `count` checkpoints by `metric` (ones without the metric don't count)."
     )
-    export_full: bool = Field(False, description="FSDP: also write a full (unsharded) model state dict for serving.")
+    export_full: bool = Field(
+        False,
+        description="Deprecated, no effect: every FSDP checkpoint now also holds the full (unsharded) model "
+        "state dict that serving loads. Still accepted, so specs that set it keep validating.",
+    )
     wait_for_commit: bool = Field(
         False,
         description="Train on only once Ray Train has registered the checkpoint. Off: training goes on while the "

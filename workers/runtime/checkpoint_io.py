@@ -4,12 +4,14 @@ Every rank writes into its own folder and all of them are handed to Ray Train, w
 into one checkpoint folder (elsewhere, ``LocalContext`` copies them together):
 
     train_state.pt       rank 0: position (epoch, step), LR scheduler, grad scaler; DDP: optimizer too
-    model.pt             the full model state dict: DDP always (rank 0), FSDP with ``export_full``
+    model.pt             rank 0: the full model state dict (DDP, and FSDP gathered from the shards): what serving loads
     sharded/             FSDP: model and optimizer with torch.distributed.checkpoint, one file per rank
     ranks/rank-NNNNN.pt  each rank: its RNG states and its running loss sums of the epoch
     manifests/rank-NNNNN.json  each rank, written last: its files' sizes and SHA-256 (``workers.runtime.manifest``)
 
-Only tensors and plain values go in: everything loads with ``weights_only=True`` or with DCP.
+Only tensors and plain values go in: everything loads with ``weights_only=True`` or with DCP. Serving
+reads only ``model.pt`` (``weights_only=True``), never ``sharded/``: DCP writes its ``.metadata`` with pickle,
+and a file in storage may have been planted by other code on the cluster (issue 29, finding 5).
 """
 
 from __future__ import annotations
@@ -56,7 +58,6 @@ def save_checkpoint(
     state: TrainState,
     position: Position,
     epoch_loss: torch.Tensor,
-    export_full: bool,
 ) -> None:
     """Write this rank's part, then its manifest. Every rank must call it (FSDP gathers are collectives)."""
     directory = Path(directory)
@@ -76,11 +77,11 @@ def save_checkpoint(
 
         model_state, optimizer_state = get_state_dict(state.model, state.optimizer)
         dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=directory / SHARDED_DIR)
-        if export_full:
-            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-            full = get_model_state_dict(state.model, options=options)  # only rank 0 receives it
-            if rank == 0:
-                torch.save(full, directory / MODEL_FILE)
+        # The full model too, gathered here by the run that owns the shards: a replica then loads tensors only.
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        full = get_model_state_dict(state.model, options=options)  # a collective; only rank 0 receives it
+        if rank == 0:
+            torch.save(full, directory / MODEL_FILE)
     elif rank == 0:
         torch.save(unwrap(state.model).state_dict(), directory / MODEL_FILE)
         train_state["optimizer"] = state.optimizer.state_dict()
@@ -108,9 +109,17 @@ def restore_checkpoint(
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+        from workers.runtime.dcp_reader import SafeShardReader, TensorsOnlyLoadPlanner
+
         model_state, optimizer_state = get_state_dict(state.model, state.optimizer)
         sharded = {"model": model_state, "optimizer": optimizer_state}
-        dcp.load(sharded, checkpoint_id=directory / SHARDED_DIR)
+        # Not DCP's pickle.load of .metadata (nor weights_only=False for non-tensors): the folder is on storage
+        # that other code on the cluster can write to.
+        dcp.load(
+            sharded,
+            storage_reader=SafeShardReader(directory / SHARDED_DIR),
+            planner=TensorsOnlyLoadPlanner(),
+        )
         set_state_dict(
             state.model, state.optimizer, model_state_dict=sharded["model"], optim_state_dict=sharded["optimizer"]
         )

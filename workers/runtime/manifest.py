@@ -62,6 +62,20 @@ def write_manifest(directory: str | os.PathLike, *, rank: int, world_size: int) 
     return manifest
 
 
+def add_to_manifest(directory: str | os.PathLike, relative: str, *, rank: int = 0) -> None:
+    """List one more file, written later into a whole checkpoint (a local folder), in rank ``rank``'s
+    manifest: ``python -m workers.train.export_full``'s ``model.pt``, so the checkpoint still verifies whole."""
+    directory = Path(directory)
+    target = directory / MANIFEST_DIR / manifest_name(rank)
+    manifest = json.loads(target.read_text())
+    with open(directory / relative, "rb") as file:
+        digest = hashlib.file_digest(file, "sha256").hexdigest()
+    manifest["files"][relative] = {"size": (directory / relative).stat().st_size, "sha256": digest}
+    partial = target.with_name(f".{target.name}.partial")
+    partial.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    os.replace(partial, target)
+
+
 @dataclass(frozen=True)
 class Verification:
     """The outcome of ``verify_checkpoint``: true when the checkpoint is whole, else ``problem`` says why."""

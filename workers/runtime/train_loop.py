@@ -349,7 +349,6 @@ class _Loop:
                 state=self.state,
                 position=self.position,
                 epoch_loss=self.epoch_loss,
-                export_full=self.spec.checkpoint.export_full,
             )
             reported = {**metrics, "epoch": self.position.epoch, "step": self.position.step}
             self.ctx.report(reported, tmp)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, get_args
@@ -61,29 +60,14 @@ class BadInput(ValueError):
 def load_serving_model(checkpoint_path: str, workload: str, config: dict) -> nn.Module:
     """The workload's model with the checkpoint's full state dict, in eval mode.
 
-    DDP checkpoints (and FSDP ones written with ``export_full``) hold ``model.pt``; an FSDP checkpoint
-    with only its shards is exported to a full state dict here (``dcp_to_torch_save``, no process
-    group needed), so every committed checkpoint can be served.
+    Tensors only: ``model.pt`` with ``torch.load(weights_only=True)`` (``load_model_from_checkpoint``). Every
+    checkpoint carries it (FSDP's is gathered by the training run at save time); one with only FSDP shards
+    is refused with how to make it servable, and ``sharded/`` is never opened here: DCP reads its
+    ``.metadata`` with pickle, and storage is writable from the cluster (issue 29, finding 5).
     """
-    from ray.train import Checkpoint
-
-    from workers.runtime.checkpoint_io import SHARDED_DIR, load
     from workers.train.checkpoints import load_model_from_checkpoint
-    from workers.workloads import load_model_builder
 
-    with Checkpoint(checkpoint_path).as_directory() as local_dir:
-        local = Path(local_dir)
-        if (local / MODEL_FILE).exists() or not (local / SHARDED_DIR).is_dir():
-            return load_model_from_checkpoint(str(local), workload, config)
-        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-        with tempfile.TemporaryDirectory() as scratch:
-            full = Path(scratch) / "full.pt"
-            dcp_to_torch_save(local / SHARDED_DIR, full)
-            state = load(full)["model"]
-    model = load_model_builder(workload)(config)
-    model.load_state_dict(state)
-    return model.eval()
+    return load_model_from_checkpoint(checkpoint_path, workload, config)
 
 
 # --- predictors -------------------------------------------------------------------------------------
@@ -275,8 +259,8 @@ class TinyGptPredictor:
 
 
 class HookPredictor:
-    """A training function's model (``model.pt``, the whole module) answered by its code's
-    ``serve.predict(model, payload) -> JSON``; a ValueError it raises is the caller's 422 with its message."""
+    """A training function's model answered by its code's ``serve.predict(model, payload) -> JSON``; a
+    ValueError it raises is the caller's 422 with its message."""
 
     def __init__(self, model: nn.Module, predict: Any):
         self.model, self._predict = model, predict
@@ -302,21 +286,38 @@ class HookPredictor:
 
 def load_hook_predictor(checkpoint_path: str) -> HookPredictor:
     """``model.pt`` of a training function's checkpoint and ``serve.predict`` from its code (the replica's
-    working directory). The model is the user's own pickled module: their code, on their run's cluster."""
+    working directory).
+
+    With ``serve.build_model()`` in the code, ``model.pt`` is the model's state dict, loaded with
+    ``weights_only=True`` into the module ``build_model`` returns: tensors only, as for a workload. Without it,
+    ``model.pt`` is the whole pickled module (``weights_only=False``): the project's own code, run in the
+    project's own replica, which runs ``serve.py`` anyway; but a ``model.pt`` that other code on the cluster
+    wrote into the run's folder would run there too (docs/security.md, issue 29, finding 5)."""
     import importlib
 
     from ray.train import Checkpoint
+
+    from workers.train.checkpoints import load_tensors
 
     module = importlib.import_module(SERVE_MODULE)
     predict = getattr(module, "predict", None)
     if not callable(predict):
         raise ValueError(f"{SERVE_MODULE}.py has no function predict(model, payload)")
+    build_model = getattr(module, "build_model", None)
     with Checkpoint(checkpoint_path).as_directory() as local_dir:
         path = Path(local_dir) / MODEL_FILE
         if not path.is_file():
-            raise ValueError(f"checkpoint {checkpoint_path} has no {MODEL_FILE}: save torch.save(model) from rank 0")
-        model = torch.load(path, weights_only=False, map_location="cpu")
+            what = "model.state_dict()" if callable(build_model) else "torch.save(model)"
+            raise ValueError(f"checkpoint {checkpoint_path} has no {MODEL_FILE}: save {what} from rank 0")
+        if callable(build_model):
+            model = build_model()
+            if isinstance(model, nn.Module):
+                model.load_state_dict(load_tensors(path, checkpoint_path))
+        else:
+            model = torch.load(path, weights_only=False, map_location="cpu")
     if not isinstance(model, nn.Module):
+        if callable(build_model):
+            raise ValueError(f"{SERVE_MODULE}.build_model() returns a {type(model).__name__}, not a torch.nn.Module")
         raise ValueError(f"{MODEL_FILE} holds a {type(model).__name__}, not a torch.nn.Module: save the whole model")
     return HookPredictor(model.eval(), predict)
 
