@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The GPU path in one go, on a machine with a CUDA GPU (docs/testing.md, "The GPU path"):
-#   1. the tests marked `gpu` in tests/unit: NCCL (1 rank; 2 where there are 2 GPUs), fp16 with its grad
-#      scaler, bf16 autocast, torch's SyncBatchNorm, the GPU's RNG state in an exact resume;
+#   1. the tests marked `gpu` in tests/unit (only the modules that have some): NCCL (1 rank; 2 where there
+#      are 2 GPUs), fp16 with its grad scaler, bf16 autocast, torch's SyncBatchNorm, the GPU's RNG state in
+#      an exact resume;
 #   2. one 1-GPU fp16 job through the service on a local Ray cluster given the GPUs
 #      (tests/integration/test_gpu_on_ray.py);
 #   3. bench/train_throughput.py with --gpus 1, one short round: the service against plain torchrun.
-# Each step has a time limit, so the whole run ends within 8 minutes; a summary comes last.
+# Each step has a time limit (200 + 120 + 130 s), so the whole run ends within 8 minutes; a summary comes last.
 #
 # What it needs, and assumes (it installs nothing: a GPU machine may reach no package registry):
 #   - a Python with a CUDA build of torch that sees a GPU, and this project's other packages (Ray, FastAPI,
@@ -60,7 +61,7 @@ fi
 if ! "$PYTHON" - <<'EOF'
 import importlib, sys
 needed = ["ray.train", "ray.serve", "fastapi", "sqlalchemy", "alembic", "pydantic_settings", "psycopg",
-          "httpx", "pytest", "pytest_timeout", "sklearn", "api.app", "workers.runtime.train_loop"]
+          "httpx", "pytest", "pytest_timeout", "xdist", "sklearn", "api.app", "workers.runtime.train_loop"]
 missing = []
 for name in needed:
     try:
@@ -105,10 +106,14 @@ step() {
     fi
 }
 
+# The unit modules with gpu tests: those that mark them, or take the harness's GPU params. Only they are
+# collected (the rest need tools a GPU machine may lack), each on one of two workers (the 1-GPU resume
+# module is the longest).
+mapfile -t GPU_MODULES < <(grep -lE 'mark\.gpu|GROUP_MARKS|backends\(|devices\(' tests/unit/test_*.py)
 PYTEST=("$PYTHON" -m pytest -p no:cacheprovider -m gpu -rs -v --timeout 300)
-step unit-gpu 180 "${PYTEST[@]}" tests/unit
-step service-job 150 "${PYTEST[@]}" tests/integration/test_gpu_on_ray.py
-step bench 100 "$PYTHON" bench/train_throughput.py --gpus 1 --rounds 1 --epochs 2
+step unit-gpu 200 "${PYTEST[@]}" -n 2 --dist loadfile "${GPU_MODULES[@]}"
+step service-job 120 "${PYTEST[@]}" tests/integration/test_gpu_on_ray.py
+step bench 130 "$PYTHON" bench/train_throughput.py --gpus 1 --rounds 1 --epochs 2
 
 echo
 echo "== GPU check: $GPUS GPU(s), $((SECONDS - START)) s, logs in $LOGS"
