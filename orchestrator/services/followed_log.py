@@ -37,7 +37,7 @@ class FollowedLog:
         self.lock = asyncio.Lock()  # one poll at a time: the job's row read and the reads started once a poll
         self.checked_at = float("-inf")
         self.gone = False  # the job's row is gone
-        self.attempt = 0
+        self.read_attempt = 0  # the attempt whose log is being read (not a row: the job's own is in the database)
         self.generation = 0  # grows when a new attempt starts a new log: followers start from its first line
         self._pump: asyncio.Task | None = None
         self._begin(0)
@@ -71,7 +71,7 @@ class FollowedLog:
         tail ended, or Ray lost it), or the grace for that has passed."""
         if self.finished:
             return
-        if attempt != self.attempt:
+        if attempt != self.read_attempt:
             self._begin(attempt)
         reading = self._pump is not None and not self._pump.done()
         if ended and (attempt == 0 or (not reading and self._outcome in (ENDED, LOST, UNAVAILABLE))):
@@ -93,9 +93,9 @@ class FollowedLog:
 
     def _begin(self, attempt: int) -> None:
         self._stop_reading()
-        if attempt != self.attempt:
+        if attempt != self.read_attempt:
             self.generation += 1
-        self.attempt = attempt
+        self.read_attempt = attempt
         self.entries: list[Shown] = []
         self.caught_up = attempt == 0  # what was printed when the read began has been read
         self.finished = False
@@ -121,7 +121,7 @@ class FollowedLog:
         self.entries.extend(judge(line) for line in lines)
 
     async def _read(self, generation: int) -> None:
-        submission_id = f"{self.job_id}-{self.attempt}"
+        submission_id = f"{self.job_id}-{self.read_attempt}"
         try:
             await self._read_live(submission_id, generation)
             outcome = ENDED if await self._run_finished(submission_id) else BROKEN
@@ -168,9 +168,9 @@ class FollowedLog:
         """The archived copy's bytes past those read of it; its lines past those already had are added."""
         offset, lines_read = self._archive_at
         try:
-            data = await asyncio.to_thread(self.archive.read_from, self.job_id, self.attempt, offset)
+            data = await asyncio.to_thread(self.archive.read_from, self.job_id, self.read_attempt, offset)
         except OSError as exc:
-            log.warning("following %s-%d: cannot read the archived copy: %s", self.job_id, self.attempt, exc)
+            log.warning("following %s-%d: cannot read the archived copy: %s", self.job_id, self.read_attempt, exc)
             data = None
         if generation != self.generation or self.finished:
             return
