@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from api.deps import bearer_scheme, current_principal
+from api.run_auth import RunCaller
 from api.ui.auth import LoginRequired, signer, ui_user
 from orchestrator.errors import Unauthorized
 
@@ -39,8 +40,13 @@ async def authenticate(request: Request) -> None:
         await run_in_threadpool(ui_user, request, service, signer(request))
     elif current_principal in calls:  # an API key
         await current_principal(await bearer_scheme(request), service)
-    elif bearer_scheme in calls and await bearer_scheme(request) is None:  # a run's token: none at all
-        raise Unauthorized("missing 'Authorization: Bearer <token>' header")
+    elif bearer_scheme in calls:  # a run's token or claim code (/internal): its route's RunCaller checks it
+        credentials = await bearer_scheme(request)
+        if credentials is None:
+            raise Unauthorized("missing 'Authorization: Bearer <token>' header")
+        for caller in calls:
+            if isinstance(caller, RunCaller):
+                await run_in_threadpool(caller.authenticate, service, request.path_params, credentials)
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:

@@ -30,6 +30,9 @@ class FakeBackend:
     # (submission id, entrypoint, the runtime_env's env_vars) of every submission
     submitted: list[tuple[str, str, dict]] = field(default_factory=list)
     runtime_envs: list[dict] = field(default_factory=list)  # each submission's whole runtime_env
+    metadata: list[dict] = field(default_factory=list)  # each submission's metadata (Ray lists it with the job)
+    # What the submissions' drivers claimed: claim code -> the run's token (tests.unit.api_helpers.run_token)
+    driver_tokens: dict[str, str] = field(default_factory=dict)
     stopped: list[str] = field(default_factory=list)
     exit_codes: dict[str, int] = field(default_factory=dict)
     available: bool = True
@@ -60,6 +63,7 @@ class FakeBackend:
     def submit(self, submission_id, entrypoint, runtime_env, metadata) -> None:
         self._check("submit")
         self.runtime_envs.append(copy.deepcopy(runtime_env))
+        self.metadata.append(dict(metadata))
         self.submitted.append((submission_id, entrypoint, dict(runtime_env["env_vars"])))
         self.runs.setdefault(submission_id, RunStatus.PENDING)
 

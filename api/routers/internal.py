@@ -1,41 +1,42 @@
-"""Endpoints for a job's (a sweep's) own driver and workers, authenticated by that run's token only."""
+"""Endpoints for a job's (a sweep's) own driver and workers, authenticated by that run's token only (a driver's first
+request, the claim, by its attempt's one-use claim code), checked before anything else about the request
+(``api.run_auth``)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
+from sqlalchemy.orm import Session
 
-from api.deps import BearerDep, ControlPlaneDep, SessionDep
-from orchestrator.auth import hash_secret, secrets_equal
+from api.deps import ControlPlaneDep, SessionDep
+from api.run_auth import RunCaller
+from orchestrator.backend import BackendUnavailable
+from orchestrator.control_plane import ControlPlane
 from orchestrator.db.models import Job, Sweep
-from orchestrator.errors import Conflict, Unauthorized
+from orchestrator.errors import Conflict
 from orchestrator.limits import OverLimit, check_job_batch, check_sweep_batch
+from orchestrator.services import reported_ends, run_claims
 from orchestrator.services.events import RefusedEvent, apply_events
+from orchestrator.services.runs import JOBS, SWEEPS, RunKind
 from orchestrator.services.sweep_events import apply_sweep_events
-from orchestrator.states.jobs import lock_job
-from orchestrator.states.sweeps import lock_sweep
+from workers.contract.claims import ClaimedToken, DriverClaim
 from workers.contract.jobs import ControlSignal, DriverAssignment, EventBatch, JobSpec, TrainingPlan
 from workers.contract.sweeps import SweepAssignment, SweepEventBatch, SweepSpec, TrialEvent
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/internal/v1/jobs", tags=["internal"])
 sweeps_router = APIRouter(prefix="/internal/v1/sweeps", tags=["internal"])
-Run = TypeVar("Run", Job, Sweep)
 
-
-def _check_token(run: Run | None, credentials) -> Run:
-    # The same answer for an unknown run and a wrong token: a token says nothing about other runs.
-    if (
-        run is None
-        or credentials is None
-        or not run.token_hash
-        or not secrets_equal(hash_secret(credentials.credentials), run.token_hash)
-    ):
-        raise Unauthorized("not this run's token")
-    return run
+# The run of the path, if the request bears its token (a claim: its claim code); locked where the route writes.
+JobCaller = Annotated[Job, Depends(RunCaller("job", Job, "job_id"))]
+LockedJobCaller = Annotated[Job, Depends(RunCaller("job", Job, "job_id", lock=True))]
+JobClaimant = Annotated[Job, Depends(RunCaller("job", Job, "job_id", lock=True, claim=True))]
+SweepCaller = Annotated[Sweep, Depends(RunCaller("sweep", Sweep, "sweep_id"))]
+LockedSweepCaller = Annotated[Sweep, Depends(RunCaller("sweep", Sweep, "sweep_id", lock=True))]
+SweepClaimant = Annotated[Sweep, Depends(RunCaller("sweep", Sweep, "sweep_id", lock=True, claim=True))]
 
 
 def _current_attempt(run: Job | Sweep, attempt: int) -> None:
@@ -59,12 +60,9 @@ def _refusing_foreign(apply: Callable[[], int], session, run_id: str) -> int:
 
 
 @router.get("/{job_id}/assignment", summary="A job driver's assignment (internal)")
-def assignment(
-    job_id: str, attempt: int, session: SessionDep, service: ControlPlaneDep, credentials: BearerDep
-) -> DriverAssignment:
+def assignment(job_id: str, job: JobCaller, attempt: int, service: ControlPlaneDep) -> DriverAssignment:
     """For the job's own driver (its run token): the spec, the plan and the storage path of this attempt.
     A stale attempt is 409."""
-    job = _check_token(session.get(Job, job_id), credentials)
     _current_attempt(job, attempt)
     return DriverAssignment(
         job_id=job.id,
@@ -76,22 +74,21 @@ def assignment(
 
 
 @router.get("/{job_id}/control", summary="What the control plane asks of a running job (internal)")
-def control(job_id: str, attempt: int, session: SessionDep, credentials: BearerDep) -> ControlSignal:
+def control(job_id: str, job: JobCaller, attempt: int) -> ControlSignal:
     """For the job's own rank 0 (its run token), polled while it trains: ``checkpoint_now`` when the job is
     being preempted (``orchestrator.services.preemption``). A stale attempt is 409."""
-    job = _check_token(session.get(Job, job_id), credentials)
     _current_attempt(job, attempt)
     return ControlSignal(checkpoint_now=job.preempt_requested_at is not None)
 
 
 @router.post("/{job_id}/events", summary="Report a job's events (internal)")
 def post_events(
-    job_id: str, batch: EventBatch, session: SessionDep, service: ControlPlaneDep, credentials: BearerDep
+    job_id: str, job: LockedJobCaller, batch: EventBatch, session: SessionDep, service: ControlPlaneDep
 ) -> dict[str, int]:
     """For the job's own driver and rank 0 (its run token): state changes, metrics and committed checkpoints,
     applied in one transaction. Past a bound 422, an event no honest driver sends 400:
-    nothing of the batch is applied then."""
-    job = _check_token(lock_job(session, job_id), credentials)
+    nothing of the batch is applied then. A report of the job's end waits for Ray to confirm it
+    (``orchestrator.services.reported_ends``): Ray is asked once here, after the commit."""
     _current_attempt(job, batch.attempt)
     applied = _refusing_foreign(
         lambda: (
@@ -105,15 +102,13 @@ def post_events(
     if any(event.type == "checkpoint" for event in batch.events):
         # After the commit: storage is never touched with the job row (on SQLite, the database) locked.
         service.checkpoints.after_recording(job_id)
+    _confirm_reported_end(session, service, JOBS, job)
     return {"received": len(batch.events), "applied": applied}
 
 
 @sweeps_router.get("/{sweep_id}/assignment", summary="A sweep driver's assignment (internal)")
-def sweep_assignment(
-    sweep_id: str, attempt: int, session: SessionDep, service: ControlPlaneDep, credentials: BearerDep
-) -> SweepAssignment:
+def sweep_assignment(sweep_id: str, sweep: SweepCaller, attempt: int, service: ControlPlaneDep) -> SweepAssignment:
     """For the sweep's own driver (its run token): the spec and the storage path of this attempt."""
-    sweep = _check_token(session.get(Sweep, sweep_id), credentials)
     _current_attempt(sweep, attempt)
     return SweepAssignment(
         sweep_id=sweep.id,
@@ -124,22 +119,20 @@ def sweep_assignment(
 
 
 @sweeps_router.get("/{sweep_id}/control", summary="What the control plane asks of a running sweep (internal)")
-def sweep_control(sweep_id: str, attempt: int, session: SessionDep, credentials: BearerDep) -> ControlSignal:
+def sweep_control(sweep_id: str, sweep: SweepCaller, attempt: int) -> ControlSignal:
     """For the sweep's own driver and its trials' rank 0 (the sweep's run token), polled while it runs:
     ``checkpoint_now`` when the sweep is being preempted (``orchestrator.services.preemption``). A stale
     attempt is 409."""
-    sweep = _check_token(session.get(Sweep, sweep_id), credentials)
     _current_attempt(sweep, attempt)
     return ControlSignal(checkpoint_now=sweep.preempt_requested_at is not None)
 
 
 @sweeps_router.post("/{sweep_id}/events", summary="Report a sweep's events (internal)")
 def post_sweep_events(
-    sweep_id: str, batch: SweepEventBatch, session: SessionDep, service: ControlPlaneDep, credentials: BearerDep
+    sweep_id: str, sweep: LockedSweepCaller, batch: SweepEventBatch, session: SessionDep, service: ControlPlaneDep
 ) -> dict[str, int]:
     """For the sweep's own driver (its run token): the sweep's state changes and its trials' states, metrics
-    and checkpoints, as for a job's events."""
-    sweep = _check_token(lock_sweep(session, sweep_id), credentials)
+    and checkpoints, as for a job's events (its end too waits for Ray)."""
     _current_attempt(sweep, batch.attempt)
     applied = _refusing_foreign(
         lambda: (
@@ -154,4 +147,50 @@ def post_sweep_events(
     if with_checkpoints:
         # After the commit, as for a job: storage is never touched with the sweep row locked.
         service.checkpoints.trials.after_recording(sweep_id, with_checkpoints)
+    _confirm_reported_end(session, service, SWEEPS, sweep)
     return {"received": len(batch.events), "applied": applied}
+
+
+@router.post("/{job_id}/claim", summary="A job driver's claim of its run token (internal)")
+def claim(job_id: str, job: JobClaimant, body: DriverClaim, session: SessionDep) -> ClaimedToken:
+    """For the job's driver, first thing (its attempt's claim code, which Ray lists: never the token): the run's
+    token. Once per attempt, per driver: a second exchange, an old attempt's code or an ended run's is 401
+    (``orchestrator.services.run_claims``)."""
+    return _exchange(session, "job", job, body)
+
+
+@sweeps_router.post("/{sweep_id}/claim", summary="A sweep driver's claim of its run token (internal)")
+def sweep_claim(sweep_id: str, sweep: SweepClaimant, body: DriverClaim, session: SessionDep) -> ClaimedToken:
+    """For the sweep's driver, as a job's (``claim``)."""
+    return _exchange(session, "sweep", sweep, body)
+
+
+def _exchange(session: Session, kind: str, run: Job | Sweep, body: DriverClaim) -> ClaimedToken:
+    token = run_claims.exchange(kind, run, body.attempt, body.nonce)  # refused: nothing to commit
+    session.commit()
+    return ClaimedToken(token=token)
+
+
+def _confirm_reported_end(session: Session, service: ControlPlane, kind: RunKind, run: Job | Sweep) -> None:
+    """A report of the run's end is applied at once when Ray already says its Ray job ended that way (a report
+    that arrived after the driver exited); else the reconciler applies it after the driver exits. After the
+    commit (the row is read as it was committed, no new transaction): Ray is never asked with the row (on
+    SQLite, the database) locked."""
+    if reported_ends.held(run) is None:
+        return
+    submission_id, attempt = run.submission_id, run.attempt
+    try:
+        info = service.backend.info(submission_id)
+    except BackendUnavailable:
+        return  # the reconciler asks again
+    if not info.status.finished:
+        return
+    locked = kind.lock(session, run.id)
+    if (
+        locked is not None
+        and locked.attempt == attempt
+        and reported_ends.apply_if_confirmed(session, kind, locked, info)
+    ):
+        session.commit()
+    else:
+        session.rollback()

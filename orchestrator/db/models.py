@@ -134,6 +134,14 @@ class Job(Base):
     attempt: Mapped[int] = mapped_column(Integer, default=0)  # 0 until first admitted
     idempotency_key: Mapped[str | None] = mapped_column(String(128), default=None)
     token_hash: Mapped[str] = mapped_column(String(64))  # the driver's credential for events
+    # The attempt's driver gets a one-use claim code (Ray lists its environment), exchanged at its start for
+    # the token (orchestrator.services.run_claims): the code's hash, and the hash of the exchanging driver's
+    # nonce ("" until it is exchanged).
+    claim_hash: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    claimed_by: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    # The run's own report of its end (state, reason, message, result, attempt), held until Ray confirms the
+    # Ray job ended (orchestrator.services.reported_ends); None: none held.
+    reported_end: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     plan: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)  # workers.contract.jobs.TrainingPlan
     latest_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
@@ -352,6 +360,9 @@ class Sweep(Base):
     message: Mapped[str] = mapped_column(Text, default="")
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     token_hash: Mapped[str] = mapped_column(String(64), default="")  # the sweep driver's credential
+    claim_hash: Mapped[str] = mapped_column(String(64), default="", server_default="")  # as Job.claim_hash
+    claimed_by: Mapped[str] = mapped_column(String(64), default="", server_default="")  # as Job.claimed_by
+    reported_end: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)  # as Job.reported_end
     best_trial_id: Mapped[str | None] = mapped_column(String(32), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

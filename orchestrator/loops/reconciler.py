@@ -16,7 +16,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.backend import BackendUnavailable, ClusterBackend, RunInfo, RunStatus
 from orchestrator.db.models import JobState, utcnow
 from orchestrator.request_context import log_context
-from orchestrator.services.launch import Launch, new_job_token
+from orchestrator.services import reported_ends
+from orchestrator.services.launch import Launch, new_driver_claim
 from orchestrator.services.preemption import PREEMPTIBLE_STATES, attempts_used, settle
 from orchestrator.services.runs import KINDS, Run, RunKind
 from orchestrator.settings import Settings
@@ -33,7 +34,7 @@ S = JobState
 # Driver exits that carry a final outcome: (reason, message) when its report of it never arrived.
 CONCLUSIVE_EXITS = {
     DriverExit.TRAINING_FAILED: ("training_failed", "the driver reported that training failed for good"),
-    DriverExit.MISCONFIGURED: ("misconfigured", "the driver's environment lacks ORCHESTRATOR_URL or its token"),
+    DriverExit.MISCONFIGURED: ("misconfigured", "the driver's environment lacks ORCHESTRATOR_URL or its claim code"),
 }
 
 
@@ -69,6 +70,13 @@ class Reconciler:
             if run is None or run.attempt != attempt:
                 return  # moved on since we asked Ray
             status = info.status
+            # A run's own report of its end waits for Ray (services.reported_ends): applied when Ray agrees;
+            # forgotten, and said in what the run becomes, when Ray says it ended otherwise.
+            if reported_ends.apply_if_confirmed(session, kind, run, info):
+                return
+            unconfirmed = reported_ends.drop_unconfirmed(kind.name, run, info)
+            if unconfirmed:
+                info = replace(info, message=f"{info.message}\n({unconfirmed})")
             if run.preempt_requested_at is not None and run.state in PREEMPTIBLE_STATES:
                 # Preempted (orchestrator.services.preemption): its Ray job ending, stopped or lost is the
                 # preemption itself, never a failure; back to QUEUED once it is gone.
@@ -77,13 +85,23 @@ class Reconciler:
                     stop_again = run.submission_id
             elif run.state == S.CANCELLING:
                 if status.finished and status != RunStatus.SUCCEEDED:
-                    kind.set_state(session, run, S.CANCELLED, "cancelled", "stopped at the user's request")
+                    kind.set_state(
+                        session, run, S.CANCELLED, "cancelled", _with(unconfirmed, "stopped at the user's request")
+                    )
                 elif status == RunStatus.SUCCEEDED:
-                    kind.set_state(session, run, S.SUCCEEDED, "completed", "finished before the cancel took effect")
+                    kind.set_state(
+                        session,
+                        run,
+                        S.SUCCEEDED,
+                        "completed",
+                        _with(unconfirmed, "finished before the cancel took effect"),
+                    )
                 else:
                     stop_again = run.submission_id  # the first stop may have raced the submit
             elif status == RunStatus.SUCCEEDED:
-                kind.set_state(session, run, S.SUCCEEDED, "completed", "the driver exited successfully")
+                kind.set_state(
+                    session, run, S.SUCCEEDED, "completed", _with(unconfirmed, "the driver exited successfully")
+                )
             elif status == RunStatus.FAILED and info.exit_code in CONCLUSIVE_EXITS:
                 # The driver decided (its own report, with the cause, was lost): another attempt won't help.
                 reason, what = CONCLUSIVE_EXITS[info.exit_code]
@@ -92,11 +110,20 @@ class Reconciler:
                 resubmit = _next_attempt(session, kind, run, "driver_failed", info.message)
             elif status == RunStatus.STOPPED:
                 kind.set_state(
-                    session, run, S.FAILED, "stopped_externally", "the Ray job was stopped outside the control plane"
+                    session,
+                    run,
+                    S.FAILED,
+                    "stopped_externally",
+                    _with(unconfirmed, "the Ray job was stopped outside the control plane"),
                 )
             elif status == RunStatus.MISSING and not _awaiting_first_report(session, kind, run):
-                resubmit = _next_attempt(session, kind, run, "driver_lost", "Ray has no record of the driver any more")
-            elif run.state in (S.STARTING, S.RESTARTING) and self._start_timed_out(session, kind, run):
+                lost = _with(unconfirmed, "Ray has no record of the driver any more")
+                resubmit = _next_attempt(session, kind, run, "driver_lost", lost)
+            elif (
+                run.state in (S.STARTING, S.RESTARTING)
+                and reported_ends.held(run) is None  # its driver started: it reported its end
+                and self._start_timed_out(session, kind, run)
+            ):
                 stop_again = run.submission_id
                 resubmit = _next_attempt(
                     session,
@@ -111,13 +138,18 @@ class Reconciler:
         if stop_again:
             self.backend.stop(stop_again)
         if resubmit:
-            launch, token = resubmit
+            launch, claim_code = resubmit
             log.info("%s %s: submitting %s", kind.name, run_id, launch.submission_id)
-            kind.submit(self.sessions, launch, token, self.backend, self.settings)
+            kind.submit(self.sessions, launch, claim_code, self.backend, self.settings)
 
     def _start_timed_out(self, session: Session, kind: RunKind, run: Run) -> bool:
         waited = utcnow() - kind.last_transition(session, run.id).created_at
         return waited > timedelta(seconds=self.settings.start_timeout_s)
+
+
+def _with(unconfirmed: str, message: str) -> str:
+    """``message``, and on a line of its own why the run's own report of its end was not applied."""
+    return f"{message}\n({unconfirmed})" if unconfirmed else message
 
 
 def _next_attempt(session: Session, kind: RunKind, run: Run, reason: str, message: str) -> tuple[Launch, str] | None:
@@ -136,10 +168,10 @@ def _next_attempt(session: Session, kind: RunKind, run: Run, reason: str, messag
 
 
 def _launch(session: Session, kind: RunKind, run: Run) -> tuple[Launch, str] | None:
-    """The run's current attempt and a new token for its driver; None when the run failed instead (its code
+    """The run's current attempt and a new claim code for its driver; None when the run failed instead (its code
     package is gone)."""
     launch = kind.launch(session, run)
-    return None if launch is None else (launch, new_job_token(run))
+    return None if launch is None else (launch, new_driver_claim(run))
 
 
 def _awaiting_first_report(session: Session, kind: RunKind, run: Run) -> bool:

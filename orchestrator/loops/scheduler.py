@@ -20,7 +20,7 @@ from orchestrator.scheduling.policy import Holding, TickPlan, Waiting, decayed_s
 from orchestrator.scheduling.quotas import project_quotas, serving_holdings
 from orchestrator.scheduling.share_memory import seed_shares
 from orchestrator.services import preemption
-from orchestrator.services.launch import new_job_token
+from orchestrator.services.launch import new_driver_claim
 from orchestrator.services.runs import QueuedRun, RunKind, active_runs, queued_runs
 from orchestrator.settings import Settings
 from orchestrator.states.jobs import TERMINAL, note_waiting
@@ -150,7 +150,7 @@ class Scheduler:
             run = kind.lock(session, run_id)
             if run is None or run.state != JobState.QUEUED:
                 return False  # cancelled (or admitted) since we looked
-            token = new_job_token(run)
+            claim_code = new_driver_claim(run)
             run.borrowing = borrowing  # past its project's quota, on idle capacity: preempted first
             # Admission starts the next attempt (the state engine bumps it: orchestrator.states.jobs).
             kind.set_state(session, run, JobState.STARTING, "admitted", f"attempt {run.attempt + 1} submitted to Ray")
@@ -160,7 +160,7 @@ class Scheduler:
         # Submitted after the commit: if this process dies here, the reconciler finds the STARTING run
         # with no Ray job and submits the same submission id, which Ray runs at most once.
         try:
-            kind.submit(self.sessions, launch, token, self.backend, self.settings)
+            kind.submit(self.sessions, launch, claim_code, self.backend, self.settings)
             log.info("%s %s: submitted %s", kind.name, run_id, launch.submission_id)
         except BackendUnavailable as exc:
             log.warning("%s %s: submit failed, the reconciler will retry: %s", kind.name, run_id, exc)

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db.models import Job, JobState, Sweep
 from orchestrator.errors import Refused
 from orchestrator.repositories import jobs as jobs_repo
+from orchestrator.services import reported_ends
 from orchestrator.states.core import IllegalTransition
 from orchestrator.states.jobs import set_job_state
 from orchestrator.storage import CheckpointStorage
@@ -54,7 +55,8 @@ def apply_events(session: Session, job: Job, batch: EventBatch, storage: Checkpo
     anything is applied, for a checkpoint outside the job's own run folder.
 
     Every event is idempotent (a retried batch changes nothing), and a state the rules no longer allow
-    (a late "running" after a cancel) is ignored rather than refused, so the reporter doesn't retry it.
+    (a late "running" after a cancel) is ignored rather than refused, so the reporter doesn't retry it. A
+    report of the job's end (succeeded, failed) is held until Ray confirms it (``services.reported_ends``).
     """
     check_checkpoint_paths(job, batch, storage)
     applied = 0
@@ -86,6 +88,8 @@ def is_preemption_stop(kind: str, run: Job | Sweep, event: StateEvent) -> bool:
 def _apply_state(session: Session, job: Job, event: StateEvent) -> bool:
     if is_preemption_stop("job", job, event):
         return False
+    if reported_ends.is_end(event):  # applied when Ray confirms the Ray job ended (issue 29, finding 2)
+        return reported_ends.hold("job", job, event, event.reason or DEFAULT_REASON[event.state])
     try:
         changed = set_job_state(
             session, job, TARGET_STATE[event.state], event.reason or DEFAULT_REASON[event.state], event.message
@@ -93,7 +97,4 @@ def _apply_state(session: Session, job: Job, event: StateEvent) -> bool:
     except IllegalTransition as exc:
         log.info("ignoring reported state: %s", exc)
         return False
-    # Only with the transition it came with: an ended job's result is never rewritten.
-    if changed and event.result is not None:
-        job.result = event.result
     return changed

@@ -5,9 +5,11 @@ it to Ray as it is. It holds ``env_vars`` and, for a run with its own code (``co
 ``working_dir`` and its ``pip`` requirements. The ``working_dir`` is the URI of the STORED package in Ray's
 package store (``gcs://_ray_pkg_<sha256 of the stored zip>.zip``, uploaded by the backend when Ray lacks
 it), never text from the spec; ``pip`` is the spec's requirements, whose shape the contract checked
-(``workers.contract.code``). Only what a driver needs goes in, and never one of the control plane's
-secrets (admin tokens, the database URL, other runs' tokens): the cluster is another trust domain
-(docs/security.md). A run's own token is the one credential it carries.
+(``workers.contract.code``). Only what a driver needs goes in, and never a secret: Ray lists a job's
+``runtime_env``, metadata and entrypoint to every process on the cluster (one trust domain, docs/security.md),
+so not even the run's own token. The driver gets a one-use claim code instead (``new_driver_claim``), which it
+exchanges at its start for the token (``orchestrator.services.run_claims``); a code read from Ray's job table
+is then worth nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from orchestrator.settings import Settings
 from workers.contract.logs import DEDUP_ALLOW
 
 DRIVER_MODULE = "workers.train.driver"
+CLAIM_CODE_ENV = "ORCHESTRATOR_CLAIM_CODE"  # what workers.runtime.claim reads
 RAY_PACKAGE_PREFIX = "_ray_pkg_"  # Ray's own name for uploaded packages (ray/_private/runtime_env/packaging.py)
 CODE_MISSING = "code_missing"  # the reason a run fails with when its code package is gone
 
@@ -134,23 +137,29 @@ class Launch:
             code=code,
         )
 
-    def submit(self, backend: ClusterBackend, job_token: str, settings: Settings) -> None:
+    def submit(self, backend: ClusterBackend, claim_code: str, settings: Settings) -> None:
         if self.code is not None:
             self.code.upload(backend, settings)
-        backend.submit(self.submission_id, self.entrypoint, runtime_env(job_token, settings, self.code), self.metadata)
+        backend.submit(self.submission_id, self.entrypoint, runtime_env(claim_code, settings, self.code), self.metadata)
 
 
-def new_job_token(run: Job | Sweep) -> str:
-    """A fresh credential for the run's next driver; only its hash is kept, so an old driver's stops working."""
-    token = generate_secret("jtk_")
-    run.token_hash = hash_secret(token)
-    return token
+def new_driver_claim(run: Job | Sweep) -> str:
+    """A fresh one-use claim code for the run's next driver, which exchanges it for a new token at its start
+    (``orchestrator.services.run_claims``). Only its hash is kept. The old driver's token stops working now, and
+    an end the old attempt reported but Ray never confirmed is forgotten: this is a new attempt (or a new
+    submission of it)."""
+    code = generate_secret("jcl_")
+    run.claim_hash = hash_secret(code)
+    run.claimed_by = ""
+    run.token_hash = ""
+    run.reported_end = None
+    return code
 
 
-def runtime_env(job_token: str, settings: Settings, code: CodeMount | None = None) -> dict[str, Any]:
+def runtime_env(claim_code: str, settings: Settings, code: CodeMount | None = None) -> dict[str, Any]:
     """Ray's ``runtime_env`` for one attempt's driver (its workers inherit it): with code, its stored package
     as the working directory (on ``sys.path`` too) and its requirements for pip."""
-    env: dict[str, Any] = {"env_vars": driver_env(job_token, settings)}
+    env: dict[str, Any] = {"env_vars": driver_env(claim_code, settings)}
     if code is not None:
         env["working_dir"] = code.uri
         if code.requirements:
@@ -158,11 +167,12 @@ def runtime_env(job_token: str, settings: Settings, code: CodeMount | None = Non
     return env
 
 
-def driver_env(job_token: str, settings: Settings) -> dict[str, str]:
-    """The driver's environment variables: a fixed list, built from settings that are safe to send."""
+def driver_env(claim_code: str, settings: Settings) -> dict[str, str]:
+    """The driver's environment variables: a fixed list, built from settings that are safe to send, and the
+    attempt's claim code (worth nothing once the driver exchanged it)."""
     return {
         "ORCHESTRATOR_URL": settings.control_plane_url,
-        "ORCHESTRATOR_JOB_TOKEN": job_token,
+        CLAIM_CODE_ENV: claim_code,
         # Two CPU workers on two cores oversubscribe fast with torch's default thread pool.
         "OMP_NUM_THREADS": "1",
         # How often the Train controller polls workers; ray.train.report blocks until it does.

@@ -1,7 +1,7 @@
 """The two kinds of work the control plane runs as a Ray Job with attempts: training jobs and sweeps.
 
-Both follow the job lifecycle, hold a driver token and a submission id ``<id>-<attempt>``; the scheduler,
-the reconciler and cancellation drive both through one ``RunKind`` instead of a copy per kind.
+Both follow the job lifecycle, hold a driver's claim code and token and a submission id ``<id>-<attempt>``; the
+scheduler, the reconciler and cancellation drive both through one ``RunKind`` instead of a copy per kind.
 """
 
 from __future__ import annotations
@@ -59,14 +59,15 @@ class RunKind:
         self,
         sessions: sessionmaker[Session],
         launch: Launch,
-        token: str,
+        claim_code: str,
         backend: ClusterBackend,
         settings: Settings,
     ) -> None:
-        """Send ``launch`` to Ray, after the commit that made it (BackendUnavailable: the caller retries). When
-        its stored package is gone and Ray has no copy, the run fails (code_missing) instead."""
+        """Send ``launch`` to Ray with its driver's claim code (``launch.new_driver_claim``), after the commit
+        that made it (BackendUnavailable: the caller retries). When its stored package is gone and Ray has no
+        copy, the run fails (code_missing) instead."""
         try:
-            launch.submit(backend, token, settings)
+            launch.submit(backend, claim_code, settings)
         except CodeMissing as exc:
             with sessions.begin() as session:
                 run = self.lock(session, launch.run_id)
@@ -206,10 +207,12 @@ def active_runs(session: Session) -> list[ActiveRun]:
 
 
 def revoke_driver_tokens(session: Session) -> int:
-    """No driver of an active run may report any more (its cluster is gone); the next attempt gets a new token."""
+    """No driver of an active run may report, or claim its token, any more (its cluster is gone); the next
+    attempt gets a new claim code."""
     revoked = 0
     for kind in KINDS:
         for run in kind.active(session):
             run.token_hash = ""
+            run.claim_hash = ""
             revoked += 1
     return revoked

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from orchestrator.checkpoint_policy import best_first, score
 from orchestrator.db.models import Sweep, Trial, TrialMetric, TrialState
 from orchestrator.repositories import sweeps as sweeps_repo
+from orchestrator.services import reported_ends
 from orchestrator.services.events import DEFAULT_REASON, TARGET_STATE, RefusedEvent, is_preemption_stop
 from orchestrator.states.core import IllegalTransition
 from orchestrator.states.sweeps import set_sweep_state, set_trial_state
@@ -44,6 +45,9 @@ def apply_sweep_events(session: Session, sweep: Sweep, batch: SweepEventBatch, s
             applied += _apply_trial(session, sweep, spec, event)
         elif isinstance(event, StateEvent):
             if is_preemption_stop("sweep", sweep, event):
+                continue
+            if reported_ends.is_end(event):  # applied when Ray confirms, as a job's (services.reported_ends)
+                applied += reported_ends.hold("sweep", sweep, event, event.reason or DEFAULT_REASON[event.state])
                 continue
             try:
                 applied += set_sweep_state(

@@ -49,7 +49,7 @@ the source of ``orchestrator/`` and ``api/``)
     ``started_at`` / ``finished_at`` (jobs, sweeps, trials)  the first RUNNING / a terminal state, at the
                  transition's ``updated_at``. A run's terminal state also clears its driver token
                  (``token_hash``), which acts only while the run runs (tokens are issued by
-                 ``services.launch.new_job_token``).
+                 ``services.run_claims.exchange``, to the driver that claims with its attempt's code).
     ``live_version`` / ``failed_version`` (deployments)  a rollout (DEPLOYING, UPDATING) that ends HEALTHY
                  promotes the newest version (live = version, failed = None); one that ends FAILED or
                  UNHEALTHY marks it failed (failed = version: not applied again); entering a rollout, or

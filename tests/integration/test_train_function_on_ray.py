@@ -100,32 +100,79 @@ def worker_environments(member, job_id: str) -> list[dict]:
     return [json.loads((folder / f"env-rank-{rank}.json").read_text()) for rank in (0, 1)]
 
 
-def test_no_control_plane_secret_reaches_a_worker(member):
+def ray_jobs_of(ray_cluster, job_ids) -> list[dict]:
+    """What Ray lists of these jobs' attempts to anyone holding the cluster's Ray token (every process on it)."""
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(ray_cluster.dashboard_url, headers={"Authorization": f"Bearer {ray_cluster.token()}"})
+    return [
+        {
+            "submission_id": j.submission_id,
+            "entrypoint": j.entrypoint,
+            "runtime_env": j.runtime_env,
+            "metadata": j.metadata,
+        }
+        for j in client.list_jobs()
+        if (j.metadata or {}).get("job_id") in job_ids
+    ]
+
+
+def test_no_control_plane_secret_reaches_a_worker(member, ray_cluster):
     code_id = upload(member, _zip({"dump_env.py": DUMP_ENV}))
     spec = {"entrypoint": "dump_env:main", "code": {"id": code_id}, "scaling": {"num_workers": 2}}
     first = member.http.post("/v1/jobs", json={**spec, "name": "first"}).json()["id"]
     second = member.http.post("/v1/jobs", json={**spec, "name": "second"}).json()["id"]
+    listed = []  # Ray's listing while the attempts start and run, then once they ended (issue 29, finding 1)
+    deadline = time.monotonic() + 180
+    while any(member.job(j)["state"] not in TERMINAL for j in (first, second)):
+        assert time.monotonic() < deadline, [member.job(j)["state"] for j in (first, second)]
+        listed += ray_jobs_of(ray_cluster, {first, second})
+        time.sleep(0.5)
     for job_id in (first, second):
-        member.wait(job_id, {"SUCCEEDED"}, timeout_s=180)
+        assert member.job(job_id)["state"] == "SUCCEEDED", member.job(job_id)
+    listed += ray_jobs_of(ray_cluster, {first, second})
     environments = {job_id: worker_environments(member, job_id) for job_id in (first, second)}
+
+    # Ray's job table holds no run token, and the claim code it holds was worth nothing once the driver claimed.
+    assert {j["submission_id"] for j in listed} == {f"{first}-1", f"{second}-1"}
+    assert not re.search(r"jtk_", json.dumps(listed))
+    for job_id in (first, second):
+        (code,) = {
+            j["runtime_env"]["env_vars"]["ORCHESTRATOR_CLAIM_CODE"] for j in listed if j["metadata"]["job_id"] == job_id
+        }
+        claim = member.http.post(
+            f"/internal/v1/jobs/{job_id}/claim",
+            json={"attempt": 1, "nonce": "read-from-rays-job-table"},
+            headers={"Authorization": f"Bearer {code}"},
+        )
+        assert claim.status_code == 401, claim.text
+        for route in ("assignment", "control"):
+            answer = member.http.get(
+                f"/internal/v1/jobs/{job_id}/{route}",
+                params={"attempt": 1},
+                headers={"Authorization": f"Bearer {code}"},
+            )
+            assert answer.status_code == 401, (route, answer.text)
 
     member_key = member.http.headers["Authorization"].removeprefix("Bearer ")
     for job_id, envs in environments.items():
         other = second if job_id == first else first
-        (other_token,) = {env["ORCHESTRATOR_JOB_TOKEN"] for env in environments[other]}
+        (other_code,) = {env["ORCHESTRATOR_CLAIM_CODE"] for env in environments[other]}
         for env in envs:
             text = json.dumps(env)
-            assert env["ORCHESTRATOR_JOB_TOKEN"] != other_token and other_token not in text
+            assert env["ORCHESTRATOR_CLAIM_CODE"] != other_code and other_code not in text
             assert ADMIN not in text and member_key not in text
             assert "orchestrator.db" not in text and "sqlite://" not in text  # the service's database URL
             assert not any(name in env for name in ("ORCHESTRATOR_ADMIN_TOKEN", "ORCHESTRATOR_DATABASE_URL"))
-            # Where to report, the run's token, and how often rank 0 asks whether it is preempted: nothing else.
+            # Where to report, the attempt's claim code (exchanged by the driver at its start), and how often rank 0
+            # asks whether it is preempted: nothing else. No run token is in a worker's environment: rank 0 gets
+            # its own from the driver, in Train's loop config.
             assert {k for k in env if k.startswith("ORCHESTRATOR_")} <= {
                 "ORCHESTRATOR_URL",
-                "ORCHESTRATOR_JOB_TOKEN",
+                "ORCHESTRATOR_CLAIM_CODE",
                 "ORCHESTRATOR_CONTROL_POLL_S",
             }
-            assert len(re.findall(r"jtk_[\w-]+", text)) == 1  # its own run's token (urlsafe: - too), no other
+            assert not re.findall(r"jtk_[\w-]+", text)
 
 
 def _zip(files: dict[str, str]) -> bytes:

@@ -30,7 +30,11 @@ What it proved on the old code (at 469a44c, before api/auth_first.py):
   with no token, or another run's, and a missing or invalid parameter with a 422 naming it: ``GET
   /internal/v1/jobs/{job_id}/assignment with no token, invalid: 422 '{"detail":[{"type":"missing","loc":
   ["query","attempt"],...}]}' (want 401)``. api/auth_first.py answers those with no token at all 401; another
-  run's token is the routes' own check to run first (api/routers/internal.py).
+  run's token is the routes' own check to run first: now a dependency every /internal route runs before FastAPI
+  validates anything (``api/run_auth.py``), which api/auth_first.py also runs for a body FastAPI cannot parse
+  (issue 29; ``tests/security/test_internal_routes_check_the_run_token_before_validation.py``).
+- The claim routes (issue 29, finding 1: a driver exchanges its attempt's one-use claim code for the run's token)
+  have a gate of their own, the claim code: ``test_the_claim_routes_answer_only_the_attempts_claim_code``.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from starlette.routing import Mount
 
 from api.ui.session import SESSION_COOKIE
 from tests.security.helpers import make_key
-from tests.unit.api_helpers import ADMIN, auth, make_project, submit, tick
+from tests.unit.api_helpers import ADMIN, CLAIM_CODE_ENV, auth, make_project, submission, submit, tick
 from tests.unit.code_archives import TRAIN_PY, zip_of
 from tests.unit.test_deployments import finished_job
 from tests.unit.test_sweeps import driver_token, post_sweep
@@ -62,6 +66,7 @@ class Gate(Enum):
     NONE = "none: public"
     KEY = "an API key (Authorization: Bearer)"
     RUN_TOKEN = "the run's own token"
+    CLAIM_CODE = "the attempt's one-use claim code (a driver's claim of its run's token)"
     SESSION = "a dashboard session cookie"
 
 
@@ -105,6 +110,7 @@ def page(across: Across, **kwargs: Any) -> Expect:
 
 
 RUN = Expect(Gate.RUN_TOKEN)
+CLAIM = Expect(Gate.CLAIM_CODE)
 NOT_FOUND, CLUSTER_ADMIN, CREATES_OWN, OWN_ONLY, SAME_FOR_ALL = (
     Across.NOT_FOUND,
     Across.CLUSTER_ADMIN,
@@ -193,6 +199,8 @@ ROUTES: dict[tuple[str, str], Expect] = {
     ("GET", "/internal/v1/sweeps/{sweep_id}/assignment"): RUN,
     ("GET", "/internal/v1/sweeps/{sweep_id}/control"): RUN,
     ("POST", "/internal/v1/sweeps/{sweep_id}/events"): RUN,
+    ("POST", "/internal/v1/jobs/{job_id}/claim"): CLAIM,
+    ("POST", "/internal/v1/sweeps/{sweep_id}/claim"): CLAIM,
     ("GET", "/ui"): public("a redirect to /ui/jobs, which needs a session"),
     ("GET", "/ui/login"): public("the sign-in form, where a key is given"),
     ("POST", "/ui/login"): public("the sign-in form's post: it checks the key it is given"),
@@ -284,7 +292,7 @@ def world(app, client, backend, tmp_path) -> World:
     running_sweep = running_sweep.json()["id"]
     tick(app)
     job_token, other_token, sweep_token = (
-        driver_token(backend, f"{run}-1")["Authorization"].removeprefix("Bearer ")
+        driver_token(client, backend, f"{run}-1")["Authorization"].removeprefix("Bearer ")
         for run in (running_job, other_job, running_sweep)
     )
     queued = job_in(app, a, name="queued-a")  # after the ticks: it stays queued (the cluster view lists it)
@@ -464,7 +472,9 @@ def test_the_table_names_every_route(app):
         assert (expect.gate == Gate.NONE) == bool(expect.why), (
             f"{method} {path}: a public route, and only one, says why"
         )
-        assert (expect.gate in (Gate.NONE, Gate.RUN_TOKEN)) == (expect.across is None), f"{method} {path}"
+        assert (expect.gate in (Gate.NONE, Gate.RUN_TOKEN, Gate.CLAIM_CODE)) == (expect.across is None), (
+            f"{method} {path}"
+        )
 
 
 def test_the_public_routes_answer_without_a_key_and_show_no_projects_data(app, world):
@@ -595,6 +605,50 @@ def test_the_internal_routes_answer_only_the_runs_own_token(app, client, world):
         }
         if takes_json(routes[(method, path)]):
             tries["no token, malformed JSON"] = ({}, MALFORMED_JSON)
+            tries["another run's token, malformed JSON"] = (
+                {},
+                {**MALFORMED_JSON, "headers": {**MALFORMED_JSON["headers"], **auth(world.run_tokens["other_job"])}},
+            )
+        for what, (options, body) in tries.items():
+            answer = client.request(method, target, **options, **body)
+            if answer.status_code != 401:
+                failures.append(f"{method} {path} with {what}: {said(answer)} (want 401)")
+    assert not failures, "\n".join(failures)
+
+
+def test_the_claim_routes_answer_only_the_attempts_claim_code(app, client, backend, world):
+    """A driver's first request: its attempt's claim code (the one Ray was handed) for the run's token; anything
+    else, a run's token included, is 401, before validation too (issue 29, finding 1)."""
+    routes = app_routes(app)
+    failures = []
+    for method, path, _ in table(Gate.CLAIM_CODE):
+        kind = "sweep" if "{sweep_id}" in path else "job"
+        target = url(path, world.run_ids)
+        submitted = submission(backend, f"{world.run_ids[f'{kind}_id']}-1")
+        # The driver claimed at its start (the world's run_token); the same driver asking again gets a token.
+        valid = {"json": {"attempt": 1, "nonce": f"driver-of-{submitted[0]}"}}
+        own = client.request(method, target, headers=auth(submitted[2][CLAIM_CODE_ENV]), **valid)
+        if own.status_code != 200:
+            failures.append(f"{method} {path} with its own claim code: {said(own)} (want 200)")
+        other_code = submission(backend, f"{world.run_ids['sweep_id' if kind == 'job' else 'job_id']}-1")[2]
+        invalid = invalid_request(routes[(method, path)])
+        tries = {
+            "no code": ({}, valid),
+            "the run's own token": ({"headers": auth(world.run_tokens[kind])}, valid),
+            "another run's claim code": ({"headers": auth(other_code[CLAIM_CODE_ENV])}, valid),
+            "an admin key": ({"headers": auth(ADMIN)}, valid),
+            "a member key of its project": ({"headers": auth(world.a["member"])}, valid),
+            "no code, invalid": ({"params": invalid.params}, invalid.body),
+            "the run's own token, invalid": (
+                {"params": invalid.params, "headers": auth(world.run_tokens[kind])},
+                invalid.body,
+            ),
+            "no code, malformed JSON": ({}, MALFORMED_JSON),
+            "another run's claim code, malformed JSON": (
+                {},
+                {**MALFORMED_JSON, "headers": {**MALFORMED_JSON["headers"], **auth(other_code[CLAIM_CODE_ENV])}},
+            ),
+        }
         for what, (options, body) in tries.items():
             answer = client.request(method, target, **options, **body)
             if answer.status_code != 401:

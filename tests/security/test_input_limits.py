@@ -74,7 +74,7 @@ def test_a_jobs_result_is_capped(app, client, backend):
 def test_a_trials_config_and_metric_names_are_capped(app, client, backend):
     sweep = post_sweep(client).json()
     tick(app)
-    headers = driver_token(backend, f"{sweep['id']}-1")
+    headers = driver_token(client, backend, f"{sweep['id']}-1")
 
     def send(*events):
         return client.post(

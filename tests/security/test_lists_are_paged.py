@@ -48,7 +48,7 @@ def test_every_list_endpoint_pages_with_a_cursor_header(app, client, backend, tm
         submit(client, ADMIN)
     sweeps = [post_sweep(client).json()["id"] for _ in range(3)]
     tick(app)
-    headers = driver_token(backend, f"{sweeps[0]}-1")
+    headers = driver_token(client, backend, f"{sweeps[0]}-1")
     events = [
         {
             "type": "trial",

@@ -20,7 +20,7 @@ from api.app import create_app
 from orchestrator.settings import Settings
 from tests.conftest import free_port
 from tests.fakes import FakeBackend
-from tests.unit.api_helpers import ADMIN, auth, make_project
+from tests.unit.api_helpers import ADMIN, auth, make_project, run_token
 
 FOLLOWERS = 100
 ANSWER_WITHIN_S = 60  # what "stalled" means here: the old code never answered
@@ -62,7 +62,7 @@ def started_job(http: httpx.Client, backend: FakeBackend) -> tuple[str, str]:
     while not any(sid == f"{job}-1" for sid, _, _ in backend.submitted):  # the scheduler loop admits it
         assert time.monotonic() < deadline, "the job was never submitted"
         time.sleep(0.1)
-    token = next(env["ORCHESTRATOR_JOB_TOKEN"] for sid, _, env in backend.submitted if sid == f"{job}-1")
+    token = run_token(http, backend, f"{job}-1")
     return job, token
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from orchestrator.db.models import Job, JobState
 from orchestrator.services.events import apply_events
-from tests.unit.api_helpers import ADMIN, auth, make_project, reconcile, submit, tick
+from tests.unit.api_helpers import ADMIN, auth, driver_exits, make_project, reconcile, run_token, submit, tick
 from tests.unit.test_sweeps import driver_token, post_sweep
 from workers.contract.jobs import EventBatch
 
@@ -18,7 +18,7 @@ from workers.contract.jobs import EventBatch
 def started_job(app, client, backend, key: str = ADMIN) -> tuple[str, str]:
     job = submit(client, key).json()["id"]
     tick(app)
-    return job, backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+    return job, run_token(client, backend)
 
 
 def post(client, job: str, token: str, *events: dict):
@@ -44,6 +44,7 @@ def test_a_jobs_token_stops_working_when_the_job_ends(app, client, backend):
         post(client, done, token, {"type": "state", "state": "succeeded", "result": {"metrics": {"a": 1}}}).status_code
         == 200
     )
+    driver_exits(app, backend)  # Ray confirms the reported end: the job ends
     rewrite = {"type": "state", "state": "succeeded", "result": {"metrics": {"a": 2}}}
     assert post(client, done, token, rewrite).status_code == 401
     assert client.get(f"/v1/jobs/{done}", headers=auth(ADMIN)).json()["result"] == {"metrics": {"a": 1}}
@@ -113,7 +114,7 @@ def test_a_sweep_driver_records_only_each_trials_own_checkpoints_and_its_token_e
 ):
     sweep = post_sweep(client, search_space={"lr.base": {"type": "grid", "values": [0.1, 0.2]}}).json()
     tick(app)
-    headers = driver_token(backend, f"{sweep['id']}-1")
+    headers = driver_token(client, backend, f"{sweep['id']}-1")
     trials = Path(app.state.service.settings.storage_path) / sweep["id"] / "trials"
     own, others = folder(trials / "t_00000" / "checkpoint_000001"), folder(trials / "t_00001" / "checkpoint_000001")
 
@@ -143,4 +144,5 @@ def test_a_sweep_driver_records_only_each_trials_own_checkpoints_and_its_token_e
         ).status_code
         == 200
     )
+    driver_exits(app, backend)  # Ray confirms the sweep's reported end: it ends, and its token with it
     assert report("t_00000", own).status_code == 401

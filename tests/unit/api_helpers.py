@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import httpx
 from sqlalchemy import func, select
 
+from orchestrator.backend import RunStatus
 from orchestrator.db.models import Job
 from orchestrator.loops.reconciler import Reconciler
 from orchestrator.loops.scheduler import Scheduler
@@ -33,6 +35,59 @@ def make_project(client, name: str) -> tuple[str, dict[str, str]]:
 
 def submit(client, key, **spec):
     return client.post("/v1/jobs", json={"workload": "digits", **spec}, headers=auth(key))
+
+
+CLAIM_CODE_ENV = "ORCHESTRATOR_CLAIM_CODE"
+
+
+def submission(backend, submission_id: str | None = None) -> tuple[str, str, dict]:
+    """(submission id, entrypoint, env_vars) of a submission to the fake cluster: the last one, or ``submission_id``'s
+    (its last submit)."""
+    if submission_id is None:
+        return backend.submitted[-1]
+    return next(s for s in reversed(backend.submitted) if s[0] == submission_id)
+
+
+def claim(post, submitted: tuple[str, str, dict], nonce: str, code: str | None = None):
+    """What a driver does first: ``POST /internal/v1/{jobs|sweeps}/{id}/claim`` with its attempt's claim code (the
+    submission's ``ORCHESTRATOR_CLAIM_CODE``, or ``code``). ``post``: a TestClient's or httpx's ``post``."""
+    submission_id, entrypoint, env = submitted
+    run_id, attempt = submission_id.rsplit("-", 1)
+    collection = "sweeps" if "--sweep-id" in entrypoint else "jobs"
+    return post(
+        f"/internal/v1/{collection}/{run_id}/claim",
+        json={"attempt": int(attempt), "nonce": nonce},
+        headers=auth(code if code is not None else env[CLAIM_CODE_ENV]),
+    )
+
+
+def run_token(client, backend, submission_id: str | None = None) -> str:
+    """The run's token for a submission's driver (the last one by default), claimed as the driver does at its start:
+    once per claim code (the fake cluster remembers the token), so a test may ask again."""
+    submitted = submission(backend, submission_id)
+    code = submitted[2][CLAIM_CODE_ENV]
+    if code not in backend.driver_tokens:
+        response = claim(client.post, submitted, nonce=f"driver-of-{submitted[0]}")
+        assert response.status_code == 200, response.text
+        backend.driver_tokens[code] = response.json()["token"]
+    return backend.driver_tokens[code]
+
+
+def run_token_at(url: str, backend, submission_id: str | None = None) -> str:
+    """``run_token`` from a control plane served at ``url`` (the ``live`` fixture, a uvicorn server)."""
+    with httpx.Client(base_url=url, timeout=10) as http:
+        return run_token(http, backend, submission_id)
+
+
+def driver_exits(app, backend, submission_id: str | None = None, status=None, exit_code: int | None = None) -> None:
+    """The driver of a submission (the last one by default) exits after its last report: Ray says its job ended
+    (SUCCEEDED by default), and the reconciler sees it, applying the end the run reported (a run's own report of
+    its end waits for Ray: orchestrator.services.reported_ends)."""
+    submission_id = submission(backend, submission_id)[0]
+    backend.runs[submission_id] = status or RunStatus.SUCCEEDED
+    if exit_code is not None:
+        backend.exit_codes[submission_id] = exit_code
+    reconcile(app)
 
 
 def tick(app):

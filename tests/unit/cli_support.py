@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from orchestrator.backend import RunStatus
 from orchestrator_client.cli import app, follow
-from tests.unit.api_helpers import ADMIN, reconcile, tick
+from tests.unit.api_helpers import ADMIN, reconcile, run_token_at, tick
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +45,7 @@ def newest(live, kind: str = "jobs") -> str:
 def start(live, job_id: str) -> str:
     """Admit the job (STARTING, attempt 1 submitted to the fake Ray); returns its run token."""
     tick(live.app)
-    return next(env["ORCHESTRATOR_JOB_TOKEN"] for sid, _, env in live.backend.submitted if sid == f"{job_id}-1")
+    return run_token_at(live.url, live.backend, f"{job_id}-1")
 
 
 def running(live, job_id: str, *events: dict) -> str:
@@ -66,6 +66,9 @@ def report(live, job_id: str, token: str, *events: dict) -> None:
 
 
 def finish_run(live, job_id: str, status: RunStatus = RunStatus.SUCCEEDED) -> None:
-    """The Ray job ends (so a follow's stream ends), and the reconciler sees it."""
+    """The Ray job ends (so a follow's stream ends), and the reconciler sees it, applying the end the driver
+    reported (a FAILED Ray job: the driver's exit status for a failure it reported, 3)."""
     live.backend.runs[f"{job_id}-1"] = status
+    if status == RunStatus.FAILED:
+        live.backend.exit_codes[f"{job_id}-1"] = 3
     reconcile(live.app)

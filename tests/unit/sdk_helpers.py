@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 
 from orchestrator_client import Client
-from tests.unit.api_helpers import ADMIN, tick
+from tests.unit.api_helpers import ADMIN, run_token_at, tick
 
 
 def sdk(live, token: str = ADMIN, **kwargs) -> Client:
@@ -18,7 +18,9 @@ def sdk(live, token: str = ADMIN, **kwargs) -> Client:
 def start(live, job_id: str) -> str:
     """Admit the queued job (a scheduler tick submits it to the fake cluster); returns its run token."""
     tick(live.app)
-    return next(env for sid, _, env in live.backend.submitted if sid.startswith(job_id))["ORCHESTRATOR_JOB_TOKEN"]
+    return run_token_at(
+        live.url, live.backend, next(sid for sid, _, _ in live.backend.submitted if sid.startswith(job_id))
+    )
 
 
 def report(live, job_id: str, token: str, *events: dict, attempt: int = 1) -> None:

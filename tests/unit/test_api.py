@@ -11,11 +11,22 @@ from sqlalchemy import select
 
 from api.app import create_app
 from orchestrator.backend import RunStatus
-from orchestrator.db.models import ApiKey, Job
+from orchestrator.db.models import ApiKey, Job, JobState
 from orchestrator.loops.log_archive import LogArchiver
 from orchestrator.settings import Settings
+from orchestrator.states.jobs import lock_job, set_job_state
 from tests.fakes import FakeBackend
-from tests.unit.api_helpers import ADMIN, auth, count_jobs, make_project, reconcile, submit, tick
+from tests.unit.api_helpers import (
+    ADMIN,
+    auth,
+    count_jobs,
+    driver_exits,
+    make_project,
+    reconcile,
+    run_token,
+    submit,
+    tick,
+)
 
 # --- auth ---------------------------------------------------------------------------------------------
 
@@ -216,7 +227,9 @@ def test_scheduler_admits_by_priority_and_queues_the_rest_with_a_reason(app, cli
     assert [s[0] for s in backend.submitted] == [f"{high}-1", f"{low}-1"]
     entrypoint, env = backend.submitted[0][1], backend.submitted[0][2]
     assert entrypoint == f"python -m workers.train.driver --job-id {high} --attempt 1"
-    assert env["ORCHESTRATOR_JOB_TOKEN"].startswith("jtk_") and env["OMP_NUM_THREADS"] == "1"
+    # The driver's one-use claim code, never a token (Ray lists a job's environment: issue 29, finding 1).
+    assert env["ORCHESTRATOR_CLAIM_CODE"].startswith("jcl_") and env["OMP_NUM_THREADS"] == "1"
+    assert "ORCHESTRATOR_JOB_TOKEN" not in env
 
 
 @pytest.mark.parametrize(
@@ -320,7 +333,7 @@ def test_cancel_started_job_stops_it_in_ray(app, client, backend):
 def _started_job(app, client, backend) -> tuple[str, str]:
     job = submit(client, ADMIN).json()["id"]
     tick(app)
-    return job, backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+    return job, run_token(client, backend)
 
 
 def test_events_need_the_jobs_own_token(app, client, backend):
@@ -374,6 +387,7 @@ def test_events_record_metrics_checkpoints_and_result_idempotently(app, client, 
         "events": [{"type": "state", "state": "succeeded", "result": {"metrics": {"val_accuracy": 0.9}}}],
     }
     client.post(f"/internal/v1/jobs/{job}/events", json=done, headers=auth(token))
+    driver_exits(app, backend)  # its end is applied once Ray says the job ended
     body = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
     assert body["state"] == "SUCCEEDED" and body["result"] == {"metrics": {"val_accuracy": 0.9}}
     assert body["latest_metrics"]["val_accuracy"] == 0.9 and body["latest_metrics"]["epoch"] == 2
@@ -407,9 +421,13 @@ def test_following_an_ended_job_waits_for_its_driver_to_exit(app, client, backen
     monkeypatch.setattr(backend, "logs", lambda submission_id: "".join(printed))
     done = {"attempt": 1, "events": [{"type": "state", "state": "running"}, {"type": "state", "state": "succeeded"}]}
     client.post(f"/internal/v1/jobs/{job}/events", json=done, headers=auth(token))
+    service = app.state.service
+    # Ended as the reconciler ends it once Ray says so, while the fake says the driver still runs: Ray's word
+    # that the job ended can come before the driver's last lines reach its log.
+    with service.sessions.begin() as session:
+        set_job_state(session, lock_job(session, job), JobState.SUCCEEDED, "completed")
     assert client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()["state"] == "SUCCEEDED"
 
-    service = app.state.service
     follows = logs_service.LogFollows(service.sessions, backend, service.log_archive, max_per_key=2, poll_s=0)
 
     async def scenario() -> None:
@@ -484,7 +502,7 @@ def test_a_dead_local_ray_head_is_started_again_and_its_drivers_silenced(app, cl
 def test_only_the_newest_checkpoints_are_kept_like_ray_does(app, client, backend):
     job = submit(client, ADMIN, checkpoint={"keep": 2}).json()["id"]
     tick(app)
-    token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+    token = run_token(client, backend)
     run = f"{app.state.service.settings.storage_path}/{job}"
     events = [
         {"type": "checkpoint", "epoch": e, "step": 10 * e, "path": f"{run}/checkpoint_{e}", "size_bytes": 1}
@@ -513,7 +531,7 @@ def test_a_lost_submit_is_made_again_with_the_same_submission_id(app, client, ba
     monkeypatch.setattr("orchestrator.loops.reconciler.RESUBMIT_GRACE", timedelta(0))
     reconcile(app)
     assert [s[0] for s in backend.submitted] == [f"{job}-1", f"{job}-1"]
-    new_token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+    new_token = run_token(client, backend)
     running = {"attempt": 1, "events": [{"type": "state", "state": "running"}]}
     assert client.post(f"/internal/v1/jobs/{job}/events", json=running, headers=auth(first_token)).status_code == 401
     assert client.post(f"/internal/v1/jobs/{job}/events", json=running, headers=auth(new_token)).status_code == 200
@@ -547,7 +565,7 @@ def test_auto_strategy_is_resolved_and_explained_on_the_job(app, client, backend
     job = submit(client, ADMIN, strategy="auto").json()
     assert job["plan"]["strategy"] == "ddp" and job["plan"]["reason"].startswith("planner: ddp fits")
     tick(app)
-    token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+    token = run_token(client, backend)
     assignment = client.get(
         f"/internal/v1/jobs/{job['id']}/assignment", params={"attempt": 1}, headers=auth(token)
     ).json()
@@ -565,7 +583,7 @@ def test_a_lost_driver_gets_a_new_attempt_until_attempts_run_out(app, client, ba
         body = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
         assert body["state"] == "RESTARTING" and body["reason"] == "driver_lost" and body["attempt"] == attempt + 1
         assert f"starting attempt {attempt + 1} of 3" in body["message"]
-        token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+        token = run_token(client, backend)
     assert [s[0] for s in backend.submitted] == [f"{job}-1", f"{job}-2", f"{job}-3"]
     # The old driver's token no longer writes; the new one does, and its first event resumes RUNNING.
     stale = {"attempt": 3, "events": [{"type": "state", "state": "running"}]}

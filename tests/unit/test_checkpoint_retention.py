@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from orchestrator.backend import RunStatus
 from orchestrator.checkpoint_policy import RecordedCheckpoint, select_kept
 from orchestrator.db.models import Checkpoint, Job, utcnow
 from orchestrator.loops.scheduler import Scheduler
 from orchestrator.storage import CheckpointStorage, StorageError
-from tests.unit.api_helpers import ADMIN
+from tests.unit.api_helpers import ADMIN, driver_exits, run_token
 from workers.contract.jobs import JobSpec, KeepBestSpec
 from workers.runtime.manifest import verify_checkpoint, write_manifest
 
@@ -80,7 +81,7 @@ def start_job(app, backend, **spec) -> tuple[str, str]:
     assert response.status_code == 201, response.text
     service = app.state.service
     Scheduler(service.sessions, service.backend, service.settings).tick()
-    return response.json()["id"], backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+    return response.json()["id"], run_token(app.state.client, backend)
 
 
 def write_checkpoint(storage: Path, job_id: str, name: str) -> Path:
@@ -244,6 +245,7 @@ def test_the_sweeper_deletes_orphans_after_the_grace_and_at_once_when_the_job_en
     assert stored(storage, job) == ["checkpoint_1", "checkpoint_3"]  # the grace holds while the job runs
 
     post_events(client, job, token, {"type": "state", "state": "succeeded"})
+    driver_exits(app, backend)  # the job ends once Ray says so
     janitor.tick()
     assert listed(client, job) == stored(storage, job) == ["checkpoint_1"]
 
@@ -252,6 +254,7 @@ def test_the_first_sweep_covers_jobs_that_ended_long_ago(app, client, backend, s
     job, token = start_job(app, backend)
     folder = write_checkpoint(storage, job, "checkpoint_1")
     post_events(client, job, token, checkpoint_event(folder, 10), {"type": "state", "state": "failed"})
+    driver_exits(app, backend, status=RunStatus.FAILED, exit_code=3)  # Ray confirms the reported failure
     with app.state.service.sessions.begin() as session:  # it ended while the service was down, say
         ended = session.get(Job, job)
         ended.finished_at = utcnow() - timedelta(days=2)
@@ -324,6 +327,7 @@ def finished_with_one_checkpoint(app, client, backend, storage) -> tuple[str, st
     running = {"type": "state", "state": "running"}
     post_events(client, job, token, running, checkpoint_event(first, 10, val_accuracy=0.9))
     post_events(client, job, token, {"type": "state", "state": "succeeded"})
+    driver_exits(app, backend)
     return job, token
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.backend import RunStatus
 from tests.unit import cli_support
-from tests.unit.api_helpers import reconcile, tick
+from tests.unit.api_helpers import reconcile, run_token_at, tick
 from tests.unit.cli_support import newest, orch
 
 SWEEP = """\
@@ -44,7 +44,7 @@ def sweep_file(tmp_path):
 
 
 def _drive(live, sweep_id: str, *events: dict) -> None:
-    token = next(env for sid, _, env in live.backend.submitted if sid == f"{sweep_id}-1")["ORCHESTRATOR_JOB_TOKEN"]
+    token = run_token_at(live.url, live.backend, f"{sweep_id}-1")
     response = httpx.post(
         f"{live.url}/internal/v1/sweeps/{sweep_id}/events",
         json={"attempt": 1, "events": list(events)},

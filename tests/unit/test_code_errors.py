@@ -13,8 +13,8 @@ from ray.train.v2.api.config import FailureConfig
 from ray.train.v2.api.exceptions import WorkerGroupError
 
 from workers.contract.jobs import JobSpec
+from workers.train.attempt import failure_summary
 from workers.train.code_errors import LOADING, RAISED, blame_user_code, code_error_of
-from workers.train.driver import failure_summary
 from workers.train.failures import (
     APP_ERROR,
     CODE_ERROR,

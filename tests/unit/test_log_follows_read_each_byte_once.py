@@ -17,7 +17,7 @@ from types import SimpleNamespace
 from orchestrator.backend import RunStatus
 from orchestrator.loops.log_archive import LogArchive
 from orchestrator.services.logs import LogFollows
-from tests.unit.api_helpers import ADMIN, auth, reconcile, submit, tick
+from tests.unit.api_helpers import ADMIN, auth, reconcile, run_token, submit, tick
 
 
 def printed(first: int, count: int) -> str:
@@ -77,7 +77,7 @@ def counted_archive(service) -> tuple[LogArchive, CountingFs]:
 def running_job(app, client) -> tuple[str, str]:
     job = submit(client, ADMIN).json()["id"]
     tick(app)
-    token = app.state.service.backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+    token = run_token(client, app.state.service.backend)
     report_state(client, job, token, "running")
     return job, token
 
@@ -123,6 +123,7 @@ def test_a_follower_of_a_long_log_reads_each_byte_from_ray_once(app, client, bac
     def end() -> None:
         report_state(client, job, token, "succeeded")
         backend.runs[submission] = RunStatus.SUCCEEDED
+        reconcile(app)  # which confirms the reported end
 
     received = asyncio.run(follow_as_it_grows(follows, job, grow, end))
     whole = backend.log_texts[submission]
@@ -132,7 +133,7 @@ def test_a_follower_of_a_long_log_reads_each_byte_from_ray_once(app, client, bac
 
 
 def test_a_follower_of_a_log_ray_lost_reads_each_byte_of_the_archive_once(app, client, backend):
-    job, token = running_job(app, client)
+    job, _ = running_job(app, client)
     del backend.runs[f"{job}-1"]  # Ray has no record of it any more (its head was replaced): the archive is all
     service = app.state.service
     archive, fs = counted_archive(service)
@@ -145,7 +146,11 @@ def test_a_follower_of_a_log_ray_lost_reads_each_byte_of_the_archive_once(app, c
         copy += more
         archive.write(job, 1, copy)  # the archiver rewrites the whole copy
 
-    received = asyncio.run(follow_as_it_grows(follows, job, grow, lambda: report_state(client, job, token, "failed")))
+    def end() -> None:  # a report of its end waits for Ray, which lost the job: the user cancels it
+        assert client.post(f"/v1/jobs/{job}/cancel", headers=auth(ADMIN)).status_code == 200
+        reconcile(app)
+
+    received = asyncio.run(follow_as_it_grows(follows, job, grow, end))
     assert received == copy
     read, size = backend.log_chars_read + fs.bytes_read, len(copy.encode())
     assert read <= size
@@ -177,7 +182,7 @@ def test_a_follow_goes_on_across_ray_going_away_and_a_new_attempt_sending_each_l
         # The job ends; its driver's last words, with no line break after them, end the stream.
         backend.log_texts[second] = f"log of {second}\nbye"
         backend.runs[second] = RunStatus.SUCCEEDED
-        token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+        token = run_token(client, backend)
         done = {
             "attempt": 2,
             "events": [{"type": "state", "state": "running"}, {"type": "state", "state": "succeeded"}],

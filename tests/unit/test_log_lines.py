@@ -15,7 +15,7 @@ import pytest
 from orchestrator.backend import RunStatus
 from orchestrator.services import logs as logs_service
 from orchestrator.services.log_lines import strip_ansi, view
-from tests.unit.api_helpers import ADMIN, auth, tick
+from tests.unit.api_helpers import ADMIN, auth, reconcile, run_token, tick
 from workers.contract.logs import DEDUP_ALLOW, RANK_MARKER, rank_marker
 
 DATA = Path(__file__).parent / "data"
@@ -203,9 +203,11 @@ def test_a_follow_of_one_rank_sends_whole_lines_as_they_come(app, client, backen
                 assert received + chunk == expected
                 received += chunk
         done = {"attempt": 1, "events": [{"type": "state", "state": "running"}, {"type": "state", "state": "failed"}]}
-        token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+        token = run_token(client, backend)
         client.post(f"/internal/v1/jobs/{job}/events", json=done, headers=auth(token))
         backend.runs[f"{job}-1"] = RunStatus.FAILED
+        backend.exit_codes[f"{job}-1"] = 3  # the driver's exit status for a failure it reported
+        reconcile(app)  # Ray confirms the reported end: the job ends
         return received + "".join([chunk async for chunk in stream])  # the end: the stream stops
 
     assert asyncio.run(scenario()) == view(USER, rank=1)
@@ -217,13 +219,14 @@ def test_a_followed_rank_over_http(live):
         job = http.post("/v1/jobs", json={"workload": "digits"}).json()["id"]
         tick(live.app)
         backend.logs = lambda submission_id: DIGITS
-        token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+        token = run_token(http, backend)
         done = {
             "attempt": 1,
             "events": [{"type": "state", "state": "running"}, {"type": "state", "state": "succeeded"}],
         }
         http.post(f"/internal/v1/jobs/{job}/events", json=done, headers=auth(token))
         backend.runs[f"{job}-1"] = RunStatus.SUCCEEDED
+        reconcile(live.app)  # Ray confirms the reported end: the job ends
         followed = http.get(f"/v1/jobs/{job}/logs", params={"follow": "true", "rank": 0, "tail": 2})
         assert followed.status_code == 200 and followed.text == "\n".join(lines(view(DIGITS, rank=0))[-2:]) + "\n"
 

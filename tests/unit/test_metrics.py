@@ -13,7 +13,7 @@ from orchestrator.loops.runner import Loop
 from orchestrator.metrics import Metrics
 from orchestrator.settings import Settings
 from orchestrator.states.jobs import lock_job, set_job_state
-from tests.unit.api_helpers import ADMIN, auth, make_project, reconcile, submit, tick
+from tests.unit.api_helpers import ADMIN, auth, driver_exits, make_project, reconcile, run_token, submit, tick
 
 Samples = dict[tuple[str, frozenset], float]
 
@@ -49,17 +49,16 @@ def test_a_job_run_moves_every_counter_by_what_happened(app, client, backend):
     before, _ = scrape(client)
     job = submit(client, ADMIN, retries={"max_attempts": 2}).json()["id"]
     tick(app)  # admitted: QUEUED -> STARTING, submit #1
-    post_events(
-        client, job, backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"], 1, {"type": "state", "state": "running"}
-    )
+    post_events(client, job, run_token(client, backend), 1, {"type": "state", "state": "running"})
     backend.available = False  # Ray away for one reconcile: a failed call, counted as such
     reconcile(app)
     backend.available = True
     del backend.runs[f"{job}-1"]  # the driver vanished: a restart, submit #2
     reconcile(app)
-    token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+    token = run_token(client, backend)
     post_events(client, job, token, 2, {"type": "state", "state": "running"})
-    post_events(client, job, token, 2, {"type": "state", "state": "succeeded"})
+    post_events(client, job, token, 2, {"type": "state", "state": "succeeded"})  # Ray asked once: still running
+    driver_exits(app, backend)  # the reconciler sees the Ray job end and applies the reported success
     assert client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()["state"] == "SUCCEEDED"
     after, text = scrape(client)
 
@@ -71,11 +70,12 @@ def test_a_job_run_moves_every_counter_by_what_happened(app, client, backend):
     assert moved(before, after, "orchestrator_job_queue_wait_seconds_count") == 1
     assert moved(before, after, "orchestrator_job_run_duration_seconds_count", state="SUCCEEDED") == 1
     assert moved(before, after, "orchestrator_job_run_duration_seconds_count", state="FAILED") == 0
-    # Ray: two submits, the reconciles' status reads, one of them while Ray was away.
+    # Ray: two submits, the reconciles' status reads (one of them while Ray was away) and the events route's
+    # look at the Ray job when the run reported its end.
     assert moved(before, after, "orchestrator_ray_api_calls_total", method="submit", outcome="ok") == 2
     assert moved(before, after, "orchestrator_ray_api_calls_total", method="info", outcome="unavailable") == 1
-    assert moved(before, after, "orchestrator_ray_api_calls_total", method="info", outcome="ok") == 1
-    assert backend.asked.count("info") == 2  # the metric counted every call the fake saw
+    assert moved(before, after, "orchestrator_ray_api_calls_total", method="info", outcome="ok") == 3
+    assert backend.asked.count("info") == 4  # the metric counted every call the fake saw
     # HTTP by route template: the job's own GET and the driver's four event batches, never the job's id.
     assert value(after, "orchestrator_http_requests_total", method="GET", route="/v1/jobs/{job_id}", status="2xx") == 1
     assert (
@@ -209,15 +209,16 @@ def test_sweeps_submitted_and_finished_by_state_and_the_sweeps_gauge(app, client
     posted = client.post(
         f"/internal/v1/sweeps/{done}/events",
         json={"attempt": 1, "events": events},
-        headers=driver_token(backend, f"{done}-1"),
+        headers=driver_token(client, backend, f"{done}-1"),
     )
     assert posted.status_code == 200, posted.text
     # The same batch again (a driver's retry) is no news: it must not count a second time.
     client.post(
         f"/internal/v1/sweeps/{done}/events",
         json={"attempt": 1, "events": events},
-        headers=driver_token(backend, f"{done}-1"),
+        headers=driver_token(client, backend, f"{done}-1"),
     )
+    driver_exits(app, backend, f"{done}-1")  # Ray confirms the reported end
     never = post_sweep(client, max_concurrent_trials=1).json()["id"]
     assert client.post(f"/v1/sweeps/{never}/cancel", headers=auth(ADMIN)).json()["state"] == "CANCELLED"
     waiting = post_sweep(client, max_concurrent_trials=1).json()["id"]

@@ -24,7 +24,7 @@ from orchestrator.services.preemption import (
 from orchestrator.services.runs import SWEEPS
 from orchestrator.states.jobs import lock_job, set_job_state
 from orchestrator.states.sweeps import lock_sweep, set_sweep_state, set_trial_state
-from tests.unit.api_helpers import ADMIN, auth, make_project, new_job, reconcile, submit, tick
+from tests.unit.api_helpers import ADMIN, auth, make_project, new_job, reconcile, run_token, submit, tick
 from workers.contract.jobs import DriverExit
 from workers.contract.sweeps import SweepSpec
 
@@ -312,7 +312,7 @@ def settings_overrides() -> dict:
 def started(app, client, backend, **spec) -> tuple[str, str]:
     job = submit(client, ADMIN, **spec).json()["id"]
     tick(app)
-    return job, backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+    return job, run_token(client, backend)
 
 
 def events(client, job_id) -> list[tuple]:
@@ -416,7 +416,7 @@ def test_a_higher_priority_job_preempts_a_sweep_over_the_api(app, client, backen
     _, keys = make_project(client, "tuning")
     sweep = client.post("/v1/sweeps", json=SWEEP_BODY, headers=auth(keys["member"])).json()["id"]
     tick(app)
-    token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+    token = run_token(client, backend)
     control = f"/internal/v1/sweeps/{sweep}/control"
     running = {"attempt": 1, "events": [{"type": "state", "state": "running"}]}
     assert client.post(f"/internal/v1/sweeps/{sweep}/events", json=running, headers=auth(token)).status_code == 200

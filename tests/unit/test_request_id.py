@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.backend import RunStatus
 from orchestrator.request_context import RequestIdFilter, request_id
-from tests.unit.api_helpers import ADMIN, auth, tick
+from tests.unit.api_helpers import ADMIN, auth, reconcile, run_token, tick
 
 HEX_ID = re.compile(r"[0-9a-f]{32}")
 
@@ -60,7 +60,7 @@ def test_a_followed_log_streams_with_the_id(live):
     with httpx.Client(base_url=live.url, timeout=10) as http:
         job = http.post("/v1/jobs", json={"workload": "digits"}, headers=auth(ADMIN)).json()["id"]
         tick(live.app)
-        token = backend.submitted[-1][2]["ORCHESTRATOR_JOB_TOKEN"]
+        token = run_token(http, backend)
         running = {"attempt": 1, "events": [{"type": "state", "state": "running"}]}
         http.post(f"/internal/v1/jobs/{job}/events", json=running, headers=auth(token))
         live.app.state.service.log_follows.poll_s = 0.05
@@ -73,6 +73,7 @@ def test_a_followed_log_streams_with_the_id(live):
             ended = {"attempt": 1, "events": [{"type": "state", "state": "succeeded"}]}
             http.post(f"/internal/v1/jobs/{job}/events", json=ended, headers=auth(token))
             backend.runs[f"{job}-1"] = RunStatus.SUCCEEDED  # and its driver exited
+            reconcile(live.app)  # which confirms the reported end
             assert list(chunks) == []
 
 

@@ -14,7 +14,7 @@ import pytest
 from orchestrator.loops.serving import ServingReconciler
 from orchestrator_client import Deployment, OrchestratorError, WaitTimeout
 from tests.conftest import free_port
-from tests.unit.api_helpers import ADMIN
+from tests.unit.api_helpers import ADMIN, driver_exits
 from tests.unit.sdk_helpers import checkpoint, report, sdk, start, state
 
 
@@ -67,6 +67,7 @@ def finished_job(live, client) -> str:
         (Path(event["path"]) / "model.pt").write_bytes(b"weights")
         events.append(event)
     report(live, job.id, token, *events, state("succeeded"))
+    driver_exits(live.app, live.backend, f"{job.id}-1")  # Ray confirms the reported end
     return job.id
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from orchestrator.backend import RunStatus
 from orchestrator_client import Conflict, Job, NotFound, WaitTimeout
+from tests.unit.api_helpers import reconcile
 from tests.unit.sdk_helpers import checkpoint, metrics, report, running, sdk, start, state
 from workers.contract.jobs import JobSpec
 
@@ -76,6 +77,9 @@ def test_wait_returns_the_ended_job_and_reports_each_change(live):
         token = running(live, job.id)
         time.sleep(0.3)
         report(live, job.id, token, state("succeeded", result={"metrics": {"val_accuracy": 0.9}}))
+        time.sleep(0.3)
+        live.backend.runs[f"{job.id}-1"] = RunStatus.SUCCEEDED  # the driver exits
+        reconcile(live.app)  # which confirms the reported end
 
     thread = threading.Thread(target=driver)
     thread.start()
@@ -116,6 +120,7 @@ def test_logs_and_following_them_until_the_job_ends(live, monkeypatch):
         finally:  # the job ends whatever happens above: the follow below must end too
             report(live, job.id, token, state("succeeded"))
             live.backend.runs[f"{job.id}-1"] = RunStatus.SUCCEEDED  # the driver exits
+            reconcile(live.app)  # which confirms the reported end
 
     thread = threading.Thread(target=training)
     thread.start()

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from orchestrator_client import Conflict, Sweep, Trial, WaitTimeout
-from tests.unit.api_helpers import tick
+from tests.unit.api_helpers import run_token_at, tick
 from tests.unit.sdk_helpers import sdk
 
 SPEC = {
@@ -20,11 +20,11 @@ SPEC = {
 
 def drive(live, sweep_id: str, *events: dict) -> None:
     """What the sweep's driver reports."""
-    env = next(env for sid, _, env in live.backend.submitted if sid == f"{sweep_id}-1")
+    token = run_token_at(live.url, live.backend, f"{sweep_id}-1")
     response = httpx.post(
         f"{live.url}/internal/v1/sweeps/{sweep_id}/events",
         json={"attempt": 1, "events": list(events)},
-        headers={"Authorization": f"Bearer {env['ORCHESTRATOR_JOB_TOKEN']}"},
+        headers={"Authorization": f"Bearer {token}"},
     )
     assert response.status_code == 200, response.text
 

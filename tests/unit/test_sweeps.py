@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from orchestrator.admission import ClusterCapacity, never_fits, shortfall, sweep_demand
 from orchestrator.backend import RunStatus
-from tests.unit.api_helpers import ADMIN, auth, make_project, reconcile, submit, tick
+from tests.unit.api_helpers import ADMIN, auth, make_project, reconcile, run_token, submit, tick
 from workers.contract.sweeps import TRIAL_DRIVER_RESOURCES, SweepSpec, trial_spec
 
 BASE = {"workload": "digits", "epochs": 4, "scaling": {"num_workers": 2, "cpus_per_worker": 0.5}}
@@ -288,9 +288,9 @@ def post_sweep(client, key=ADMIN, **fields):
     return client.post("/v1/sweeps", json=sweep_spec(**fields), headers=auth(key))
 
 
-def driver_token(backend, submission_id: str) -> dict[str, str]:
-    env = next(env for sid, _, env in backend.submitted if sid == submission_id)
-    return auth(env["ORCHESTRATOR_JOB_TOKEN"])
+def driver_token(client, backend, submission_id: str) -> dict[str, str]:
+    """The headers of the submission's driver: the run's token, claimed as the driver does at its start."""
+    return auth(run_token(client, backend, submission_id))
 
 
 def test_a_submitted_sweep_is_queued_then_admitted_as_a_sweep_driver(app, client, backend):
@@ -313,7 +313,7 @@ def test_a_submitted_sweep_is_queued_then_admitted_as_a_sweep_driver(app, client
     assignment = client.get(
         f"/internal/v1/sweeps/{sweep['id']}/assignment",
         params={"attempt": 1},
-        headers=driver_token(backend, submission),
+        headers=driver_token(client, backend, submission),
     )
     assert assignment.status_code == 200 and assignment.json()["spec"]["name"] == "lr-search"
     assert (
@@ -344,7 +344,7 @@ def test_bad_sweeps_answer_422_with_the_reason_and_store_nothing(client, fields,
 def test_trial_events_stream_into_the_trial_table_and_the_best_trial_stays_current(app, client, backend):
     sweep = post_sweep(client, metric="val_loss", scheduler={"type": "asha", "max_t": 4}).json()
     tick(app)
-    headers = driver_token(backend, f"{sweep['id']}-1")
+    headers = driver_token(client, backend, f"{sweep['id']}-1")
 
     def post(*events, attempt=1):
         return client.post(
@@ -440,7 +440,7 @@ def test_a_pbt_exploit_changes_the_trials_config_and_its_history_goes_on(app, cl
     sweep = post_sweep(client, scheduler=PBT).json()
     assert sweep["spec"]["scheduler"]["mutate"] == ["lr.base"]  # the default, filled in
     tick(app)
-    headers = driver_token(backend, f"{sweep['id']}-1")
+    headers = driver_token(client, backend, f"{sweep['id']}-1")
 
     def trial(lr, epoch=None, accuracy=None):
         event = {"type": "trial", "trial": "p_00000", "state": "running", "config": {"lr.base": lr}}
@@ -469,7 +469,7 @@ def started_with_two_trials(app, client, backend) -> tuple[dict, dict, list[dict
         {"type": "trial", "trial": "a", "state": "running", "config": {"lr.base": 0.1}},
         {"type": "trial", "trial": "b", "state": "running", "config": {"lr.base": 0.2}},
     ]
-    return sweep, driver_token(backend, f"{sweep['id']}-1"), events
+    return sweep, driver_token(client, backend, f"{sweep['id']}-1"), events
 
 
 def test_cancel_ends_the_sweep_and_its_open_trials(app, client, backend):
@@ -505,7 +505,7 @@ def test_cancel_ends_the_sweep_and_its_open_trials(app, client, backend):
 def test_a_lost_sweep_driver_gets_a_new_attempt_with_a_new_token(app, client, backend):
     sweep = post_sweep(client, base={**BASE, "retries": {"max_attempts": 2}}).json()
     tick(app)
-    old = driver_token(backend, f"{sweep['id']}-1")
+    old = driver_token(client, backend, f"{sweep['id']}-1")
     client.post(
         f"/internal/v1/sweeps/{sweep['id']}/events",
         json={"attempt": 1, "events": [{"type": "state", "state": "running"}]},

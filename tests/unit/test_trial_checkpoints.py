@@ -72,7 +72,7 @@ class Sweep:
         assert body.status_code == 201, body.text
         self.id = body.json()["id"]
         tick(app)
-        self.headers = driver_token(backend, f"{self.id}-1")
+        self.headers = driver_token(client, backend, f"{self.id}-1")
         self.run = Path(app.state.service.settings.storage_path) / self.id / "trials" / "t_00000"
         self.post({"type": "state", "state": "running"})
 

@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from workers.contract.jobs import ControlSignal
+from workers.runtime.claim import RunToken, bearer
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +50,13 @@ class ControlPoller:
         url: str,
         job_id: str,
         attempt: int,
-        token: str,
+        token: RunToken | str,
         interval_s: float | None = None,
         collection: str = "jobs",
     ) -> None:
         self._endpoint = f"{url.rstrip('/')}/internal/v1/{collection}/{job_id}/control"
         self._params = {"attempt": attempt}
-        self._headers = {"Authorization": f"Bearer {token}"}
+        self._headers = bearer(token)
         self._interval_s = interval_s if interval_s is not None else poll_interval_s()
         self._requested = threading.Event()
         self._stop = threading.Event()
@@ -89,7 +90,7 @@ class ControlPoller:
                     return
 
 
-def control_target(config: dict) -> tuple[str, str, str, int, str] | None:
+def control_target(config: dict) -> tuple[str, str, str, int, RunToken | str] | None:
     """Where this run asks whether it is preempted, ``(url, collection, id, attempt, token)``: a sweep trial
     its sweep's control (``sweep_control``), a job reporting to a control plane its own; None for a run that
     cannot be preempted (``preemptible: false``, scripts, a sweep that is not preemptible)."""

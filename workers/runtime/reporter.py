@@ -23,6 +23,7 @@ import threading
 import httpx
 
 from workers.contract.jobs import CheckpointEvent, MetricsEvent, StateEvent
+from workers.runtime.claim import RunToken, bearer
 from workers.runtime.retry import RetryableStatus, RetryPolicy, Stopped, raise_if_retryable
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class EventReporter:
         url: str | None,
         job_id: str,
         attempt: int,
-        token: str,
+        token: RunToken | str,
         *,
         max_queued: int = MAX_QUEUED_EVENTS,
         backoff_min_s: float = BACKOFF_MIN_S,
@@ -54,7 +55,7 @@ class EventReporter:
         self.job_id = job_id
         self.attempt = attempt
         self._endpoint = f"{url.rstrip('/')}/internal/v1/{collection}/{job_id}/events" if url else None
-        self._headers = {"Authorization": f"Bearer {token}"}
+        self._headers = bearer(token)  # a RunToken from a driver, or a plain string (scripts, tests)
         self._max_queued = max_queued
         # Unbounded in tries and time: `close` (its stop event) is what ends a batch's retries.
         self._retry = RetryPolicy(first_delay_s=backoff_min_s, cap_s=backoff_max_s)
