@@ -7,7 +7,7 @@ until Ray says the Ray job ended that way; the reconciler then applies it, resul
 ended otherwise (FAILED, STOPPED), the report is dropped: the run is decided by Ray's word alone, as for a driver
 whose report never arrived (a new attempt, or FAILED), and the message says the report was not confirmed.
 
-What it proved on the old code (at d9f7e2d, the token read as it was then, from ``ORCHESTRATOR_JOB_TOKEN``):
+What it proved on the old code (at 5169c62, the token read as it was then, from ``ORCHESTRATOR_JOB_TOKEN``):
 ``test_a_reported_success_waits_for_ray_to_say_the_job_ended`` failed with "assert 'SUCCEEDED' == 'RUNNING'"
 right after the report; ``test_a_reported_success_ray_does_not_confirm_is_not_recorded`` (both Ray ends) likewise;
 ``test_a_sweeps_reported_end_waits_for_ray_too`` the same for a sweep.

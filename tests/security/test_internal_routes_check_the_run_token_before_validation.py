@@ -7,7 +7,7 @@ Now the token (for a claim: the attempt's claim code) is a dependency every such
 answered: without the run's own credential the answer is 401, whatever else is wrong with the request; with it,
 the 422 says what to fix.
 
-What it proved on the old code (at d9f7e2d): "GET /internal/v1/jobs/{id}/assignment with another run's token,
+What it proved on the old code (at 5169c62): "GET /internal/v1/jobs/{id}/assignment with another run's token,
 no attempt: 422 {"detail":[{"type":"missing","loc":["query","attempt"],...}]} (want 401)", the same on the other
 five routes ("POST .../events with another run's token, malformed JSON: 422 json_invalid"), and the claim routes
 did not exist (404).

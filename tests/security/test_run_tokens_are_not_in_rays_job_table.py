@@ -8,7 +8,7 @@ start for the token (``POST /internal/v1/{jobs|sweeps}/{id}/claim``); nothing Ra
 run's ``/internal`` routes, and the code answers once: a second exchange, an old attempt's code or an ended
 run's is 401, logged as a warning naming the run and the attempt.
 
-What it proved on the old code (at d9f7e2d): ``test_nothing_handed_to_ray_authenticates_on_the_runs_routes``
+What it proved on the old code (at 5169c62): ``test_nothing_handed_to_ray_authenticates_on_the_runs_routes``
 failed with "runtime_env['env_vars']['ORCHESTRATOR_JOB_TOKEN'] of <job>-1 opens GET
 /internal/v1/jobs/<job>/assignment?attempt=1: 200"; the claim tests failed at their first step (no
 ``ORCHESTRATOR_CLAIM_CODE`` handed to Ray: ``KeyError``; no claim route).
