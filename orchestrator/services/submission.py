@@ -19,7 +19,7 @@ from orchestrator.repositories import code as code_repo
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.settings import Settings
 from workers.contract.code import CodeSpec
-from workers.contract.jobs import JobSpec, TrainingPlan, is_custom_workload
+from workers.contract.jobs import JobSpec, TrainingPlan, is_custom_workload, metric_never_reported
 from workers.contract.sweeps import Choice, Grid, SweepSpec, trial_spec
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,11 @@ def check_runnable(spec: JobSpec, settings: Settings, backend: ClusterBackend) -
                     f"package {package!r} is not an allowed workload package: {allowed_text}"
                     + (" (or send the function's code with the job: `code`)" if field == "entrypoint" else ""),
                 )
+    keep_best = spec.checkpoint.keep_best
+    if keep_best is not None:
+        problem = metric_never_reported(spec.workload, keep_best.metric, settings.max_metric_name_chars)
+        if problem:
+            raise SpecRejected(("checkpoint", "keep_best", "metric"), problem)
     try:
         plan = plan_job(spec)
     except DoesNotFit as exc:
@@ -187,6 +192,9 @@ def check_sweep_runnable(spec: SweepSpec, settings: Settings, backend: ClusterBa
         spec = spec.model_copy(update={"base": pin_data_paths(spec.base, settings)})
     except SpecRejected as exc:
         raise SpecRejected(("base", *exc.loc), str(exc)) from None
+    problem = metric_never_reported(spec.base.workload, spec.metric, settings.max_metric_name_chars)
+    if problem:  # else Ray Tune fails the sweep at its first result
+        raise SpecRejected(("metric",), problem)
     spec = pin_sweep_data_paths(spec, settings)
     if spec.base.strategy == "auto":
         data = spec.model_dump(mode="json")

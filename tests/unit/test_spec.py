@@ -3,9 +3,9 @@
 import pytest
 from pydantic import ValidationError
 
+from orchestrator.db.models import Sweep
 from tests.unit.api_helpers import ADMIN, auth
 from workers.contract.jobs import DigitsConfig, EventBatch, JobSpec, TinyGptConfig, scale_lr
-from workers.contract.sweeps import SweepSpec
 
 
 def test_only_workload_is_required_and_defaults_are_filled_in():
@@ -77,34 +77,6 @@ def test_use_gpu_defaults_to_one_gpu_per_worker():
         ({"workload": "digits", "lr": {"scaling": "cubic"}}, ("lr", "scaling"), "'linear'"),
         ({"workload": "digits", "grad_clip_norm": 0}, ("grad_clip_norm",), "greater than 0"),
         ({"workload": "digits", "optimizer": {"name": "lion"}}, ("optimizer", "name"), "'sgd'"),
-        # A metric the workload's checkpoints never carry (known from the registry): a 422 now, not a keep_best
-        # that silently keeps nothing.
-        (
-            {"workload": "digits", "checkpoint": {"keep_best": {"metric": "val_mae", "mode": "min"}}},
-            ("checkpoint", "keep_best", "metric"),
-            "workload 'digits' never reports 'val_mae'",
-        ),
-        (
-            {"workload": "digits", "checkpoint": {"keep_best": {"metric": "val_mae"}}},
-            ("checkpoint", "keep_best", "metric"),
-            "its epoch checkpoints carry ['samples_per_s', 'train_loss', 'val_accuracy', 'val_loss']",
-        ),
-        (  # a step metric: never on a checkpoint
-            {"workload": "tiny_gpt", "config": {"text_path": "t"}, "checkpoint": {"keep_best": {"metric": "lr"}}},
-            ("checkpoint", "keep_best", "metric"),
-            "never reports 'lr'",
-        ),
-        # A report's position is no metric, whatever the job runs.
-        (
-            {"workload": "digits", "checkpoint": {"keep_best": {"metric": "step", "mode": "max"}}},
-            ("checkpoint", "keep_best", "metric"),
-            "'step' is a report's position",
-        ),
-        (
-            {"entrypoint": "train:main", "checkpoint": {"keep_best": {"metric": "epoch", "mode": "max"}}},
-            ("checkpoint", "keep_best", "metric"),
-            "'epoch' is a report's position",
-        ),
     ],
 )
 def test_invalid_specs_name_the_field(body, loc, words):
@@ -125,48 +97,101 @@ def test_event_batch_rejects_unknown_event_types():
 
 
 LR = {"lr.base": {"type": "choice", "values": [0.1, 0.01]}}
+KEEP_BEST = ("checkpoint", "keep_best", "metric")
 
 
 @pytest.mark.parametrize(
-    ("base", "metric", "words"),
+    ("spec", "words"),
     [
-        ({"workload": "digits"}, "val_mae", "workload 'digits' never reports 'val_mae'"),
-        ({"workload": "digits"}, "epoch", "'epoch' is a report's position"),
-        ({"entrypoint": "train:main"}, "step", "'step' is a report's position"),
+        # A metric the workload's checkpoints never carry (known from the registry): a 422, not a keep_best
+        # that silently keeps nothing.
+        ({"workload": "digits", "checkpoint": {"keep_best": {"metric": "val_mae", "mode": "min"}}}, "never reports"),
+        (  # a step metric: never on a checkpoint
+            {
+                "workload": "tiny_gpt",
+                "config": {"text_path": "t"},
+                "checkpoint": {"keep_best": {"metric": "lr", "mode": "max"}},
+            },
+            "never reports 'lr'",
+        ),
+        # A report's position is no metric, whatever the job runs.
+        (
+            {"workload": "digits", "checkpoint": {"keep_best": {"metric": "step", "mode": "max"}}},
+            "'step' is a report's position",
+        ),
+        (
+            {"entrypoint": "allowed_pkg.train:main", "checkpoint": {"keep_best": {"metric": "epoch", "mode": "max"}}},
+            "'epoch' is a report's position",
+        ),
     ],
 )
-def test_a_sweeps_metric_its_trials_never_report_is_refused_naming_the_field(base, metric, words):
+def test_a_keep_best_metric_the_run_never_reports_is_a_422_naming_the_field(client, spec, words):
+    """Before, keep_best quietly kept no best checkpoint."""
+    response = client.post("/v1/jobs", json=spec, headers=auth(ADMIN))
+    assert response.status_code == 422, response.text
+    [detail] = response.json()["detail"]
+    assert detail["loc"] == ["body", *KEEP_BEST] and words in detail["msg"], detail
+    assert client.get("/v1/jobs", headers=auth(ADMIN)).json()["items"] == []
+
+
+@pytest.mark.parametrize(
+    ("base", "metric", "loc", "words"),
+    [
+        ({"workload": "digits"}, "val_mae", ["metric"], "workload 'digits' never reports 'val_mae'"),
+        ({"workload": "digits"}, "epoch", ["metric"], "'epoch' is a report's position"),
+        ({"entrypoint": "allowed_pkg.train:main"}, "step", ["metric"], "'step' is a report's position"),
+        (  # the base's own keep_best, checked as a job's
+            {"workload": "digits", "checkpoint": {"keep_best": {"metric": "val_mae", "mode": "min"}}},
+            "val_loss",
+            ["base", *KEEP_BEST],
+            "never reports 'val_mae'",
+        ),
+    ],
+)
+def test_a_sweeps_metric_its_trials_never_report_is_a_422_naming_the_field(client, base, metric, loc, words):
     """Before, such a sweep was accepted and Ray Tune failed it at its first result ("Trial returned a result
     which did not include the specified metric"), or its best trial was never found (a position)."""
-    with pytest.raises(ValidationError) as info:
-        SweepSpec.model_validate({"base": base, "search_space": LR, "metric": metric, "mode": "min"})
-    errors = info.value.errors()
-    assert any(tuple(e["loc"]) == ("metric",) and words in e["msg"] for e in errors), errors
-
-
-def test_a_metric_known_only_when_the_run_reports_it_is_accepted_with_its_mode():
-    """A training function's metrics are its ctx.report calls, and a "package.module:function" workload's its
-    code's: neither is known before it runs, so the spec's metric is taken at its word."""
-    function = {"entrypoint": "train:main"}
-    assert JobSpec(**function, checkpoint={"keep_best": {"metric": "loss", "mode": "min"}}).checkpoint.keep_best
-    assert SweepSpec(base=function, search_space=LR, metric="loss", mode="min").metric == "loss"
-    custom = {"workload": "pkg.train:build"}
-    assert JobSpec(**custom, checkpoint={"keep_best": {"metric": "val_mae", "mode": "min"}}).checkpoint.keep_best
-    assert SweepSpec(base=custom, search_space=LR, metric="val_mae", mode="min").metric == "val_mae"
-    # The loop's own epoch metrics are on every workload's checkpoints.
-    assert JobSpec(**custom, checkpoint={"keep_best": {"metric": "samples_per_s"}}).checkpoint.keep_best.mode == "max"
-
-
-def test_submitting_a_metric_the_run_never_reports_is_a_422_naming_the_field(client):
-    keep_best = {"keep_best": {"metric": "val_mae", "mode": "min"}}
-    job = client.post("/v1/jobs", json={"workload": "digits", "checkpoint": keep_best}, headers=auth(ADMIN))
-    assert job.status_code == 422, job.text
-    [detail] = job.json()["detail"]
-    assert detail["loc"] == ["body", "checkpoint", "keep_best", "metric"] and "never reports" in detail["msg"]
-    sweep = {"base": {"workload": "digits"}, "search_space": LR, "metric": "epoch", "mode": "max"}
+    sweep = {"base": base, "search_space": LR, "metric": metric, "mode": "min"}
     response = client.post("/v1/sweeps", json=sweep, headers=auth(ADMIN))
     assert response.status_code == 422, response.text
     [detail] = response.json()["detail"]
-    assert detail["loc"] == ["body", "metric"] and "'epoch' is a report's position" in detail["msg"], detail
-    assert client.get("/v1/jobs", headers=auth(ADMIN)).json()["items"] == []
+    assert detail["loc"] == ["body", *loc] and words in detail["msg"], detail
     assert client.get("/v1/sweeps", headers=auth(ADMIN)).json() == []
+
+
+def test_a_metric_longer_than_the_servers_cap_is_a_422_at_submit(app, client):
+    """The events route refuses a report whose metric name is over ORCHESTRATOR_MAX_METRIC_NAME_CHARS, and the
+    driver drops a refused batch: a keep_best on such a name would never see a checkpoint recorded."""
+    app.state.service.settings.max_metric_name_chars = 8
+    spec = {
+        "entrypoint": "allowed_pkg.train:main",
+        "checkpoint": {"keep_best": {"metric": "a_long_loss", "mode": "min"}},
+    }
+    response = client.post("/v1/jobs", json=spec, headers=auth(ADMIN))
+    assert response.status_code == 422 and "at most 8" in response.json()["detail"][0]["msg"], response.text
+
+
+def test_a_metric_known_only_when_the_run_reports_it_is_accepted_with_its_mode(client):
+    """A training function's metrics are its ctx.report calls, and a "package.module:function" workload's its
+    code's: neither is known before it runs, so the spec's metric is taken at its word."""
+    function = {"entrypoint": "allowed_pkg.train:main"}
+    keep_loss = {"keep_best": {"metric": "loss", "mode": "min"}}
+    assert client.post("/v1/jobs", json={**function, "checkpoint": keep_loss}, headers=auth(ADMIN)).status_code == 201
+    sweep = {"base": function, "search_space": LR, "metric": "loss", "mode": "min"}
+    assert client.post("/v1/sweeps", json=sweep, headers=auth(ADMIN)).status_code == 201
+    # The loop's own epoch metrics are on every workload's checkpoints.
+    custom = {"workload": "allowed_pkg.train:build"}
+    assert JobSpec(**custom, checkpoint={"keep_best": {"metric": "samples_per_s"}}).checkpoint.keep_best.mode == "max"
+
+
+def test_a_stored_spec_that_a_later_submit_check_refuses_is_still_read(app, client):
+    """The submit-time metric checks are not rules of the model: a sweep stored before them (Tune then failed it)
+    is read back by every route that re-reads its spec. With the check in the model, GET /v1/sweeps was a 500."""
+    sweep = {"base": {"workload": "digits"}, "search_space": LR, "metric": "val_loss", "mode": "min"}
+    created = client.post("/v1/sweeps", json=sweep, headers=auth(ADMIN)).json()
+    with app.state.service.sessions() as session:
+        row = session.get(Sweep, created["id"])
+        row.spec = {**row.spec, "metric": "val_mae"}  # what a sweep submitted before the check holds
+        session.commit()
+    assert client.get("/v1/sweeps", headers=auth(ADMIN)).status_code == 200
+    assert client.get(f"/v1/sweeps/{created['id']}", headers=auth(ADMIN)).json()["metric"] == "val_mae"

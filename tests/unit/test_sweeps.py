@@ -43,7 +43,7 @@ def sweep_spec(**fields) -> dict:
             "value 'lamb' makes an invalid job",
         ),
         ({"search_space": {"batch.per_worker": {"type": "randint", "low": 8, "high": 8}}}, "randint needs low < high"),
-        ({"metric": "accuracy"}, "workload 'digits' never reports 'accuracy': its epoch checkpoints carry ["),
+        ({"metric": "accuracy"}, "mode is required for metric 'accuracy' (max or min)"),
         ({"metric": "val\tmae", "mode": "min"}, "(no spaces or control characters)"),
         (
             {"algorithm": "optuna", "search_space": {"lr.base": {"type": "grid", "values": [0.1, 0.2]}}},
@@ -328,7 +328,8 @@ def test_a_submitted_sweep_is_queued_then_admitted_as_a_sweep_driver(app, client
     ("fields", "loc"),
     [
         ({"search_space": {"lr.base": {"type": "loguniform", "low": 0, "high": 1}}}, "search_space"),
-        ({"metric": "bleu"}, "workload 'digits' never reports 'bleu'"),
+        ({"metric": "bleu"}, "mode is required for metric 'bleu'"),
+        ({"metric": "bleu", "mode": "max"}, "workload 'digits' never reports 'bleu'"),
         ({"max_concurrent_trials": 5}, "max_concurrent_trials"),  # 5 x 1.01 CPU: never fits 4
         ({"base": {**BASE, "scaling": {"num_workers": 8}}}, "base"),
         ({"scheduler": PBT | {"mutate": ["config.hidden"]}, "search_space": {**LR, **HIDDEN}}, "only lr.* paths"),

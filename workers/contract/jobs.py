@@ -18,18 +18,21 @@ from pydantic import (
     BaseModel,
     Field,
     StringConstraints,
-    ValidationError,
     ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
 )
-from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from workers.contract import workloads
 from workers.contract.base import Strict as _Strict
 from workers.contract.code import CodeSpec
-from workers.contract.metrics import DEFAULT_MAX_METRIC_NAME_CHARS, METRIC_NAME_PATTERN, check_compared_metric
+from workers.contract.metrics import (
+    DEFAULT_MAX_METRIC_NAME_CHARS,
+    METRIC_NAME_PATTERN,
+    check_metric_name,
+    compared_metric_problem,
+)
 from workers.contract.workloads import CUSTOM_WORKLOAD_PATTERN as CUSTOM_WORKLOAD_PATTERN
 from workers.contract.workloads import DATA_PATH as DATA_PATH
 from workers.contract.workloads import LOOP_METRICS
@@ -108,11 +111,12 @@ CHECKPOINT_METRICS: Mapping[str, Literal["max", "min"]] = LOOP_METRICS
 # validation metrics (val_accuracy, unless it has its own). tests/unit/test_workload_metrics.py holds this to the
 # loop's real output.
 LOOP_EPOCH_METRICS = frozenset({"train_loss", "val_loss", "samples_per_s"})
-# A metric a spec names: one of CHECKPOINT_METRICS, or any a workload reports (Workload.metrics); never a
-# report's position (epoch, step).
+# A metric a spec names: one of CHECKPOINT_METRICS, or any a workload reports (Workload.metrics). Whether the
+# run will ever report it is a check at submit (``metric_never_reported``), not of the model: a stored spec is
+# read back with the model, and a rule added later must not make an old row unreadable.
 CheckpointMetric = Annotated[
     str,
-    AfterValidator(check_compared_metric),
+    AfterValidator(check_metric_name),
     WithJsonSchema({"type": "string", "pattern": METRIC_NAME_PATTERN, "maxLength": DEFAULT_MAX_METRIC_NAME_CHARS}),
 ]
 
@@ -126,22 +130,18 @@ def epoch_metrics(workload: str | None) -> frozenset[str] | None:
     return None if descriptor is None else LOOP_EPOCH_METRICS | frozenset(descriptor.metrics)
 
 
-def check_reported(workload: str | None, metric: str, loc: tuple[str, ...]) -> None:
-    """A 422 at submit, at ``loc`` (below the field being validated), for a metric that ``workload``'s
-    checkpoints never carry: a ``keep_best`` that would keep nothing, a sweep that Ray Tune would fail at its
-    first result. Nothing where the metrics are known only when the run reports them (``epoch_metrics``)."""
+def metric_never_reported(workload: str | None, metric: str, max_chars: int) -> str | None:
+    """Why a run of ``workload`` would never report ``metric`` (a ``keep_best`` that would keep nothing, a sweep
+    that Ray Tune would fail at its first result), or None. Checked when a job or sweep is submitted
+    (``orchestrator.services.submission``), never when a stored spec is read back. A metric known only when
+    the run reports it (``epoch_metrics`` is None) passes unless it is a position or too long."""
+    problem = compared_metric_problem(metric, max_chars)
+    if problem:
+        return problem
     names = epoch_metrics(workload)
     if names is not None and metric not in names:
-        message = f"workload {workload!r} never reports {metric!r}: its epoch checkpoints carry {sorted(names)}"
-        raise field_error(loc, message, metric)
-
-
-def field_error(loc: tuple[str, ...], message: str, value: Any) -> ValidationError:
-    """A validation error at ``loc`` for a validator to raise: pydantic puts the validated field's own location
-    before it, so a 422 names the exact field (``checkpoint.keep_best.metric``) where a ValueError would name
-    only the field being validated (``checkpoint``)."""
-    error = PydanticCustomError("value_error", "{message}", {"message": message})
-    return ValidationError.from_exception_data("spec", [InitErrorDetails(type=error, loc=loc, input=value)])
+        return f"workload {workload!r} never reports {metric!r}: its epoch checkpoints carry {sorted(names)}"
+    return None
 
 
 METRIC_DESCRIPTION = (
@@ -285,7 +285,6 @@ class JobSpec(_Strict):
         keep_best = checkpoint.keep_best
         if keep_best is None or "workload" not in info.data:  # no keep_best, or a workload already refused
             return checkpoint
-        check_reported(info.data["workload"], keep_best.metric, ("keep_best", "metric"))
         if keep_best.mode is None:
             keep_best.mode = workloads.metric_mode(info.data["workload"], keep_best.metric)
         return checkpoint

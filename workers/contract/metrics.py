@@ -41,13 +41,13 @@ def check_metric_name(name: object, max_chars: int = DEFAULT_MAX_METRIC_NAME_CHA
     return name  # type: ignore[return-value]
 
 
-def check_compared_metric(name: object) -> str:
-    """A metric a spec compares checkpoints or trials by (``checkpoint.keep_best.metric``, a sweep's ``metric``):
-    a metric name, and not a report's position, which no checkpoint's or trial's metrics hold."""
-    check_metric_name(name)
+def compared_metric_problem(name: str, max_chars: int = DEFAULT_MAX_METRIC_NAME_CHARS) -> str | None:
+    """Why a metric a spec compares checkpoints or trials by (``checkpoint.keep_best.metric``, a sweep's
+    ``metric``) cannot be one, or None: a report's position is no metric, and a name longer than the control
+    plane's cap (ORCHESTRATOR_MAX_METRIC_NAME_CHARS) would have every report that carries it refused."""
     if name in POSITION_KEYS:
-        raise ValueError(
+        return (
             f"{name!r} is a report's position (its epoch and step), not a metric: checkpoints and trials are "
             "compared by a metric they carry, such as val_loss"
         )
-    return name  # type: ignore[return-value]
+    return metric_name_problem(name, max_chars)

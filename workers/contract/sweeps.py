@@ -22,7 +22,6 @@ from workers.contract.jobs import (
     CheckpointMetric,
     JobSpec,
     StateEvent,
-    check_reported,
 )
 
 # What the function trainable (one small actor per running trial, which only drives its TorchTrainer and
@@ -226,7 +225,6 @@ class SweepSpec(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> SweepSpec:
-        check_reported(self.base.workload, self.metric, ("metric",))  # else Tune fails at the first result
         if self.mode is None:
             self.mode = workloads.metric_mode(self.base.workload, self.metric)
         grids = [path for path, dim in self.search_space.items() if isinstance(dim, Grid)]
