@@ -1,8 +1,8 @@
 """HTTP request counts and latency (``orchestrator.metrics``), labelled by the route's TEMPLATE
 (``/v1/jobs/{job_id}``), never the raw path, so a label set stays as small as the API itself.
 
-A pure ASGI middleware, like ``api/request_id.py``: it only reads the response's status as it passes and
-times the whole answer, a streamed body included. The template is what FastAPI's router matched (it puts the
+A pure ASGI middleware, like ``api/request_id.py``: it counts a request as its answer starts (so a client
+that has the answer sees it counted) and times the whole answer, a streamed body included. The template is what FastAPI's router matched (it puts the
 route in the scope); a path no route matched is ``unmatched``.
 """
 
@@ -35,18 +35,24 @@ class HttpMetrics:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        status = 500  # what an exception that escapes becomes (api/request_id.py answers it)
+        method = scope["method"] if scope["method"] in KNOWN_METHODS else OTHER
+        counted = False
 
-        async def send_noting_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
+        def count(status: int) -> None:
+            nonlocal counted
+            counted = True
+            self.metrics.http_requests.labels(method, route_template(scope), f"{status // 100}xx").inc()
+
+        async def send_counting(message: Message) -> None:
+            # Counted as the answer starts, before the client can read it: counted at the end, a client that
+            # reads the answer and then scrapes /metrics could race the count (seen in CI as one poll short).
+            if message["type"] == "http.response.start" and not counted:
+                count(message["status"])
             await send(message)
 
         try:
-            await self.app(scope, receive, send_noting_status)
+            await self.app(scope, receive, send_counting)
         finally:
-            method = scope["method"] if scope["method"] in KNOWN_METHODS else OTHER
-            route = route_template(scope)
-            self.metrics.http_requests.labels(method, route, f"{status // 100}xx").inc()
-            self.metrics.http_duration.labels(method, route).observe(time.perf_counter() - started)
+            if not counted:
+                count(500)  # what an exception that escapes before any answer becomes (api/request_id.py answers it)
+            self.metrics.http_duration.labels(method, route_template(scope)).observe(time.perf_counter() - started)

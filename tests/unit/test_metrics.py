@@ -280,3 +280,33 @@ def test_deployment_rollouts_by_outcome_and_the_deployments_gauge(app, client, b
     assert value(deleted, "orchestrator_deployments", state="DELETED") == 1
     # A delete mid-rollout is no rollout outcome.
     assert moved(after, deleted, "orchestrator_deployment_rollouts_total", outcome="failed") == 0
+
+
+def test_a_request_is_counted_before_its_client_can_read_the_answer():
+    """A client that has its answer and then scrapes /metrics sees that request counted: counted only after
+    the last byte was sent, a CI run (on 917ad48) saw one poll of GET /v1/jobs/{job_id} missing."""
+    import asyncio
+
+    from api.http_metrics import HttpMetrics
+
+    metrics = Metrics()
+    counted_when_the_client_had_the_start: list[float] = []
+
+    def requests_counted() -> float:
+        return metrics.http_requests.labels("GET", "unmatched", "2xx")._value.get()
+
+    async def endpoint(scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def client_side(message) -> None:
+        if message["type"] == "http.response.start":
+            counted_when_the_client_had_the_start.append(requests_counted())
+
+    async def receive():
+        return {"type": "http.request", "body": b""}
+
+    app = HttpMetrics(endpoint, metrics)
+    asyncio.run(app({"type": "http", "method": "GET", "path": "/x"}, receive, client_side))
+    assert counted_when_the_client_had_the_start == [1.0]
+    assert requests_counted() == 1.0  # once, not again at the end
