@@ -14,10 +14,10 @@ PIP_ARGS ?=
 
 # Re-install when pyproject.toml or constraints.txt changes. pip, not uv: pip finds the CPU torch wheel
 # on this machine. Every version comes from constraints.txt (the lock), so two installs are the same.
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml client/pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet $(PIP_ARGS) -c constraints.txt --upgrade pip
-	$(BIN)/python -m pip install --quiet $(PIP_ARGS) -c constraints.txt -e '.[dev]' -e examples/
+	$(BIN)/python -m pip install --quiet $(PIP_ARGS) -c constraints.txt -e ./client -e '.[dev]' -e examples/
 	@touch $(STAMP)
 
 # Regenerate constraints.txt from the venv: run it after changing or adding a dependency in
@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml constraints.txt
 # It installs without the old lock first, so the new pins win, then freezes what is installed.
 lock:
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet $(PIP_ARGS) -e '.[dev]' -e examples/
+	$(BIN)/python -m pip install --quiet $(PIP_ARGS) -e ./client -e '.[dev]' -e examples/
 	{ sed -n '/^#/p' constraints.txt 2>/dev/null; $(BIN)/python -m pip freeze --all --exclude-editable; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 	@touch $(STAMP)

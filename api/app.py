@@ -29,7 +29,7 @@ response header, absent on the last page (`GET /v1/jobs` also has it in its body
 
 **Errors** answer `{"detail": ...}`: one message (`ErrorMessage`), or for a 422 about a field the list of
 field errors FastAPI's request validation gives (`loc` names the field). The request and response models
-are the `workers.contract` package's: clients import them rather than copy them."""
+are the `orchestrator_contract` package's: clients import them rather than copy them."""
 
 MULTIPART_FRAMING_MB = 1 / 16  # a multipart body's boundaries and part headers, around the file's bytes
 

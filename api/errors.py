@@ -1,5 +1,5 @@
 """The one mapping from the domain's errors (``orchestrator.errors``) to HTTP: a status per kind, and the
-body in the contract's error shapes (``workers.contract.rest.errors``). Routers raise domain errors; no
+body in the contract's error shapes (``orchestrator_contract.rest.errors``). Routers raise domain errors; no
 router builds an error response itself. The same table documents the statuses in the OpenAPI schema."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from orchestrator.errors import (
     TooMany,
     Unauthorized,
 )
-from workers.contract.rest import ErrorMessage, FieldError, FieldErrors
+from orchestrator_contract.rest import ErrorMessage, FieldError, FieldErrors
 
 # kind -> (status, what the status means in this API: the OpenAPI description of the response)
 ERRORS: dict[type[DomainError], tuple[int, str]] = {

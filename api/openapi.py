@@ -1,7 +1,7 @@
 """The error shapes in the OpenAPI schema: what clients (and the fuzz in tests/security) can rely on.
 
 Every error answers ``{"detail": ...}`` (the contract's ``ErrorMessage`` or ``FieldErrors``,
-``workers.contract.rest.errors``). A 422 carries either FastAPI's list of field errors (request
+``orchestrator_contract.rest.errors``). A 422 carries either FastAPI's list of field errors (request
 validation, and every ``Invalid`` error with a ``loc`` such as ``SpecRejected``: same shape, ``loc`` names
 the field) or one message string (a query the handler itself refuses, e.g. a cursor it never issued);
 other 4xx carry one message string. FastAPI documents only the list form, so the schema is completed here
@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from api.errors import BODY_TOO_LARGE, ERRORS
-from workers.contract.rest import ErrorMessage
+from orchestrator_contract.rest import ErrorMessage
 
 ERROR_MESSAGE = ErrorMessage.model_json_schema()
 # Every operation documents these (a 422 only where FastAPI lists one: there the message form is added).

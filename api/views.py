@@ -4,9 +4,9 @@ Everything else is ``Model.model_validate(row)`` (the contract's models read row
 from __future__ import annotations
 
 from orchestrator.db.models import Deployment, DeploymentState, Sweep, Trial
-from workers.contract.deployments import auth_of, max_body_mb_of
-from workers.contract.rest import BestTrialOut, DeploymentOut, DeploymentVersionOut, ReplicaOut, RunOut, SweepOut
-from workers.contract.sweeps import SweepSpec
+from orchestrator_contract.deployments import auth_of, max_body_mb_of
+from orchestrator_contract.rest import BestTrialOut, DeploymentOut, DeploymentVersionOut, ReplicaOut, RunOut, SweepOut
+from orchestrator_contract.sweeps import SweepSpec
 
 
 def sweep_out(sweep: Sweep, counts: dict[str, int], best: Trial | None) -> SweepOut:

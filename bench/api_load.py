@@ -97,7 +97,7 @@ def service_app():
 def bare_app():
     """FastAPI + SQLAlchemy, the same queries as the service's routes, no auth, no checks."""
     from orchestrator.planner import plan_job
-    from workers.contract.jobs import JobSpec
+    from orchestrator_contract.jobs import JobSpec
 
     engine = make_engine(os.environ[URL_ENV])
     sessions = make_session_factory(engine)

@@ -47,8 +47,8 @@ from orchestrator.db.models import (
     TrialMetric,
 )
 from orchestrator.planner import plan_job
-from workers.contract.jobs import JobSpec
-from workers.contract.sweeps import SweepSpec
+from orchestrator_contract.jobs import JobSpec
+from orchestrator_contract.sweeps import SweepSpec
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/orch_bench"
 # The newest job is this old; the oldest is about a year older. Fixed, so two runs give the same rows.

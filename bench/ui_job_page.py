@@ -55,7 +55,7 @@ from orchestrator.repositories import jobs as jobs_repo  # noqa: E402
 from orchestrator.repositories import projects as projects_repo  # noqa: E402
 from orchestrator.settings import Settings  # noqa: E402
 from orchestrator.states.jobs import lock_job, set_job_state  # noqa: E402
-from workers.contract.jobs import JobSpec  # noqa: E402
+from orchestrator_contract.jobs import JobSpec  # noqa: E402
 
 ADMIN = "bench-admin-token"
 

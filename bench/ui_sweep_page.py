@@ -42,7 +42,7 @@ from orchestrator.db.models import JobState, Trial, TrialMetric, TrialState  # n
 from orchestrator.repositories import projects as projects_repo  # noqa: E402
 from orchestrator.repositories import sweeps as sweeps_repo  # noqa: E402
 from orchestrator.settings import Settings  # noqa: E402
-from workers.contract.sweeps import SweepSpec  # noqa: E402
+from orchestrator_contract.sweeps import SweepSpec  # noqa: E402
 
 SPACE = {
     "lr.base": {"type": "loguniform", "low": 1e-3, "high": 0.3},

@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.contract.jobs import JobSpec, ScalingSpec
-from workers.contract.sweeps import SweepSpec
+from orchestrator_contract.jobs import JobSpec, ScalingSpec
+from orchestrator_contract.sweeps import SweepSpec
 
 RESOURCES = ("CPU", "GPU")
 _EPS = 1e-9
@@ -49,7 +49,7 @@ def scaling_demand(scaling: ScalingSpec) -> Demand:
 def sweep_demand(spec: SweepSpec) -> Demand:
     """Room for ``max_concurrent_trials`` trials at once (fewer if the sweep has fewer), each at its largest
     scaling: Tune never runs more, so they never wait in Ray. The small actor that drives each trial asks no
-    CPU (``workers.contract.sweeps.TRIAL_DRIVER_RESOURCES``), so 2 trials of 1 CPU fit 2 CPUs."""
+    CPU (``orchestrator_contract.sweeps.TRIAL_DRIVER_RESOURCES``), so 2 trials of 1 CPU fit 2 CPUs."""
     trial = demand_of(spec.worst_case_trial())
     concurrent = spec.concurrency
     return Demand(

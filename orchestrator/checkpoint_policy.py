@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from workers.contract.jobs import KeepBestSpec
-from workers.contract.sweeps import SweepSpec
+from orchestrator_contract.jobs import KeepBestSpec
+from orchestrator_contract.sweeps import SweepSpec
 
 T = TypeVar("T")
 

@@ -1,4 +1,4 @@
-"""Data files a job names (tiny_gpt's ``text_path``; any config field marked ``workers.contract.jobs.DATA_PATH``)
+"""Data files a job names (tiny_gpt's ``text_path``; any config field marked ``orchestrator_contract.jobs.DATA_PATH``)
 come only from the data roots the operator configured (``Settings.data_root_paths``).
 
 A path is resolved (a relative one from the first root, ``<storage>/data``), links followed, and must then
@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 import stat
 
-from workers.contract import workloads
-from workers.contract.jobs import JobSpec
+from orchestrator_contract import workloads
+from orchestrator_contract.jobs import JobSpec
 
 Location = tuple[str, ...]  # where in a job spec: ("config", "text_path")
 

@@ -1,5 +1,5 @@
 """Bounds on what a run's driver reports (issue 15, hole 6): distinct metric names, a metric name's
-length and characters (``workers.contract.metrics``), the size of a job's ``result`` and of a trial's
+length and characters (``orchestrator_contract.metrics``), the size of a job's ``result`` and of a trial's
 config. A batch past one is refused whole (422, nothing applied) with a message naming the setting (or
 the bad name), before anything of it is applied. And a project's ``max_priority`` (hole 7)."""
 
@@ -15,9 +15,9 @@ from orchestrator.db.models import Job, Project
 from orchestrator.errors import Invalid
 from orchestrator.services.submission import SpecRejected
 from orchestrator.settings import Settings
-from workers.contract.jobs import CheckpointEvent, EventBatch, MetricsEvent, StateEvent
-from workers.contract.metrics import POSITION_KEYS, metric_name_problem
-from workers.contract.sweeps import SweepEventBatch, TrialEvent
+from orchestrator_contract.jobs import CheckpointEvent, EventBatch, MetricsEvent, StateEvent
+from orchestrator_contract.metrics import POSITION_KEYS, metric_name_problem
+from orchestrator_contract.sweeps import SweepEventBatch, TrialEvent
 
 
 class OverLimit(Invalid):

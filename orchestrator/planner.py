@@ -5,9 +5,9 @@ Pure arithmetic, byte by byte. Units are decimal: 1 GB = 1e9 bytes.
 
 from __future__ import annotations
 
-from workers.contract import workloads
-from workers.contract.jobs import JobSpec, TrainingPlan, scale_lr
-from workers.contract.rest.plan import BytesPerParam, PlanRequest, PlanResponse, Strategy, StrategyFit
+from orchestrator_contract import workloads
+from orchestrator_contract.jobs import JobSpec, TrainingPlan, scale_lr
+from orchestrator_contract.rest.plan import BytesPerParam, PlanRequest, PlanResponse, Strategy, StrategyFit
 
 GB = 1e9
 STRATEGIES: tuple[Strategy, ...] = ("ddp", "zero1", "zero2", "fsdp")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import pyarrow.fs
 
-from workers.contract.sweeps import is_trial_run, trials_folder
+from orchestrator_contract.sweeps import is_trial_run, trials_folder
 
 log = logging.getLogger(__name__)
 

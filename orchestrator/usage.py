@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db.models import Deployment, Job, JobLabel, Project, Sweep, UsageInterval, utcnow
 from orchestrator.errors import Invalid
-from workers.contract.rest.usage import LABEL_KEY, UsageAmounts, UsageAttempt, UsageReport, UsageRow, UsageTrial
+from orchestrator_contract.rest.usage import LABEL_KEY, UsageAmounts, UsageAttempt, UsageReport, UsageRow, UsageTrial
 
 GROUP_BY_MODES = ("project", "job", "label:<key>", "day")
 MAX_DAYS = 3660  # group_by=day over at most ten years: a row a day

@@ -14,7 +14,7 @@
 #     else python3. `make install` pins the CPU build of torch, so on a GPU machine make a venv on top of
 #     the machine's CUDA torch instead, for example:
 #       python3 -m venv --system-site-packages .venv-gpu
-#       .venv-gpu/bin/python -m pip install --ignore-requires-python -e '.[dev]' -e examples/ \
+#       .venv-gpu/bin/python -m pip install --ignore-requires-python -e ./client -e '.[dev]' -e examples/ \
 #           -c <(grep -v '^torch==' constraints.txt)      # offline: add --no-index --find-links <wheels>
 #       PYTHON=.venv-gpu/bin/python bash scripts/gpu-check.sh
 #   - it fails at once, saying what is missing, when torch has no CUDA or a package is not importable.

@@ -15,7 +15,7 @@ from orchestrator.db.models import CodePackage
 from orchestrator.errors import Invalid, NotFound
 from orchestrator.repositories import code as code_repo
 from orchestrator.services.code import UploadSlots, store_upload
-from workers.contract.rest import CodeFileOut, CodePackageOut, CodeUploaded
+from orchestrator_contract.rest import CodeFileOut, CodePackageOut, CodeUploaded
 
 router = APIRouter(prefix="/v1/code", tags=["code"])
 

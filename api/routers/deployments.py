@@ -22,8 +22,8 @@ from orchestrator.scheduling.quotas import check_deployment_quota
 from orchestrator.services import deployments as ops
 from orchestrator.services.submission import SpecRejected
 from orchestrator.states.deployments import lock_deployment
-from workers.contract.deployments import DeploymentCreate, DeploymentPatch
-from workers.contract.rest import DeploymentEventOut, DeploymentOut
+from orchestrator_contract.deployments import DeploymentCreate, DeploymentPatch
+from orchestrator_contract.rest import DeploymentEventOut, DeploymentOut
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
 

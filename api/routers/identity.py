@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from api.deps import ControlPlaneDep, CurrentKey, SessionDep
 from orchestrator.repositories import projects as projects_repo
 from orchestrator.services.cluster_status import cluster_status
-from workers.contract.rest import ClusterStatus, WhoAmI
+from orchestrator_contract.rest import ClusterStatus, WhoAmI
 
 router = APIRouter(prefix="/v1", tags=["identity"])
 

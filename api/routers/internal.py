@@ -22,9 +22,9 @@ from orchestrator.services import reported_ends, run_claims
 from orchestrator.services.events import RefusedEvent, apply_events
 from orchestrator.services.runs import JOBS, SWEEPS, RunKind
 from orchestrator.services.sweep_events import apply_sweep_events
-from workers.contract.claims import ClaimedToken, DriverClaim
-from workers.contract.jobs import ControlSignal, DriverAssignment, EventBatch, JobSpec, TrainingPlan
-from workers.contract.sweeps import SweepAssignment, SweepEventBatch, SweepSpec, TrialEvent
+from orchestrator_contract.claims import ClaimedToken, DriverClaim
+from orchestrator_contract.jobs import ControlSignal, DriverAssignment, EventBatch, JobSpec, TrainingPlan
+from orchestrator_contract.sweeps import SweepAssignment, SweepEventBatch, SweepSpec, TrialEvent
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/internal/v1/jobs", tags=["internal"])

@@ -19,8 +19,8 @@ from orchestrator.services.cancellation import cancel_job
 from orchestrator.services.log_lines import view
 from orchestrator.services.logs import last_lines, read_logs
 from orchestrator.services.submission import check_code, check_runnable, pin_data_paths, submit_job
-from workers.contract.jobs import JobSpec
-from workers.contract.rest import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut
+from orchestrator_contract.jobs import JobSpec
+from orchestrator_contract.rest import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 

@@ -4,7 +4,7 @@ from fastapi import APIRouter
 
 from api.deps import CurrentKey
 from orchestrator.planner import plan
-from workers.contract.rest import PlanRequest, PlanResponse
+from orchestrator_contract.rest import PlanRequest, PlanResponse
 
 router = APIRouter(prefix="/v1/plan", tags=["planner"])
 

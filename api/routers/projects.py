@@ -8,7 +8,7 @@ from api.paging import Page
 from orchestrator.db.models import utcnow
 from orchestrator.errors import Conflict, NotFound
 from orchestrator.repositories import projects as projects_repo
-from workers.contract.rest import KeyCreate, KeyCreated, KeyOut, ProjectCreate, ProjectOut, ProjectPatch, Quota
+from orchestrator_contract.rest import KeyCreate, KeyCreated, KeyOut, ProjectCreate, ProjectOut, ProjectPatch, Quota
 
 router = APIRouter(prefix="/v1/projects", tags=["projects"])
 

@@ -23,8 +23,8 @@ from orchestrator.services.log_lines import view
 from orchestrator.services.logs import last_lines, read_logs
 from orchestrator.services.runs import SWEEPS
 from orchestrator.services.submission import check_code, check_sweep_runnable
-from workers.contract.rest import JobEventOut, SweepOut, TrialEventOut, TrialMetricOut, TrialOut
-from workers.contract.sweeps import SweepSpec
+from orchestrator_contract.rest import JobEventOut, SweepOut, TrialEventOut, TrialMetricOut, TrialOut
+from orchestrator_contract.sweeps import SweepSpec
 
 router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"])
 trials_router = APIRouter(prefix="/v1/trials", tags=["sweeps"])

@@ -11,8 +11,8 @@ from orchestrator.services.deployments import selection_metric
 from orchestrator.services.downsample import finite
 from orchestrator.services.submission import SpecRejected
 from orchestrator.states.jobs import TERMINAL
-from workers.contract import workloads
-from workers.contract.rest import CheckpointOut, JobEventOut, JobOut, PlanRequest
+from orchestrator_contract import workloads
+from orchestrator_contract.rest import CheckpointOut, JobEventOut, JobOut, PlanRequest
 
 FAILED_LIKE = {JobState.FAILED}
 WAITING = {JobState.QUEUED, JobState.STARTING, JobState.RESTARTING}

@@ -23,7 +23,7 @@ from orchestrator.services import deployments as deployments_ops
 from orchestrator.services.cancellation import cancel_job
 from orchestrator.services.downsample import DEFAULT_POINTS
 from orchestrator.services.logs import read_logs
-from workers.contract.deployments import DeploymentCreate, SourceSpec
+from orchestrator_contract.deployments import DeploymentCreate, SourceSpec
 
 router = APIRouter()
 

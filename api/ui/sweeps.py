@@ -33,8 +33,8 @@ from orchestrator.services.downsample import finite, minmax
 from orchestrator.services.runs import SWEEPS
 from orchestrator.states.jobs import TERMINAL
 from orchestrator.states.sweeps import TRIAL_TERMINAL
-from workers.contract.deployments import DeploymentCreate, SourceSpec
-from workers.contract.metrics import POSITION_KEYS
+from orchestrator_contract.deployments import DeploymentCreate, SourceSpec
+from orchestrator_contract.metrics import POSITION_KEYS
 
 router = APIRouter()
 api_router = APIRouter(prefix="/api")

@@ -34,7 +34,7 @@ class RunStatus(enum.StrEnum):
 class RunInfo:
     status: RunStatus
     message: str = ""
-    exit_code: int | None = None  # the driver's, once it has exited (workers.contract.jobs.DriverExit)
+    exit_code: int | None = None  # the driver's, once it has exited (orchestrator_contract.jobs.DriverExit)
 
 
 PackageOpener = Callable[[], AbstractContextManager[BinaryIO]]

@@ -26,7 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column, relationship
 
-from workers.contract.states import DeploymentState, JobState, Role, TrialState
+from orchestrator_contract.states import DeploymentState, JobState, Role, TrialState
 
 
 def utcnow() -> datetime:
@@ -81,7 +81,7 @@ class Project(Base):
 
     @property
     def quota(self) -> dict[str, Any]:
-        """Its quota fields as ``workers.contract.rest.Quota`` reads them."""
+        """Its quota fields as ``orchestrator_contract.rest.Quota`` reads them."""
         return {name: getattr(self, name) for name in QUOTA_FIELDS}
 
 
@@ -142,7 +142,7 @@ class Job(Base):
     # The run's own report of its end (state, reason, message, result, attempt), held until Ray confirms the
     # Ray job ended (orchestrator.services.reported_ends); None: none held.
     reported_end: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
-    plan: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)  # workers.contract.jobs.TrainingPlan
+    plan: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)  # orchestrator_contract.jobs.TrainingPlan
     latest_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -353,7 +353,7 @@ class Sweep(Base):
     project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(String(128), default="")
     workload: Mapped[str] = mapped_column(String(256))
-    spec: Mapped[dict[str, Any]]  # workers.contract.sweeps.SweepSpec, defaults filled in, base strategy resolved
+    spec: Mapped[dict[str, Any]]  # orchestrator_contract.sweeps.SweepSpec, defaults filled in, base strategy resolved
     priority: Mapped[int] = mapped_column(Integer, default=0)
     state: Mapped[JobState] = mapped_column(_enum(JobState), default=JobState.QUEUED)
     reason: Mapped[str] = mapped_column(String(64), default="")

@@ -21,7 +21,7 @@ from orchestrator.services.launch import Launch, new_driver_claim
 from orchestrator.services.preemption import PREEMPTIBLE_STATES, attempts_used, settle
 from orchestrator.services.runs import KINDS, Run, RunKind
 from orchestrator.settings import Settings
-from workers.contract.jobs import DriverExit
+from orchestrator_contract.jobs import DriverExit
 
 log = logging.getLogger(__name__)
 

@@ -55,7 +55,7 @@ from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.settings import Settings
 from orchestrator.states.jobs import TERMINAL
 from orchestrator.storage import CheckpointStorage, StorageError
-from workers.contract.jobs import CheckpointSpec
+from orchestrator_contract.jobs import CheckpointSpec
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ from orchestrator.services.deployments import SERVE_HOOK_KEY
 from orchestrator.services.launch import CodeMount, package_mount
 from orchestrator.settings import Settings
 from orchestrator.states.deployments import ROLLING, applied_version, lock_deployment, set_deployment_state
-from workers.contract.deployments import SERVE_APP_IMPORT_PATH, SERVE_DEPLOYMENT_NAME, auth_of, max_body_mb_of
+from orchestrator_contract.deployments import SERVE_APP_IMPORT_PATH, SERVE_DEPLOYMENT_NAME, auth_of, max_body_mb_of
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.sweep_events import refresh_trial_best, update_best_trial
 from orchestrator.states.sweeps import lock_sweep
 from orchestrator.storage import CheckpointStorage, StorageError
-from workers.contract.sweeps import SweepSpec, trials_folder
+from orchestrator_contract.sweeps import SweepSpec, trials_folder
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from orchestrator.db.models import Checkpoint, Job, JobEvent, JobLabel, JobMetri
 from orchestrator.repositories.names import name_starts_with
 from orchestrator.repositories.paging import fetch_page
 from orchestrator.states.jobs import ACTIVE, record_job_created
-from workers.contract.jobs import JobSpec, TrainingPlan
+from orchestrator_contract.jobs import JobSpec, TrainingPlan
 
 
 def create_job(

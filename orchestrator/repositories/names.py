@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import ColumnElement, and_, func
 from sqlalchemy.orm import InstrumentedAttribute
 
-# Names are at most 128 characters (workers.contract): a longer prefix matches nothing, and is refused instead.
+# Names are at most 128 characters (orchestrator_contract): a longer prefix matches nothing, and is refused instead.
 MAX_NAME_PREFIX = 128
 
 

@@ -14,7 +14,7 @@ from orchestrator.repositories.names import name_starts_with
 from orchestrator.repositories.paging import fetch_page
 from orchestrator.states.jobs import ACTIVE
 from orchestrator.states.sweeps import record_sweep_created, record_trial_created
-from workers.contract.sweeps import SweepSpec
+from orchestrator_contract.sweeps import SweepSpec
 
 
 def create_sweep(session: Session, project_id: str, spec: SweepSpec) -> Sweep:

@@ -29,7 +29,7 @@ from orchestrator.states.deployments import applied_version, lock_deployment, no
 
 log = logging.getLogger(__name__)
 
-DEPLOYMENT_PRIORITY = 0  # a job's default priority (workers.contract.jobs.JobSpec.priority)
+DEPLOYMENT_PRIORITY = 0  # a job's default priority (orchestrator_contract.jobs.JobSpec.priority)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.loops.serving import serving_reservation
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.services.runs import active_demands
-from workers.contract.rest import ClusterStatus, QueuedJobOut
+from orchestrator_contract.rest import ClusterStatus, QueuedJobOut
 
 log = logging.getLogger(__name__)
 

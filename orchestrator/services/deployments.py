@@ -41,9 +41,9 @@ from orchestrator.states.deployments import (
 )
 from orchestrator.states.jobs import TERMINAL as JOB_TERMINAL
 from orchestrator.states.sweeps import TRIAL_TERMINAL
-from workers.contract import workloads
-from workers.contract.checkpoints import MODEL_FILE, SERVE_MODULE_FILE, SHARDED_DIR, shards_only_problem
-from workers.contract.deployments import (
+from orchestrator_contract import workloads
+from orchestrator_contract.checkpoints import MODEL_FILE, SERVE_MODULE_FILE, SHARDED_DIR, shards_only_problem
+from orchestrator_contract.deployments import (
     AutoscalingSpec,
     BatchingSpec,
     DeploymentCreate,
@@ -54,7 +54,7 @@ from workers.contract.deployments import (
     max_body_mb_of,
     settings_of,
 )
-from workers.contract.sweeps import SweepSpec, trial_spec
+from orchestrator_contract.sweeps import SweepSpec, trial_spec
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -13,7 +13,7 @@ from orchestrator.services import reported_ends
 from orchestrator.states.core import IllegalTransition
 from orchestrator.states.jobs import set_job_state
 from orchestrator.storage import CheckpointStorage
-from workers.contract.jobs import CheckpointEvent, EventBatch, MetricsEvent, StateEvent
+from orchestrator_contract.jobs import CheckpointEvent, EventBatch, MetricsEvent, StateEvent
 
 log = logging.getLogger(__name__)
 

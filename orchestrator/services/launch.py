@@ -5,7 +5,7 @@ it to Ray as it is. It holds ``env_vars`` and, for a run with its own code (``co
 ``working_dir`` and its ``pip`` requirements. The ``working_dir`` is the URI of the STORED package in Ray's
 package store (``gcs://_ray_pkg_<sha256 of the stored zip>.zip``, uploaded by the backend when Ray lacks
 it), never text from the spec; ``pip`` is the spec's requirements, whose shape the contract checked
-(``workers.contract.code``). Only what a driver needs goes in, and never a secret: Ray lists a job's
+(``orchestrator_contract.code``). Only what a driver needs goes in, and never a secret: Ray lists a job's
 ``runtime_env``, metadata and entrypoint to every process on the cluster (one trust domain, docs/security.md),
 so not even the run's own token. The driver gets a one-use claim code instead (``new_driver_claim``), which it
 exchanges at its start for the token (``orchestrator.services.run_claims``); a code read from Ray's job table
@@ -27,7 +27,7 @@ from orchestrator.code_storage import CodeStorage
 from orchestrator.db.models import Job, Sweep
 from orchestrator.repositories import code as code_repo
 from orchestrator.settings import Settings
-from workers.contract.logs import DEDUP_ALLOW
+from orchestrator_contract.logs import DEDUP_ALLOW
 
 DRIVER_MODULE = "workers.train.driver"
 CLAIM_CODE_ENV = "ORCHESTRATOR_CLAIM_CODE"  # what workers.runtime.claim reads
@@ -179,7 +179,7 @@ def driver_env(claim_code: str, settings: Settings) -> dict[str, str]:
         "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(settings.train_poll_interval_s),
         # Its actor starts with every worker group, i.e. it competes for the CPU when a group restarts.
         "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "1" if settings.watch_preemption else "0",
-        # Each training worker's rank line, never held back by Ray's log deduplication (workers.contract.logs).
+        # Each training worker's rank line, never held back by Ray's log deduplication (orchestrator_contract.logs).
         "RAY_DEDUP_LOGS_ALLOW_REGEX": DEDUP_ALLOW,
         # Ray Train's print patch sends a worker's print() to its logger and, as Ray's workers' stdout is not
         # sys.__stdout__, to stdout as well: every printed line reached the job's log twice. Off, print is print.

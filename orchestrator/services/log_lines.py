@@ -3,7 +3,7 @@ per-checkpoint chatter quieted (unless ORCHESTRATOR_LOG_RAY_CHATTER), and option
 
 Ray forwards each worker's lines into the driver's output behind a prefix naming the process, e.g.
 ``(RayTrainWorker pid=9728)`` (``, ip=10.0.0.3`` on another node). Which rank a process is comes from the
-line every training worker prints first (``workers.contract.logs``), or, for logs of runs from before it,
+line every training worker prints first (``orchestrator_contract.logs``), or, for logs of runs from before it,
 from Ray Train's own lines: a worker's ``Setting up process group for: env:// [rank=0, world_size=2]`` and
 the controller's list of a new worker group (``- (ip=..., pid=9728) world_rank=0, ...``). A line whose process
 has no known rank (the driver's, Ray's) belongs to no rank. Every line of the user's, of our training
@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from workers.contract.logs import RANK_MARKER
+from orchestrator_contract.logs import RANK_MARKER
 
 # CSI sequences (colours, cursor moves: ESC [ ... final byte) and the two-byte escapes.
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")

@@ -55,7 +55,7 @@ from orchestrator.backend import RunStatus
 from orchestrator.db.models import Checkpoint, JobState, utcnow
 from orchestrator.services.runs import JOBS, KINDS, Run, RunKind, may_be_preempted
 from orchestrator.states.jobs import PREEMPTED, note_waiting
-from workers.contract.jobs import DriverExit
+from orchestrator_contract.jobs import DriverExit
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from orchestrator.backend import RunInfo, RunStatus
 from orchestrator.db.models import Job, JobState, Sweep
 from orchestrator.states.core import IllegalTransition
 from orchestrator.states.jobs import is_allowed, note_waiting
-from workers.contract.jobs import DriverExit, StateEvent
+from orchestrator_contract.jobs import DriverExit, StateEvent
 
 log = logging.getLogger(__name__)
 

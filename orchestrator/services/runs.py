@@ -23,8 +23,8 @@ from orchestrator.settings import Settings
 from orchestrator.states.core import lock_row
 from orchestrator.states.jobs import set_job_state
 from orchestrator.states.sweeps import set_sweep_state
-from workers.contract.jobs import JobSpec, ScalingSpec
-from workers.contract.sweeps import SweepSpec
+from orchestrator_contract.jobs import JobSpec, ScalingSpec
+from orchestrator_contract.sweeps import SweepSpec
 
 Run = Job | Sweep
 _NOT_STARTED = (JobState.STARTING, JobState.RESTARTING)  # submitted (or about to be), nothing heard yet

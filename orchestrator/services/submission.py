@@ -18,9 +18,9 @@ from orchestrator.planner import DoesNotFit, plan_job
 from orchestrator.repositories import code as code_repo
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.settings import Settings
-from workers.contract.code import CodeSpec
-from workers.contract.jobs import JobSpec, TrainingPlan, is_custom_workload, metric_never_reported
-from workers.contract.sweeps import Choice, Grid, SweepSpec, trial_spec
+from orchestrator_contract.code import CodeSpec
+from orchestrator_contract.jobs import JobSpec, TrainingPlan, is_custom_workload, metric_never_reported
+from orchestrator_contract.sweeps import Choice, Grid, SweepSpec, trial_spec
 
 log = logging.getLogger(__name__)
 

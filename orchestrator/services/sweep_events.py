@@ -14,8 +14,8 @@ from orchestrator.services.events import DEFAULT_REASON, TARGET_STATE, RefusedEv
 from orchestrator.states.core import IllegalTransition
 from orchestrator.states.sweeps import set_sweep_state, set_trial_state
 from orchestrator.storage import CheckpointStorage
-from workers.contract.jobs import StateEvent
-from workers.contract.sweeps import SweepEventBatch, SweepSpec, TrialEvent, trial_spec, trials_folder
+from orchestrator_contract.jobs import StateEvent
+from orchestrator_contract.sweeps import SweepEventBatch, SweepSpec, TrialEvent, trial_spec, trials_folder
 
 log = logging.getLogger(__name__)
 

@@ -58,7 +58,7 @@ the source of ``orchestrator/`` and ``api/``)
                  ``created_at``, unless it is created QUEUED), cleared on leaving one; DELETED sets
                  ``deleted_at``.
 
-To add a state: add it to the enum in ``workers.contract.states`` (stored as a string of at most 16
+To add a state: add it to the enum in ``orchestrator_contract.states`` (stored as a string of at most 16
 characters: no migration unless it is longer), add its FROM -> TO ``Rule``s in the kind's module, add it to
 ``TERMINAL``/``ACTIVE``/``ROLLING`` where it belongs, give any field that must change with it a hook in the
 kind's ``Lifecycle`` (never an assignment in a service), and extend the kind's rule tests

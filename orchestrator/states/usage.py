@@ -42,8 +42,8 @@ from orchestrator.db.models import (
     UsageInterval,
 )
 from orchestrator.states.core import Change
-from workers.contract.jobs import ScalingSpec
-from workers.contract.sweeps import SweepSpec, trial_spec
+from orchestrator_contract.jobs import ScalingSpec
+from orchestrator_contract.sweeps import SweepSpec, trial_spec
 
 S = JobState
 _RUN_HELD = frozenset({S.RUNNING, S.CANCELLING})

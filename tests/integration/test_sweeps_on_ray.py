@@ -177,7 +177,7 @@ def test_asha_stops_the_poor_trials_early_and_frees_their_workers(admin, ray_clu
 def test_the_best_trial_deploys_to_ray_serve(admin, ray_cluster, asha_sweep):
     from sklearn.datasets import load_digits
 
-    from workers.contract.jobs import DigitsConfig
+    from orchestrator_contract.jobs import DigitsConfig
     from workers.train.checkpoints import load_model_from_checkpoint
 
     sweep, _ = asha_sweep

@@ -10,9 +10,9 @@ SQLite and PostgreSQL.
 from __future__ import annotations
 
 from orchestrator.backend import RunStatus
+from orchestrator_contract.jobs import DriverExit
 from tests.unit.api_helpers import ADMIN, auth, make_project, reconcile, submit, tick
 from tests.unit.ui_helpers import signed_in
-from workers.contract.jobs import DriverExit
 
 ONE_CPU = {"num_workers": 1, "cpus_per_worker": 1}
 

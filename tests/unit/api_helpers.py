@@ -12,7 +12,7 @@ from orchestrator.loops.scheduler import Scheduler
 from orchestrator.planner import plan_job
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import projects as projects_repo
-from workers.contract.jobs import JobSpec
+from orchestrator_contract.jobs import JobSpec
 
 ADMIN = "test-admin-token"
 

@@ -21,7 +21,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from workers.contract.jobs import JobSpec, TrainingPlan
+from orchestrator_contract.jobs import JobSpec, TrainingPlan
 from workers.runtime.context import LocalContext
 from workers.runtime.train_loop import run_training
 from workers.workloads.base import Workload

@@ -1,5 +1,5 @@
 from orchestrator.admission import ClusterCapacity, free_of, never_fits, reserved_by, shortfall
-from workers.contract.jobs import JobSpec
+from orchestrator_contract.jobs import JobSpec
 
 TWO_CPU = ClusterCapacity(total={"CPU": 2, "GPU": 0}, largest_node={"CPU": 2, "GPU": 0})
 

@@ -12,8 +12,8 @@ import pyarrow.fs
 import pytest
 from ray.train import Checkpoint
 
+from orchestrator_contract.jobs import CHECKPOINT_METRICS
 from tests.unit.harness import MLP, RecordingReporter, job_config, run_on_ranks, train
-from workers.contract.jobs import CHECKPOINT_METRICS
 from workers.runtime.context import LocalContext, latest_checkpoint
 from workers.runtime.manifest import (
     checkpoint_folders,

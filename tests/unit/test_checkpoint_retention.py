@@ -17,8 +17,8 @@ from orchestrator.checkpoint_policy import RecordedCheckpoint, select_kept
 from orchestrator.db.models import Checkpoint, Job, utcnow
 from orchestrator.loops.scheduler import Scheduler
 from orchestrator.storage import CheckpointStorage, StorageError
+from orchestrator_contract.jobs import JobSpec, KeepBestSpec
 from tests.unit.api_helpers import ADMIN, driver_exits, run_token
-from workers.contract.jobs import JobSpec, KeepBestSpec
 from workers.runtime.manifest import verify_checkpoint, write_manifest
 
 HEADERS = {"Authorization": f"Bearer {ADMIN}"}

@@ -12,7 +12,7 @@ from ray.exceptions import RayTaskError
 from ray.train.v2.api.config import FailureConfig
 from ray.train.v2.api.exceptions import WorkerGroupError
 
-from workers.contract.jobs import JobSpec
+from orchestrator_contract.jobs import JobSpec
 from workers.train.attempt import failure_summary
 from workers.train.code_errors import LOADING, RAISED, blame_user_code, code_error_of
 from workers.train.failures import (
@@ -136,7 +136,7 @@ def test_an_exception_in_a_training_function_is_a_code_error_naming_its_line(pac
     package("train_fn", "def main(ctx):\n    raise RuntimeError('diverged')\n")
 
     def run_function(cfg):  # the function runner's part: it calls main(ctx)
-        from workers.contract.workloads import load_entrypoint
+        from orchestrator_contract.workloads import load_entrypoint
 
         load_entrypoint(cfg["spec"]["entrypoint"])(None)
 

@@ -15,9 +15,9 @@ from orchestrator.code_storage import CodeStorage
 from orchestrator.db.models import CodePackage, utcnow
 from orchestrator.loops.code_gc import CodeCollector
 from orchestrator.services.launch import ray_package_uri
+from orchestrator_contract.code import CodeSpec
 from tests.unit.api_helpers import auth, make_project, reconcile, tick
 from tests.unit.code_archives import TRAIN_PY, zip_of
-from workers.contract.code import CodeSpec
 
 DIGEST = "0" * 64
 SWEEP_SPACE = {"lr.base": {"type": "loguniform", "low": 1e-3, "high": 0.3}}

@@ -1,4 +1,4 @@
-"""The public contract (``workers.contract``) is importable by clients and cluster nodes that have neither the
+"""The public contract (``orchestrator_contract``) is importable by clients and cluster nodes that have neither the
 control plane's database layer nor Ray, PyTorch or FastAPI: every module of it, in a fresh interpreter."""
 
 from __future__ import annotations
@@ -9,21 +9,23 @@ import subprocess
 import sys
 from pathlib import Path
 
-import workers.contract
+import orchestrator_contract
 
 ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = ("sqlalchemy", "ray", "torch", "fastapi")
 
 
 def contract_modules() -> list[str]:
-    return ["workers.contract"] + [
-        info.name for info in pkgutil.walk_packages(workers.contract.__path__, prefix="workers.contract.")
+    return ["orchestrator_contract"] + [
+        info.name for info in pkgutil.walk_packages(orchestrator_contract.__path__, prefix="orchestrator_contract.")
     ]
 
 
 def test_every_contract_module_imports_without_sqlalchemy_ray_torch_or_fastapi():
     modules = contract_modules()
-    assert {"workers.contract.jobs", "workers.contract.rest", "workers.contract.rest.errors"} <= set(modules)
+    assert {"orchestrator_contract.jobs", "orchestrator_contract.rest", "orchestrator_contract.rest.errors"} <= set(
+        modules
+    )
     probe = (
         "import importlib, json, sys\n"
         f"for name in {modules!r}:\n"
@@ -36,7 +38,7 @@ def test_every_contract_module_imports_without_sqlalchemy_ray_torch_or_fastapi()
 
 
 def test_the_rest_models_keep_their_openapi_component_names():
-    from workers.contract import rest
+    from orchestrator_contract import rest
 
     for name in rest.__all__:
         assert getattr(rest, name).__name__ == name

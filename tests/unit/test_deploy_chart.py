@@ -854,9 +854,9 @@ def test_the_image_runs_as_non_root_without_build_tools_and_checks_its_health():
     # torch comes from the index the build arg names, the CPU wheel by default.
     assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in dockerfile
     assert '--index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"' in dockerfile
-    # Only the distribution's sources are copied: no tests, no virtualenv.
+    # Only the two distributions' sources are copied (the service and client/): no tests, no virtualenv.
     copied = re.findall(r"^COPY (?!--from)(\S+)", dockerfile, flags=re.M)
-    assert set(copied) == {"pyproject.toml", "api", "orchestrator", "workers", "orchestrator_client"}
+    assert set(copied) == {"pyproject.toml", "api", "orchestrator", "workers", "client"}
 
 
 # --------------------------------------------------------------------------------------------- compose

@@ -18,9 +18,9 @@ from orchestrator.repositories import projects as projects_repo
 from orchestrator.states.core import IllegalTransition
 from orchestrator.states.deployments import TERMINAL, is_allowed, lock_deployment, set_deployment_state
 from orchestrator.states.jobs import lock_job, set_job_state
+from orchestrator_contract.jobs import JobSpec
 from tests.fakes import FakeBackend
 from tests.unit.api_helpers import ADMIN, auth, make_project
-from workers.contract.jobs import JobSpec
 
 D = DeploymentState
 

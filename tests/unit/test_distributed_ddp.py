@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
+from orchestrator_contract.jobs import JobSpec, TrainingPlan
 from tests.unit.harness import (
     BN_MLP,
     DEVICE_OF,
@@ -25,7 +26,6 @@ from tests.unit.harness import (
     run_on_ranks,
     train,
 )
-from workers.contract.jobs import JobSpec, TrainingPlan
 from workers.runtime.data import TrainBatches
 from workers.runtime.step import build_train_state, optimizer_step
 from workers.runtime.sync_batchnorm import CpuSyncBatchNorm, convert_sync_batchnorm

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
+from orchestrator_contract.jobs import JobSpec, TrainingPlan
 from tests.unit.harness import (
     TRANSFORMER,
     assert_same_state,
@@ -22,7 +23,6 @@ from tests.unit.harness import (
     run_on_ranks,
     train,
 )
-from workers.contract.jobs import JobSpec, TrainingPlan
 from workers.runtime.checkpoint_io import Position, save_checkpoint
 from workers.runtime.data import TrainBatches
 from workers.runtime.manifest import verify_checkpoint

@@ -80,7 +80,7 @@ def test_the_drivers_claim_before_they_import_ray_or_torch():
 
 
 def test_a_driver_without_a_claim_code_exits_misconfigured(monkeypatch):
-    from workers.contract.jobs import DriverExit
+    from orchestrator_contract.jobs import DriverExit
     from workers.train import driver
 
     monkeypatch.setenv("ORCHESTRATOR_URL", "http://cp")

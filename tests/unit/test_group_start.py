@@ -10,7 +10,7 @@ import pytest
 from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
 from orchestrator.planner import plan_job
-from workers.contract.jobs import JobSpec
+from orchestrator_contract.jobs import JobSpec
 from workers.train.group_start import WaitForFreedResources, wait_until_available, without_unused_datasets_callback
 from workers.train.ray_internals import DatasetsCallback, WorkerGroup, WorkerGroupCallback
 from workers.train.trainer import build_trainer

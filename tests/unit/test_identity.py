@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator_contract.rest import ClusterStatus, WhoAmI
 from tests.unit.api_helpers import ADMIN, auth, make_project, submit, tick
-from workers.contract.rest import ClusterStatus, WhoAmI
 
 
 def test_whoami_names_the_key_and_its_project(client):

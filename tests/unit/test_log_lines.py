@@ -15,8 +15,8 @@ import pytest
 from orchestrator.backend import RunStatus
 from orchestrator.services import logs as logs_service
 from orchestrator.services.log_lines import strip_ansi, view
+from orchestrator_contract.logs import DEDUP_ALLOW, RANK_MARKER, rank_marker
 from tests.unit.api_helpers import ADMIN, auth, reconcile, run_token, tick
-from workers.contract.logs import DEDUP_ALLOW, RANK_MARKER, rank_marker
 
 DATA = Path(__file__).parent / "data"
 DIGITS = (DATA / "ray_train_digits.log").read_text()

@@ -4,7 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator.planner import DoesNotFit, PlanRequest, bytes_per_param, plan, plan_job
-from workers.contract.jobs import DigitsConfig, JobSpec
+from orchestrator_contract.jobs import DigitsConfig, JobSpec
 
 ISSUE_EXAMPLE = dict(
     params=2e9,

@@ -24,9 +24,9 @@ from orchestrator.services.preemption import (
 from orchestrator.services.runs import SWEEPS
 from orchestrator.states.jobs import lock_job, set_job_state
 from orchestrator.states.sweeps import lock_sweep, set_sweep_state, set_trial_state
+from orchestrator_contract.jobs import DriverExit
+from orchestrator_contract.sweeps import SweepSpec
 from tests.unit.api_helpers import ADMIN, auth, make_project, new_job, reconcile, run_token, submit, tick
-from workers.contract.jobs import DriverExit
-from workers.contract.sweeps import SweepSpec
 
 S = JobState
 T0 = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)

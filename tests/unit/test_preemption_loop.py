@@ -11,8 +11,8 @@ import pytest
 import torch.distributed as dist
 
 import workers.runtime.train_loop as train_loop
+from orchestrator_contract.jobs import MetricsEvent
 from tests.unit.harness import RecordingReporter, assert_same_state, job_config, model_state, run_on_ranks
-from workers.contract.jobs import MetricsEvent
 from workers.runtime.context import LocalContext
 from workers.runtime.distributed import is_distributed
 from workers.runtime.train_loop import PREEMPTED_KEY, run_training

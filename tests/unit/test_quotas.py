@@ -10,8 +10,8 @@ from sqlalchemy import update
 from orchestrator.backend import RunStatus
 from orchestrator.db.models import Job, JobEvent, JobState, utcnow
 from orchestrator.loops.scheduler import Scheduler
+from orchestrator_contract.jobs import DriverExit
 from tests.unit.api_helpers import ADMIN, auth, make_project, reconcile, submit
-from workers.contract.jobs import DriverExit
 
 ONE_CPU = {"num_workers": 1, "cpus_per_worker": 1}
 

@@ -7,8 +7,8 @@ import pytest
 
 from orchestrator_client import Unauthenticated, ValidationFailed
 from orchestrator_client.specs import SpecError, load_spec, parse_override
+from orchestrator_contract.rest import PlanRequest
 from tests.unit.sdk_helpers import sdk
-from workers.contract.rest import PlanRequest
 
 
 def test_whoami_cluster_and_ready(live):

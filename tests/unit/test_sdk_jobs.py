@@ -11,9 +11,9 @@ import pytest
 
 from orchestrator.backend import RunStatus
 from orchestrator_client import Conflict, Job, NotFound, WaitTimeout
+from orchestrator_contract.jobs import JobSpec
 from tests.unit.api_helpers import reconcile
 from tests.unit.sdk_helpers import checkpoint, metrics, report, running, sdk, start, state
-from workers.contract.jobs import JobSpec
 
 
 @pytest.fixture

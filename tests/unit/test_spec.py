@@ -4,8 +4,8 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator.db.models import Sweep
+from orchestrator_contract.jobs import DigitsConfig, EventBatch, JobSpec, TinyGptConfig, scale_lr
 from tests.unit.api_helpers import ADMIN, auth
-from workers.contract.jobs import DigitsConfig, EventBatch, JobSpec, TinyGptConfig, scale_lr
 
 
 def test_only_workload_is_required_and_defaults_are_filled_in():

@@ -17,8 +17,8 @@ from orchestrator.states.core import IllegalTransition
 from orchestrator.states.deployments import lock_deployment, record_deployment_created, set_deployment_state
 from orchestrator.states.jobs import lock_job, set_job_state
 from orchestrator.states.sweeps import lock_sweep, set_sweep_state, set_trial_state
+from orchestrator_contract.sweeps import SweepSpec
 from tests.unit.api_helpers import new_job
-from workers.contract.sweeps import SweepSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE = ROOT / "orchestrator" / "states"

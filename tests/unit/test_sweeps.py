@@ -10,8 +10,8 @@ from pydantic import ValidationError
 
 from orchestrator.admission import ClusterCapacity, never_fits, shortfall, sweep_demand
 from orchestrator.backend import RunStatus
+from orchestrator_contract.sweeps import TRIAL_DRIVER_RESOURCES, SweepSpec, trial_spec
 from tests.unit.api_helpers import ADMIN, auth, make_project, reconcile, run_token, submit, tick
-from workers.contract.sweeps import TRIAL_DRIVER_RESOURCES, SweepSpec, trial_spec
 
 BASE = {"workload": "digits", "epochs": 4, "scaling": {"num_workers": 2, "cpus_per_worker": 0.5}}
 LR = {"lr.base": {"type": "loguniform", "low": 1e-3, "high": 0.3}}

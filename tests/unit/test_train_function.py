@@ -19,13 +19,13 @@ from pydantic import ValidationError
 
 from orchestrator.db.models import Job
 from orchestrator.planner import plan_job
+from orchestrator_contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
+from orchestrator_contract.metrics import DEFAULT_MAX_METRIC_NAMES
+from orchestrator_contract.sweeps import SweepSpec, trial_spec
 from tests.unit.api_helpers import ADMIN, auth, make_project
 from tests.unit.harness import RecordingReporter, assert_same_state, loop_config, run_on_ranks
 from tests.unit.test_code_in_jobs import upload
 from tests.unit.test_deployments import app_of, deploy, finished_job, reconcile
-from workers.contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
-from workers.contract.metrics import DEFAULT_MAX_METRIC_NAMES
-from workers.contract.sweeps import SweepSpec, trial_spec
 from workers.runtime.context import LocalContext, latest_checkpoint
 from workers.runtime.function import CONTEXT_FILE, TrainContext, run_function
 from workers.runtime.manifest import verify_checkpoint

@@ -17,8 +17,8 @@ import pytest
 import torch
 from ray.train import Checkpoint
 
+from orchestrator_contract.jobs import DriverAssignment, JobSpec, MetricsEvent, StateEvent, TrainingPlan
 from tests.unit.harness import RecordingReporter, job_config, loop_device
-from workers.contract.jobs import DriverAssignment, JobSpec, MetricsEvent, StateEvent, TrainingPlan
 from workers.runtime import torchrun
 from workers.runtime.context import LocalContext
 from workers.runtime.reporter import EventReporter

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator.checkpoint_policy import RecordedCheckpoint, best_first, select_kept, trial_retention
+from orchestrator_contract.jobs import KeepBestSpec
+from orchestrator_contract.sweeps import SweepSpec
 from tests.unit.api_helpers import ADMIN, auth, tick
 from tests.unit.test_deployments import finished_job
 from tests.unit.test_sweeps import BASE, driver_token, post_sweep
-from workers.contract.jobs import KeepBestSpec
-from workers.contract.sweeps import SweepSpec
 
 TIE = 0.9  # every epoch scores the same: ties are certain
 

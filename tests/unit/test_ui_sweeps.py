@@ -10,9 +10,9 @@ from fastapi.testclient import TestClient
 
 from orchestrator.db.models import JobState, Trial, TrialMetric, TrialState
 from orchestrator.repositories import sweeps as sweeps_repo
+from orchestrator_contract.sweeps import SweepSpec
 from tests.unit.api_helpers import ADMIN, auth, make_project
 from tests.unit.ui_helpers import csrf, signed_in
-from workers.contract.sweeps import SweepSpec
 
 BASE = {"workload": "digits", "epochs": 3, "scaling": {"num_workers": 1, "cpus_per_worker": 0.5}}
 SPACE = {

@@ -29,10 +29,10 @@ from orchestrator.states import core
 from orchestrator.states.deployments import lock_deployment, record_deployment_created, set_deployment_state
 from orchestrator.states.jobs import lock_job, set_job_state
 from orchestrator.states.sweeps import lock_sweep, set_sweep_state, set_trial_state
+from orchestrator_contract.rest.usage import CSV_COLUMNS, UsageReport
+from orchestrator_contract.sweeps import SweepSpec
 from tests.fakes import FakeBackend
 from tests.unit.api_helpers import ADMIN, auth, make_project, submit
-from workers.contract.rest.usage import CSV_COLUMNS, UsageReport
-from workers.contract.sweeps import SweepSpec
 
 S = JobState
 T0 = datetime(2026, 1, 2, tzinfo=UTC)  # a midnight

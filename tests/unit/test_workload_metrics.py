@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from orchestrator_contract.jobs import LOOP_EPOCH_METRICS
 from tests.unit.harness import REGRESSION, job_config, model_state, run_on_ranks, train
-from workers.contract.jobs import LOOP_EPOCH_METRICS
 from workers.workloads import load_workload
 
 # 64 training samples; 31 validation samples: shards of 16 and 15, batches of 8 with a partial last one.
@@ -63,7 +63,7 @@ def test_workload_metrics_reach_the_epoch_events_and_the_checkpoints(runs):
     assert [e["epoch"] for e in epochs] == [1, 2]
     assert all(set(e["values"]) == EPOCH_METRICS for e in epochs)
     assert [r["val_mae"] for r in two["reported"]] == [e["values"]["val_mae"] for e in epochs]  # keep_best, Tune
-    # What a spec may name for such a workload, checked at submit (workers.contract.jobs.epoch_metrics): the
+    # What a spec may name for such a workload, checked at submit (orchestrator_contract.jobs.epoch_metrics): the
     # loop's own epoch metrics and the workload's.
     assert all(set(r) == LOOP_EPOCH_METRICS | {"val_mae", "val/within_0.5", "epoch", "step"} for r in two["reported"])
     assert epochs[-1]["values"]["val_mae"] == two["metrics"]["val_mae"]  # the job's result

@@ -10,10 +10,10 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from workers.contract import workloads
-from workers.contract.jobs import JobSpec
-from workers.contract.sweeps import SweepSpec
-from workers.contract.workloads import DigitsConfig, TinyGptConfig
+from orchestrator_contract import workloads
+from orchestrator_contract.jobs import JobSpec
+from orchestrator_contract.sweeps import SweepSpec
+from orchestrator_contract.workloads import DigitsConfig, TinyGptConfig
 from workers.workloads import digits, load_model_builder, load_workload, tiny_gpt
 from workers.workloads.base import Workload, flat_cross_entropy
 
@@ -281,7 +281,7 @@ def test_the_registry_and_the_contract_import_neither_torch_nor_ray():
     import sys
 
     code = (
-        "import sys, workers.contract.workloads, workers.contract.jobs, workers.workloads; "
+        "import sys, orchestrator_contract.workloads, orchestrator_contract.jobs, workers.workloads; "
         "print(sorted(m for m in ('torch', 'ray', 'sqlalchemy') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -289,7 +289,7 @@ def test_the_registry_and_the_contract_import_neither_torch_nor_ray():
 
 
 def test_the_checkpoint_metrics_are_the_loops_metrics():
-    from workers.contract.jobs import CHECKPOINT_METRICS
+    from orchestrator_contract.jobs import CHECKPOINT_METRICS
 
     assert CHECKPOINT_METRICS == workloads.LOOP_METRICS
     for name in workloads.names():
@@ -372,8 +372,8 @@ def toy():
 def test_a_workload_registered_once_is_known_everywhere(toy):
     from orchestrator.planner import PlanRequest, plan_job
     from orchestrator.services.deployments import selection_metric
-    from workers.contract.jobs import JobSpec
-    from workers.contract.sweeps import check_path
+    from orchestrator_contract.jobs import JobSpec
+    from orchestrator_contract.sweeps import check_path
     from workers.serve.app import check_servable, make_predictor
 
     spec = JobSpec(workload="toy", config={"hidden": 5}, strategy="auto")
@@ -417,7 +417,7 @@ def test_registering_checks_the_name_and_the_metrics(toy):
 
 def test_a_custom_name_may_resolve_to_a_whole_descriptor(tmp_path, monkeypatch):
     (tmp_path / "toy_package.py").write_text(
-        "from workers.contract.workloads import WorkloadDescriptor\n"
+        "from orchestrator_contract.workloads import WorkloadDescriptor\n"
         "WORKLOAD = WorkloadDescriptor(name='toy_package', build='tests.unit.test_workloads:build_toy',\n"
         "                              predictor='tests.unit.test_workloads:ToyPredictor')\n"
     )

@@ -49,7 +49,7 @@ def job_in(app, project_id: str | None = None, name: str = "", labels: dict | No
     from orchestrator.planner import plan_job
     from orchestrator.repositories import jobs as jobs_repo
     from orchestrator.repositories import projects as projects_repo
-    from workers.contract.jobs import JobSpec
+    from orchestrator_contract.jobs import JobSpec
 
     with app.state.service.sessions.begin() as session:
         project = project_id or projects_repo.ensure_default_project(session).id

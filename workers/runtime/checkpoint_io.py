@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from workers.contract.checkpoints import MODEL_FILE, SHARDED_DIR
+from orchestrator_contract.checkpoints import MODEL_FILE, SHARDED_DIR
 from workers.runtime.distributed import unwrap
 from workers.runtime.manifest import write_manifest
 from workers.runtime.rng import capture_rng, restore_rng

@@ -26,7 +26,7 @@ import httpx
 import torch
 import torch.distributed as dist
 
-from workers.contract.jobs import ControlSignal
+from orchestrator_contract.jobs import ControlSignal
 from workers.runtime.claim import RunToken, bearer
 
 log = logging.getLogger(__name__)

@@ -36,9 +36,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from workers.contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
-from workers.contract.metrics import DEFAULT_MAX_METRIC_NAMES, POSITION_KEYS, check_metric_name
-from workers.contract.workloads import load_entrypoint
+from orchestrator_contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
+from orchestrator_contract.metrics import DEFAULT_MAX_METRIC_NAMES, POSITION_KEYS, check_metric_name
+from orchestrator_contract.workloads import load_entrypoint
 from workers.runtime.context import LoopContext
 from workers.runtime.control import SharedFlag, control_poller
 from workers.runtime.distributed import unwrap

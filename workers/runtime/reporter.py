@@ -22,7 +22,7 @@ import threading
 
 import httpx
 
-from workers.contract.jobs import CheckpointEvent, MetricsEvent, StateEvent
+from orchestrator_contract.jobs import CheckpointEvent, MetricsEvent, StateEvent
 from workers.runtime.claim import RunToken, bearer
 from workers.runtime.retry import RetryableStatus, RetryPolicy, Stopped, raise_if_retryable
 

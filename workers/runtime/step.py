@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from workers.contract.jobs import JobSpec, OptimizerSpec, TrainingPlan
+from orchestrator_contract.jobs import JobSpec, OptimizerSpec, TrainingPlan
 from workers.runtime.data import Batch
 from workers.runtime.distributed import grad_sync, wrap_model
 from workers.runtime.sync_batchnorm import convert_sync_batchnorm

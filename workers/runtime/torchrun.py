@@ -21,7 +21,7 @@ import tempfile
 import torch
 import torch.distributed as dist
 
-from workers.contract.jobs import JobSpec, TrainingPlan
+from orchestrator_contract.jobs import JobSpec, TrainingPlan
 from workers.runtime.context import LocalContext, latest_checkpoint
 from workers.runtime.function import run_function
 from workers.runtime.train_loop import run_training

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import torch
 
-from workers.contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
+from orchestrator_contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
 from workers.runtime.checkpoint_io import Position, restore_checkpoint, save_checkpoint
 from workers.runtime.context import LoopContext
 from workers.runtime.control import SharedFlag, control_poller, control_target

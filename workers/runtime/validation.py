@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from workers.contract.metrics import DEFAULT_MAX_METRIC_NAMES, check_metric_name
+from orchestrator_contract.metrics import DEFAULT_MAX_METRIC_NAMES, check_metric_name
 
 # What the loop reports itself, next to a workload's metrics: a workload metric may not take these names.
 LOOP_NAMES = frozenset({"train_loss", "val_loss", "lr", "samples_per_s", "tokens_per_s", "epoch", "step"})

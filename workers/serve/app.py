@@ -17,7 +17,7 @@ they change, so a revoked key stops working without a restart) and ``max_body_mb
 413 before it is parsed). The replica never reaches the database.
 
 A predictor (``DigitsPredictor``, ``TinyGptPredictor``, or ``TensorPredictor`` for a custom workload
-whose samples are feature vectors; a workload's descriptor in ``workers.contract.workloads`` names its
+whose samples are feature vectors; a workload's descriptor in ``orchestrator_contract.workloads`` names its
 predictor) holds the workload-specific part: checking a
 request body (a bad one is a 4xx that says what is expected, never a 500), running a batch, and a
 probe for the health check. It has no Ray in it, so ``bench/serve.py`` serves the very same predictor
@@ -36,9 +36,9 @@ from typing import Any, get_args
 import torch
 from torch import nn
 
-from workers.contract import workloads
-from workers.contract.checkpoints import MODEL_FILE, SERVE_MODULE_FILE
-from workers.contract.deployments import SERVE_DEPLOYMENT_NAME, Auth
+from orchestrator_contract import workloads
+from orchestrator_contract.checkpoints import MODEL_FILE, SERVE_MODULE_FILE
+from orchestrator_contract.deployments import SERVE_DEPLOYMENT_NAME, Auth
 
 MAX_ROWS = 256  # digits rows per request
 MAX_PROMPT_BYTES = 4096

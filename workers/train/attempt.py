@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import traceback
 
-from workers.contract.jobs import DriverAssignment, DriverExit, StateEvent
+from orchestrator_contract.jobs import DriverAssignment, DriverExit, StateEvent
 from workers.runtime.claim import RunToken
 from workers.runtime.reporter import EventReporter
 from workers.runtime.train_loop import PREEMPTED_KEY

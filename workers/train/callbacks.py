@@ -8,8 +8,8 @@ from typing import Any
 import pyarrow.fs
 from ray.train import Checkpoint, UserCallback
 
-from workers.contract.jobs import CheckpointEvent
-from workers.contract.metrics import POSITION_KEYS
+from orchestrator_contract.jobs import CheckpointEvent
+from orchestrator_contract.metrics import POSITION_KEYS
 from workers.runtime.manifest import verify_checkpoint
 from workers.runtime.reporter import EventReporter
 from workers.train.checkpoints import checkpoint_uri

@@ -12,7 +12,7 @@ import torch
 from ray.train import Checkpoint
 from torch import nn
 
-from workers.contract.checkpoints import shards_only_problem
+from orchestrator_contract.checkpoints import shards_only_problem
 from workers.runtime.checkpoint_io import MODEL_FILE, SHARDED_DIR, load
 from workers.workloads import load_model_builder
 

@@ -26,7 +26,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from workers.contract.workloads import is_custom_workload, load_entrypoint, resolve
+from orchestrator_contract.workloads import is_custom_workload, load_entrypoint, resolve
 
 MARK = "orchestrator_code_error"  # the attribute: (LOADING | RAISED, "file, line N, in function")
 LOADING, RAISED = "loading", "raised"

@@ -20,7 +20,7 @@ import sys
 
 import httpx
 
-from workers.contract.jobs import DriverAssignment, DriverExit
+from orchestrator_contract.jobs import DriverAssignment, DriverExit
 from workers.runtime.claim import ClaimRefused, RunToken, bearer, claim_code_from_environment, claim_token
 from workers.runtime.retry import RetryableStatus, RetryPolicy, raise_if_retryable
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow.fs
 import torch
 
-from workers.contract.checkpoints import MODEL_FILE, SHARDED_DIR
+from orchestrator_contract.checkpoints import MODEL_FILE, SHARDED_DIR
 from workers.runtime.dcp_reader import read_full_model
 from workers.runtime.manifest import MANIFEST_DIR, add_to_manifest, manifest_name, resolve, verify_checkpoint
 

@@ -30,7 +30,7 @@ from ray.exceptions import RayError
 from ray.train.v2.api.config import FailureConfig
 from ray.train.v2.api.exceptions import ControllerError, TrainingFailedError, WorkerGroupError
 
-from workers.contract.jobs import StateEvent
+from orchestrator_contract.jobs import StateEvent
 from workers.runtime.reporter import EventReporter
 from workers.train.code_errors import LOADING, code_error_of
 from workers.train.ray_internals import (

@@ -11,7 +11,7 @@ from typing import Any
 import ray.train
 import ray.train.torch
 
-from workers.contract.logs import rank_marker
+from orchestrator_contract.logs import rank_marker
 from workers.runtime.context import rank0_choice
 from workers.runtime.function import run_function
 from workers.runtime.manifest import choose_resume_checkpoint, resolve

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from ray.train import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig, UserCallback
 from ray.train.torch import TorchTrainer
 
-from workers.contract.jobs import JobSpec, TrainingPlan
+from orchestrator_contract.jobs import JobSpec, TrainingPlan
 from workers.train.callbacks import RunEventForwarder
 from workers.train.code_errors import blame_user_code
 from workers.train.failures import CauseAwareFailurePolicy, failure_policy

@@ -11,8 +11,8 @@ import traceback
 
 from ray import tune
 
-from workers.contract.jobs import DriverExit, StateEvent
-from workers.contract.sweeps import SweepAssignment
+from orchestrator_contract.jobs import DriverExit, StateEvent
+from orchestrator_contract.sweeps import SweepAssignment
 from workers.runtime.claim import RunToken
 from workers.runtime.reporter import EventReporter
 from workers.train.attempt import MAX_MESSAGE_CHARS, finish_reporting

@@ -19,7 +19,7 @@ os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "2")
 # No CSV/JSON/TensorBoard result files per trial: the control plane keeps the history.
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 
-from workers.contract.sweeps import SweepAssignment
+from orchestrator_contract.sweeps import SweepAssignment
 from workers.train.driver import fetch_assignment, start_driver
 
 

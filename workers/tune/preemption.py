@@ -38,7 +38,7 @@ from typing import Any
 import pyarrow.fs
 from ray import tune
 
-from workers.contract.metrics import POSITION_KEYS
+from orchestrator_contract.metrics import POSITION_KEYS
 from workers.runtime.control import ControlPoller
 from workers.runtime.manifest import resolve
 

@@ -28,9 +28,9 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTra
 from ray.tune.search import BasicVariantGenerator, Searcher
 from ray.util.queue import Empty, Queue
 
-from workers.contract.jobs import JobSpec, TrainingPlan
-from workers.contract.metrics import POSITION_KEYS
-from workers.contract.sweeps import (
+from orchestrator_contract.jobs import JobSpec, TrainingPlan
+from orchestrator_contract.metrics import POSITION_KEYS
+from orchestrator_contract.sweeps import (
     TRIAL_DRIVER_RESOURCES,
     AshaScheduler,
     Choice,

@@ -1,6 +1,6 @@
 """Workloads: the built-ins (``digits``, ``tiny_gpt``) and how the cluster loads any workload by name.
 
-What the service knows about each workload is in ONE place, the registry ``workers.contract.workloads``
+What the service knows about each workload is in ONE place, the registry ``orchestrator_contract.workloads``
 (how to add a workload is told there). Importing this package imports no torch: ``Workload`` and
 ``flat_cross_entropy`` (``workers.workloads.base``, torch) load on first use.
 The control plane has already checked that a custom workload's package is allowed; here we only resolve
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from workers.contract.workloads import WorkloadDescriptor, describe, get, names, register, resolve
+from orchestrator_contract.workloads import WorkloadDescriptor, describe, get, names, register, resolve
 
 if TYPE_CHECKING:
     from torch import nn

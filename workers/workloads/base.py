@@ -45,6 +45,6 @@ class Workload:
     targets_per_sample: int = 1
     # Validation metrics: ``{full name: MEAN over the batch's targets}``, like ``loss_fn``. The loop weighs
     # each by the batch's target count and sums over the whole validation set (every rank's shard), so an
-    # epoch's value is the exact mean over the set. Names follow ``workers.contract.metrics``; a spec's
+    # epoch's value is the exact mean over the set. Names follow ``orchestrator_contract.metrics``; a spec's
     # ``metric`` or ``keep_best`` may name them. None: ``flat_accuracy`` (``val_accuracy``).
     metrics: Callable[[torch.Tensor, torch.Tensor], dict[str, torch.Tensor]] | None = None

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from workers.contract.workloads import DigitsConfig
+from orchestrator_contract.workloads import DigitsConfig
 from workers.workloads.base import Workload
 
 NUM_FEATURES = 64

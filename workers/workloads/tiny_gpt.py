@@ -12,7 +12,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset
 
-from workers.contract.workloads import TinyGptConfig
+from orchestrator_contract.workloads import TinyGptConfig
 from workers.workloads.base import Workload
 
 

@@ -15,8 +15,8 @@ from orchestrator_client.resources.bound import Bound
 from orchestrator_client.specs import load_spec
 from orchestrator_client.transport import Transport
 from orchestrator_client.waiting import poll_until
-from workers.contract.rest import DeploymentEventOut, DeploymentOut
-from workers.contract.states import DeploymentState
+from orchestrator_contract.rest import DeploymentEventOut, DeploymentOut
+from orchestrator_contract.states import DeploymentState
 
 # A wait ends in these whatever it waits for: nothing changes them without a new request.
 SETTLED_STATES = frozenset({DeploymentState.FAILED, DeploymentState.DELETED})

@@ -3,7 +3,7 @@
 Everything here is plain pydantic so that both sides (``orchestrator`` and ``workers``) can import it
 without torch or ray. The control plane validates a submitted spec with these models; the driver
 receives the same JSON back and parses it with the same models. What the service knows about each
-workload (its name, config model, metrics...) is the registry's, ``workers.contract.workloads``; the
+workload (its name, config model, metrics...) is the registry's, ``orchestrator_contract.workloads``; the
 built-in config models and the workload helpers are importable from here too.
 """
 
@@ -24,22 +24,22 @@ from pydantic import (
     model_validator,
 )
 
-from workers.contract import workloads
-from workers.contract.base import Strict as _Strict
-from workers.contract.code import CodeSpec
-from workers.contract.metrics import (
+from orchestrator_contract import workloads
+from orchestrator_contract.base import Strict as _Strict
+from orchestrator_contract.code import CodeSpec
+from orchestrator_contract.metrics import (
     DEFAULT_MAX_METRIC_NAME_CHARS,
     METRIC_NAME_PATTERN,
     check_metric_name,
     compared_metric_problem,
 )
-from workers.contract.workloads import CUSTOM_WORKLOAD_PATTERN as CUSTOM_WORKLOAD_PATTERN
-from workers.contract.workloads import DATA_PATH as DATA_PATH
-from workers.contract.workloads import LOOP_METRICS
-from workers.contract.workloads import DigitsConfig as DigitsConfig
-from workers.contract.workloads import TinyGptConfig as TinyGptConfig
-from workers.contract.workloads import data_path_fields as data_path_fields
-from workers.contract.workloads import is_custom_workload as is_custom_workload
+from orchestrator_contract.workloads import CUSTOM_WORKLOAD_PATTERN as CUSTOM_WORKLOAD_PATTERN
+from orchestrator_contract.workloads import DATA_PATH as DATA_PATH
+from orchestrator_contract.workloads import LOOP_METRICS
+from orchestrator_contract.workloads import DigitsConfig as DigitsConfig
+from orchestrator_contract.workloads import TinyGptConfig as TinyGptConfig
+from orchestrator_contract.workloads import data_path_fields as data_path_fields
+from orchestrator_contract.workloads import is_custom_workload as is_custom_workload
 
 LABEL_KEY = r"^[A-Za-z0-9]([A-Za-z0-9_.\-/]{0,61}[A-Za-z0-9])?$"
 LABEL_VALUE = r"^[A-Za-z0-9_.\-]{0,63}$"

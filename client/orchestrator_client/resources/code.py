@@ -9,7 +9,7 @@ from typing import IO, Any
 from orchestrator_client.packing import PackError, pack_directory
 from orchestrator_client.paging import Pager
 from orchestrator_client.transport import Transport
-from workers.contract.rest import CodePackageOut, CodeUploaded
+from orchestrator_contract.rest import CodePackageOut, CodeUploaded
 
 ARCHIVE_TYPES = {".zip": "application/zip", ".tar.gz": "application/gzip", ".tgz": "application/gzip"}
 

@@ -14,8 +14,8 @@ from orchestrator_client.resources.bound import Bound
 from orchestrator_client.resources.runs import Run, find_by_ref, log_lines
 from orchestrator_client.specs import load_spec
 from orchestrator_client.transport import Transport
-from workers.contract.rest import SweepOut, TrialEventOut, TrialMetricOut, TrialOut
-from workers.contract.states import JobState, TrialState
+from orchestrator_contract.rest import SweepOut, TrialEventOut, TrialMetricOut, TrialOut
+from orchestrator_contract.states import JobState, TrialState
 
 Spec = Mapping[str, Any] | BaseModel | str | Path
 TRIAL_TERMINAL_STATES = frozenset({TrialState.SUCCEEDED, TrialState.STOPPED, TrialState.FAILED, TrialState.CANCELLED})

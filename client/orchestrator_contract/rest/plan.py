@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from workers.contract import workloads
-from workers.contract.jobs import LrScaling
+from orchestrator_contract import workloads
+from orchestrator_contract.jobs import LrScaling
 
 Strategy = Literal["ddp", "zero1", "zero2", "fsdp"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from orchestrator_client.paging import Pager
 from orchestrator_client.transport import Transport
-from workers.contract.rest import KeyCreated, KeyOut, ProjectOut
+from orchestrator_contract.rest import KeyCreated, KeyOut, ProjectOut
 
 
 class Keys:

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from workers.contract.base import FromAttributes
-from workers.contract.states import JobState, Role
+from orchestrator_contract.base import FromAttributes
+from orchestrator_contract.states import JobState, Role
 
 
 class WhoAmI(BaseModel):

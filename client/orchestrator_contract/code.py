@@ -14,7 +14,7 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
-from workers.contract.base import Strict
+from orchestrator_contract.base import Strict
 
 CODE_ID_PATTERN = r"^sha256:[0-9a-f]{64}$"
 _SPECIFIER = r"(===|==|~=|!=|<=|>=|<|>)\s*[A-Za-z0-9.*+!_-]+"

@@ -11,9 +11,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from workers.contract.base import Strict as _Strict
-from workers.contract.metrics import DEFAULT_MAX_METRIC_NAME_CHARS, check_metric_name
-from workers.contract.workloads import LOOP_METRICS
+from orchestrator_contract.base import Strict as _Strict
+from orchestrator_contract.metrics import DEFAULT_MAX_METRIC_NAME_CHARS, check_metric_name
+from orchestrator_contract.workloads import LOOP_METRICS
 
 # The Serve application the control plane asks Ray for (it never imports it: it needs ray and torch).
 SERVE_APP_IMPORT_PATH = "workers.serve.app:build_app"

@@ -12,8 +12,8 @@ from orchestrator_client.paging import Pager
 from orchestrator_client.resources.bound import Bound
 from orchestrator_client.transport import Transport
 from orchestrator_client.waiting import poll_until
-from workers.contract.rest import JobEventOut
-from workers.contract.states import JobState
+from orchestrator_contract.rest import JobEventOut
+from orchestrator_contract.states import JobState
 
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 MAX_CANDIDATES = 10  # names an ambiguous prefix's Conflict lists

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from workers.contract.base import Strict
+from orchestrator_contract.base import Strict
 
 NONCE_PATTERN = r"^[A-Za-z0-9_-]+$"  # secrets.token_urlsafe's alphabet
 

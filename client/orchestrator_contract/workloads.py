@@ -30,7 +30,7 @@ What a ``WorkloadDescriptor`` holds
 
 ``build``, ``build_model`` and ``predictor`` are given as ``"package.module:attribute"`` strings (or as
 callables) and resolved on first use, on the cluster: this module and the descriptors import neither
-torch nor ray. It is part of the wire contract (``workers.contract``) because the control plane imports
+torch nor ray. It is part of the wire contract (``orchestrator_contract``) because the control plane imports
 nothing else from ``workers/`` (the import contracts in ``pyproject.toml``); the code that loads a
 workload on the cluster is ``workers.workloads`` (``load_workload``, ``load_model_builder``).
 
@@ -73,8 +73,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from workers.contract.base import Strict
-from workers.contract.metrics import check_metric_name
+from orchestrator_contract.base import Strict
+from orchestrator_contract.metrics import check_metric_name
 
 # A custom workload names a function inside an installed package: "package.module:function".
 CUSTOM_WORKLOAD_PATTERN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")

@@ -1,4 +1,4 @@
-"""What ``/v1/deployments`` answers (the request bodies are ``workers.contract.deployments``'s)."""
+"""What ``/v1/deployments`` answers (the request bodies are ``orchestrator_contract.deployments``'s)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from workers.contract.base import FromAttributes
-from workers.contract.states import DeploymentState
+from orchestrator_contract.base import FromAttributes
+from orchestrator_contract.states import DeploymentState
 
 
 class DeploymentVersionOut(FromAttributes):

@@ -1,5 +1,5 @@
 """The wire contract of a hyperparameter sweep: what ``POST /v1/sweeps`` takes, what the sweep driver
-receives and what it reports. Plain pydantic, like ``workers.contract.jobs``: no ray, no torch.
+receives and what it reports. Plain pydantic, like ``orchestrator_contract.jobs``: no ray, no torch.
 
 A sweep runs one training job per trial: ``base`` is a job spec, and every key of ``search_space`` is a
 dotted path into it (``config.hidden``, ``lr.base``, ``batch.per_worker``...) whose value the search
@@ -14,9 +14,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from workers.contract import workloads
-from workers.contract.base import Strict as _Strict
-from workers.contract.jobs import (
+from orchestrator_contract import workloads
+from orchestrator_contract.base import Strict as _Strict
+from orchestrator_contract.jobs import (
     METRIC_DESCRIPTION,
     MODE_DESCRIPTION,
     CheckpointMetric,

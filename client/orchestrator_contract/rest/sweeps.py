@@ -1,4 +1,4 @@
-"""What ``/v1/sweeps`` and ``/v1/trials`` answer (the request body is ``workers.contract.sweeps.SweepSpec``)."""
+"""What ``/v1/sweeps`` and ``/v1/trials`` answer (the request body is ``orchestrator_contract.sweeps.SweepSpec``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from workers.contract.base import FromAttributes
-from workers.contract.rest.jobs import RunOut
-from workers.contract.states import TrialState
+from orchestrator_contract.base import FromAttributes
+from orchestrator_contract.rest.jobs import RunOut
+from orchestrator_contract.states import TrialState
 
 
 class TrialOut(FromAttributes):

@@ -14,9 +14,9 @@ from orchestrator_client.paging import Pager
 from orchestrator_client.resources.runs import Run, find_by_ref, log_lines
 from orchestrator_client.specs import load_spec
 from orchestrator_client.transport import IDEMPOTENCY_HEADER, Transport
-from workers.contract import workloads
-from workers.contract.rest import CheckpointOut, JobOut, MetricOut
-from workers.contract.states import JobState
+from orchestrator_contract import workloads
+from orchestrator_contract.rest import CheckpointOut, JobOut, MetricOut
+from orchestrator_contract.states import JobState
 
 Spec = Mapping[str, Any] | BaseModel | str | Path
 

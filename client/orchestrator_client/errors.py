@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from workers.contract.rest import FieldError
+from orchestrator_contract.rest import FieldError
 
 REQUEST_ID_HEADER = "X-Request-ID"
 

@@ -16,7 +16,7 @@ from orchestrator_client.resources.jobs import Jobs
 from orchestrator_client.resources.projects import Projects
 from orchestrator_client.resources.sweeps import Sweeps, Trials
 from orchestrator_client.transport import Transport
-from workers.contract.rest import ClusterStatus, PlanRequest, PlanResponse, UsageReport, WhoAmI
+from orchestrator_contract.rest import ClusterStatus, PlanRequest, PlanResponse, UsageReport, WhoAmI
 
 
 class Client:

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from workers.contract.base import FromAttributes
-from workers.contract.states import Role
+from orchestrator_contract.base import FromAttributes
+from orchestrator_contract.states import Role
 
 _MAX_PRIORITY = Field(
     None,

@@ -1,4 +1,4 @@
-"""What ``/v1/jobs`` answers (the request body is ``workers.contract.jobs.JobSpec``)."""
+"""What ``/v1/jobs`` answers (the request body is ``orchestrator_contract.jobs.JobSpec``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from workers.contract.base import FromAttributes
-from workers.contract.states import JobState
+from orchestrator_contract.base import FromAttributes
+from orchestrator_contract.states import JobState
 
 
 class RunOut(FromAttributes):
