@@ -102,9 +102,11 @@ def remove_serving(api: Api, cluster: LocalRayCluster, name: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def service(ray_cluster, tmp_path_factory) -> Iterator[str]:
+def service_settings(tmp_path_factory) -> Settings:
+    """The session service's settings: the very object its loops read, so a test may change one for a while
+    (``monkeypatch.setattr``), e.g. a shorter start timeout while only its own stuck job runs."""
     root = tmp_path_factory.mktemp("service")
-    settings = Settings(
+    return Settings(
         database_url=f"sqlite:///{root / 'orchestrator.db'}",
         storage=str(root / "storage"),
         var_dir=str(root / "var"),
@@ -120,7 +122,11 @@ def service(ray_cluster, tmp_path_factory) -> Iterator[str]:
         serve_port=free_port(),
         serve_reconciler_interval_s=0.5,  # Ray Serve's proxy: a free port
     )
-    with serve_in_thread(settings, RayBackend(ray_cluster.dashboard_url, ray_cluster.token())) as url:
+
+
+@pytest.fixture(scope="session")
+def service(ray_cluster, service_settings) -> Iterator[str]:
+    with serve_in_thread(service_settings, RayBackend(ray_cluster.dashboard_url, ray_cluster.token())) as url:
         yield url
 
 
