@@ -2,7 +2,7 @@
 
 ``RunCaller`` is the routes' dependency that checks it. As a dependency it runs before FastAPI validates the
 route's own parameters and body (FastAPI solves a route's dependencies first), so a request without the run's
-credential is a 401 whatever else is wrong with it, never a 422 that describes the route (issue 29). A body FastAPI
+credential is a 401 whatever else is wrong with it, never a 422 that describes the route (docs/security.md). A body FastAPI
 cannot even parse is refused before any dependency runs: ``api.auth_first`` then calls ``RunCaller.authenticate``,
 the same check, before it lets the 422 out.
 """

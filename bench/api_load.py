@@ -1,5 +1,5 @@
 """The REST API under load with a year of history in PostgreSQL, against a bare FastAPI + SQLAlchemy app doing
-the same queries on the same database (issue 21, "10,000 jobs"); and the scheduler's tick on that database.
+the same queries on the same database (docs/benchmarks.md, "10,000 jobs"); and the scheduler's tick on that database.
 
     .venv/bin/python bench/api_load.py --seed          # seed a fresh orch_bench first (10,000 ended + 500 queued)
     .venv/bin/python bench/api_load.py                 # the database as bench/seed_db.py left it

@@ -1,5 +1,5 @@
 """50 clients following one running job whose log holds 50 MB: the server's CPU per second while they follow
-against the same server idle, for today's follow (each byte read once, each line judged once: issue 29,
+against the same server idle, for today's follow (each byte read once, each line judged once: docs/security.md,
 finding 11) and the one before it (the whole log re-read from Ray and from the archive every poll and run
 through the log view for each follower, the code of 3b3888e), side by side in one run.
 
@@ -129,7 +129,7 @@ def _ray_train_line(i: int) -> str:
     )
 
 
-# --- the follow before issue 29 (3b3888e), kept here as the reference ----------------------------------------
+# --- the follow before docs/security.md's finding 11 (3b3888e), kept here as the reference -------------------------
 
 
 def _old_view(text: str, keep_ray_chatter: bool = False, rank: int | None = None) -> str:

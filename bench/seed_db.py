@@ -1,5 +1,5 @@
 """Fill a PostgreSQL database with a year of history: jobs, their events, metrics and checkpoints, sweeps
-and trials, deployments (issue 21, "10,000 jobs").
+and trials, deployments (docs/benchmarks.md, "10,000 jobs").
 
     .venv/bin/python bench/seed_db.py                      # a fresh database orch_bench on 127.0.0.1:5432
     .venv/bin/python bench/seed_db.py postgresql+psycopg://postgres@127.0.0.1:5432/mydb --jobs 1000
@@ -246,7 +246,7 @@ def seed(engine: Engine, sizes: Sizes = Sizes(), seed_value: int = 0, quiet: boo
 
 
 def _fill_usage(engine: Engine, counts: dict[str, int]) -> None:
-    """The usage ledger (issue 20) of the seeded history, as migration 0013 fills it for runs that existed
+    """The usage ledger (docs/usage.md) of the seeded history, as migration 0013 fills it for runs that existed
     before it: the state engine's rules applied to the history rows (the bulk inserts bypass the engine)."""
     import importlib.util
 

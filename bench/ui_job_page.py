@@ -1,4 +1,4 @@
-"""The dashboard's job page with 100,000 metric points (issue 19): how long the page and its curves take to
+"""The dashboard's job page with 100,000 metric points (docs/dashboard.md): how long the page and its curves take to
 load, against the plain REST read of the same job's metrics, side by side in one run.
 
     .venv/bin/python bench/ui_job_page.py                        # SQLite in a temporary folder

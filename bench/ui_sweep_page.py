@@ -1,4 +1,4 @@
-"""The dashboard's sweep page with 1,000 trials x 100 epochs (100,000 trial metric points, issue 19): how long
+"""The dashboard's sweep page with 1,000 trials x 100 epochs (100,000 trial metric points, docs/dashboard.md): how long
 the page and every trial's curve take to load, against the plain REST read of the same points, side by side.
 
     .venv/bin/python bench/ui_sweep_page.py                        # SQLite in a temporary folder

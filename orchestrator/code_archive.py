@@ -7,7 +7,7 @@ too many files, too many bytes unpacked), before anything is stored; ``repack`` 
 file's bytes, in chunks, from the upload into a new zip under its checked name, counting what it really
 reads (a zip's declared sizes may lie). No name from the archive ever becomes a path on this machine.
 
-Reading the listing is bounded too (issue 29): every entry counts, folders and links included (at most
+Reading the listing is bounded too (docs/security.md): every entry counts, folders and links included (at most
 ``Limits.max_entries``), and so do the bytes of the listing, names included (``Limits.max_listing_bytes``;
 ``MAX_ENTRY_HEADER_BYTES`` for one tar entry's headers), and reading stops at the first limit passed. A
 tar is read header by header and none is kept (``TarFile`` keeps every header it reads in ``members``:

@@ -1,7 +1,7 @@
-"""Bounds on what a run's driver reports (issue 15, hole 6): distinct metric names, a metric name's
+"""Bounds on what a run's driver reports (docs/security.md, hole 6): distinct metric names, a metric name's
 length and characters (``orchestrator_contract.metrics``), the size of a job's ``result`` and of a trial's
 config. A batch past one is refused whole (422, nothing applied) with a message naming the setting (or
-the bad name), before anything of it is applied. And a project's ``max_priority`` (hole 7)."""
+the bad name), before anything of it is applied. And a project's ``max_priority`` (docs/security.md, hole 7)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def check_sweep_batch(batch: SweepEventBatch, settings: Settings) -> None:
 
 
 def check_priority(session: Session, project_id: str, priority: int, cluster_admin: bool, loc: tuple[str, ...]) -> None:
-    """A job's or sweep's priority within its project's ``max_priority`` (issue 15, hole 7): 422 above it.
+    """A job's or sweep's priority within its project's ``max_priority`` (docs/security.md, hole 7): 422 above it.
     Cluster-wide admins, who set the cap, are not held to it."""
     project = session.get(Project, project_id)
     cap = project.max_priority if project is not None else None
@@ -94,7 +94,7 @@ def check_priority(session: Session, project_id: str, priority: int, cluster_adm
 
 
 def check_preemptible(session: Session, project_id: str, preemptible: bool, cluster_admin: bool) -> None:
-    """``preemptible: false`` (issue 20): a cluster-wide admin's key, or a key of a project that allows it
+    """``preemptible: false`` (docs/scheduling.md): a cluster-wide admin's key, or a key of a project that allows it
     (``allow_non_preemptible``, set by a cluster-wide admin); any other key is a 422 that says so."""
     if preemptible or cluster_admin:
         return

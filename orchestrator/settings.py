@@ -71,7 +71,7 @@ class Settings(BaseSettings):
         "a driver drops a batch refused with a 4xx, so this is larger).",
     )
     workload_packages: str = Field("", description="Comma-separated packages custom workloads may come from.")
-    # --- input limits (issue 15, hole 6); past one a 4xx names the setting ---
+    # --- input limits (docs/security.md, hole 6); past one a 4xx names the setting ---
     max_metric_names: int = Field(
         64,
         ge=1,
@@ -156,7 +156,7 @@ class Settings(BaseSettings):
     log_archive_interval_s: float = Field(
         5.0, gt=0, description="How often running jobs' output is copied to <storage>/<job>/logs/."
     )
-    # --- preemption (issue 20, docs/scheduling.md#preemption) ---
+    # --- preemption (docs/scheduling.md#preemption) ---
     preemption_grace_s: float = Field(
         60.0,
         gt=0,

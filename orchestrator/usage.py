@@ -1,4 +1,4 @@
-"""Usage accounting (issue 20): what runs held, read back from the ledger the state engine writes
+"""Usage accounting (docs/usage.md): what runs held, read back from the ledger the state engine writes
 (``usage_intervals``; the rules in ``orchestrator.states.usage``), clipped to a window and grouped.
 
 A window [start, end) reads the stretches that end after ``start`` or are still open (two index range

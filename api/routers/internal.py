@@ -50,7 +50,7 @@ def _refusing_foreign(apply: Callable[[], int], session, run_id: str) -> int:
     (``orchestrator.limits``), nothing of it applied either."""
     try:
         return apply()
-    except OverLimit:  # a bound (issue 15, hole 6): said (an Invalid: 422), not logged as hostile
+    except OverLimit:  # a bound (docs/security.md, hole 6): said (an Invalid: 422), not logged as hostile
         session.rollback()
         raise
     except RefusedEvent as exc:  # a Refused: 400

@@ -1,4 +1,4 @@
-"""``GET /v1/usage``: what runs held, and for how long (issue 20; docs/usage.md)."""
+"""``GET /v1/usage``: what runs held, and for how long (docs/usage.md)."""
 
 from __future__ import annotations
 

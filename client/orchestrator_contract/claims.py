@@ -1,5 +1,5 @@
 """``POST /internal/v1/{jobs|sweeps}/{id}/claim``: a driver exchanges its attempt's one-use claim code (its
-``Authorization: Bearer``) for the run's token, which no listing of Ray's ever holds (issue 29, finding 1;
+``Authorization: Bearer``) for the run's token, which no listing of Ray's ever holds (docs/security.md, finding 1;
 the driver's side: ``workers.runtime.claim``, the control plane's: ``orchestrator.services.run_claims``)."""
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from orchestrator_contract.jobs import (
 # What the function trainable (one small actor per running trial, which only drives its TorchTrainer and
 # waits on it) asks of Ray: no CPU, and 1 byte of Ray's "memory" resource, which every node has, because Tune
 # refuses a request of nothing. It used to ask 0.01 CPU: 2 trials of a 1-CPU worker then needed 2.02 CPUs and
-# could not both run on a 2-CPU machine (issue 20). Admission counts nothing for it.
+# could not both run on a 2-CPU machine (docs/scheduling.md). Admission counts nothing for it.
 TRIAL_DRIVER_RESOURCES = {"CPU": 0.0, "memory": 1.0}
 # Parts of the base spec a search may not touch: what identifies the job, and what the sweep itself decides.
 # code: every trial runs in the sweep driver's Ray job, whose working_dir and pip are the base job's.

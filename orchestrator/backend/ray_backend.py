@@ -137,7 +137,7 @@ class RayBackend:
 
     # info, stop and logs go through the dashboard's HTTP routes ourselves rather than JobSubmissionClient,
     # whose errors are a RuntimeError with the status inside their text: here the status decides what an
-    # answer means, and only Ray's own 404 about the job reads as "Ray has no such run" (issue 29, 10).
+    # answer means, and only Ray's own 404 about the job reads as "Ray has no such run" (docs/security.md, finding 10).
 
     def info(self, submission_id: str) -> RunInfo:
         try:

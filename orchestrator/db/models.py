@@ -69,14 +69,14 @@ class Project(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     # Set by a cluster-wide admin: the highest priority a project's keys may give a job or sweep (None: 1000).
     max_priority: Mapped[int | None] = mapped_column(Integer, default=None)
-    # Quota and fair share (issue 20, orchestrator/scheduling): None is no limit. Set by a cluster-wide admin.
+    # Quota and fair share (docs/scheduling.md, orchestrator/scheduling): None is no limit. Set by a cluster-wide admin.
     max_cpus: Mapped[float | None] = mapped_column(Float, default=None)
     max_gpus: Mapped[float | None] = mapped_column(Float, default=None)
     max_running_jobs: Mapped[int | None] = mapped_column(Integer, default=None)
     max_queued: Mapped[int | None] = mapped_column(Integer, default=None)
     weight: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
     borrowing: Mapped[bool] = mapped_column(default=True, server_default=true())  # may use idle capacity past quota
-    # Its member keys may submit jobs with preemptible: false (issue 20); admins always may.
+    # Its member keys may submit jobs with preemptible: false (docs/scheduling.md); admins always may.
     allow_non_preemptible: Mapped[bool] = mapped_column(default=False, server_default=false())
 
     @property
@@ -149,9 +149,9 @@ class Job(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
-    # Admitted on capacity beyond its project's quota (issue 20): preemption takes these first.
+    # Admitted on capacity beyond its project's quota (docs/scheduling.md): preemption takes these first.
     borrowing: Mapped[bool] = mapped_column(default=False, server_default=false())
-    # Preemption (issue 20, orchestrator/services/preemption.py): asked to checkpoint now and stop (None:
+    # Preemption (docs/scheduling.md, orchestrator/services/preemption.py): asked to checkpoint now and stop (None:
     # not asked), by whom and why; how many times it went back to QUEUED preempted (those attempts are not
     # counted against retries.max_attempts).
     preempt_requested_at: Mapped[datetime | None] = mapped_column(default=None)
@@ -488,7 +488,7 @@ class LeaderLease(Base):
 
 
 class UsageInterval(Base):
-    """Usage accounting (issue 20, ``orchestrator.usage``): one stretch of time a run held its reserved
+    """Usage accounting (docs/usage.md, ``orchestrator.usage``): one stretch of time a run held its reserved
     resources, written by the state engine's hooks (``orchestrator.states.usage``) in the transition's own
     transaction. ``ended_at`` None: still held (counted up to now). ``kind`` job, trial or deployment;
     ``subject_id`` the job, trial or deployment; ``sweep_id`` a trial's sweep. ``workers`` x the per-worker

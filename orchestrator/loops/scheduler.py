@@ -41,13 +41,13 @@ class Scheduler:
     def tick(self, now: datetime | None = None) -> TickPlan | None:
         with self.sessions() as session:
             queued = queued_runs(session)
-            deployments = queued_deployments(session)  # new versions whose replicas wait for room (issue 20)
+            deployments = queued_deployments(session)  # new versions whose replicas wait for room (docs/scheduling.md)
             if not queued and not deployments:
                 return None
             active = active_runs(session)
             # Serve replicas (0 CPU by default) hold their share of the cluster and of their project's quota.
             # Jobs and sweeps may be preempted unless their spec exempts them: the policy must know, or it plans
-            # a preemption choose_victims refuses, and that one a tick blocks every other (issue 29). Serving
+            # a preemption choose_victims refuses, and that one a tick blocks every other (docs/security.md). Serving
             # replicas never are.
             holding = [
                 Holding(
@@ -101,7 +101,7 @@ class Scheduler:
             victims = preemption.choose_victims(ask.need, ask.free, eligible) or []
             preemptor = runs[ask.for_key]
             # A victim of another project learns only that, and the cause; the preemptor, only how many of
-            # another project's runs it waits for (issue 29): never the other's run ids or priorities.
+            # another project's runs it waits for (docs/security.md): never the other's run ids or priorities.
             stopping = [
                 v
                 for v in victims

@@ -1,2 +1,2 @@
-"""Scheduling between projects (issue 20): quotas, weighted fair share, the starvation guard and when to
+"""Scheduling between projects (docs/scheduling.md): quotas, weighted fair share, the starvation guard and when to
 preempt. ``policy`` is pure (plain data in, a plan out); ``quotas`` holds the submit-time checks."""

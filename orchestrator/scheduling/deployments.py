@@ -1,4 +1,4 @@
-"""Deployments in the scheduler's queue (issue 20).
+"""Deployments in the scheduler's queue (docs/scheduling.md).
 
 A deployment's new version whose replicas ask more CPUs or GPUs than the deployment holds now waits QUEUED
 (``orchestrator.services.deployments``); the scheduler's tick (``orchestrator.loops.scheduler``) hands it to

@@ -1,4 +1,4 @@
-"""The scheduling policy (issue 20) as pure functions over plain data: which queued runs start this tick, why
+"""The scheduling policy (docs/scheduling.md) as pure functions over plain data: which queued runs start this tick, why
 the others wait, and whether a run that cannot start otherwise justifies a preemption. No database, no Ray:
 ``orchestrator.loops.scheduler`` loads the data, calls ``plan_tick`` and carries the plan out.
 
@@ -46,7 +46,7 @@ _UNITS = {"CPU": "CPUs", "GPU": "GPUs"}
 # A project's borrowing lets its runs use idle capacity past its quota because preemption takes that capacity
 # back when its owner needs it; a deployment is never preempted, so it stays within its project's quota.
 DEPLOYMENTS_DO_NOT_BORROW = "a deployment never borrows beyond its project's quota"
-# The same for a run whose spec says ``preemptible: false`` (issue 29): capacity it borrowed could never be taken
+# The same for a run whose spec says ``preemptible: false`` (docs/security.md): capacity it borrowed could never be taken
 # back, and as a victim it could only be refused.
 NON_PREEMPTIBLE_DO_NOT_BORROW = "a run that may not be preempted never borrows beyond its project's quota"
 _LIMITS = {"CPU": "max_cpus", "GPU": "max_gpus"}

@@ -1,4 +1,4 @@
-"""Fair share's memory after a restart (issue 20): each project's decayed dominant share rebuilt from the usage
+"""Fair share's memory after a restart (docs/scheduling.md): each project's decayed dominant share rebuilt from the usage
 ledger (``usage_intervals``), so a new leader, or a restarted one, orders projects as the one before it would
 have, instead of forgetting who just filled the cluster.
 

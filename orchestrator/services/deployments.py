@@ -272,7 +272,7 @@ def _check_folder(path: str, loc: tuple[str, ...]) -> None:
 def check_resources(resources: dict[str, float], backend: ClusterBackend, replicas: int | dict[str, Any] = 1) -> None:
     """A replica larger than the cluster's largest node would wait forever, and so would replicas (at most
     ``replicas``: a count, or autoscaling's ``max``) that together ask more than the whole cluster holds
-    (issue 15, hole 7): 422 now instead, saying what fits."""
+    (docs/security.md, hole 7): 422 now instead, saying what fits."""
     try:
         capacity = backend.capacity()
     except BackendUnavailable as exc:

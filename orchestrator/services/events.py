@@ -88,7 +88,7 @@ def is_preemption_stop(kind: str, run: Job | Sweep, event: StateEvent) -> bool:
 def _apply_state(session: Session, job: Job, event: StateEvent) -> bool:
     if is_preemption_stop("job", job, event):
         return False
-    if reported_ends.is_end(event):  # applied when Ray confirms the Ray job ended (issue 29, finding 2)
+    if reported_ends.is_end(event):  # applied when Ray confirms the Ray job ended (docs/security.md, finding 2)
         return reported_ends.hold("job", job, event, event.reason or DEFAULT_REASON[event.state])
     try:
         changed = set_job_state(

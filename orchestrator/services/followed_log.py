@@ -4,7 +4,7 @@ While Ray has the attempt, its log tail (``ClusterBackend.tail_logs``) hands ove
 what is printed next; once Ray has lost it (or cannot be reached), the archived copy is read from the byte where
 the last read of it stopped. Each complete line is judged once, as it arrives (``log_lines.LineViewer``): its
 rank and how it is served. A follower then sends its part of the lines it has not sent, and nothing is read
-again or filtered again per follower or per poll (issue 29, finding 11: every poll re-read the whole log from
+again or filtered again per follower or per poll (docs/security.md, finding 11: every poll re-read the whole log from
 Ray and from the archive, and ran the view over all of it for each follower).
 
 Lines are counted the same way in both sources (the archive is Ray's output with escape codes removed, which

@@ -1,4 +1,4 @@
-"""Preemption that checkpoints first (issue 20): who to preempt (a pure choice), asking a job (a sweep) to
+"""Preemption that checkpoints first (docs/scheduling.md): who to preempt (a pure choice), asking a job (a sweep) to
 checkpoint now and stop, and finishing the preemption once its Ray job is gone.
 
 How one preemption goes
@@ -67,7 +67,7 @@ PREEMPTING = "preempting"  # the reason of a marked job while it checkpoints and
 # A STARTING job whose submission Ray does not know yet may still be being submitted: wait this long
 # before calling it gone (the reconciler's RESUBMIT_GRACE).
 MISSING_GRACE = timedelta(seconds=10)
-# How a run is named to a project that does not own it (issue 29): never its id or priority.
+# How a run is named to a project that does not own it (docs/security.md): never its id or priority.
 ANOTHER_PROJECTS_RUN = "a run of another project"
 
 

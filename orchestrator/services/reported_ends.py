@@ -1,4 +1,4 @@
-"""A run's own report of its end is applied when Ray confirms that its Ray job ended (issue 29, finding 2).
+"""A run's own report of its end is applied when Ray confirms that its Ray job ended (docs/security.md, finding 2).
 
 A job's or sweep's driver reports ``succeeded`` (with its result) or ``failed`` (with its cause) just before it
 exits. Anybody holding the run's token could send the same report while the Ray job goes on, and applying it at

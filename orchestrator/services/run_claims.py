@@ -1,4 +1,4 @@
-"""A driver claims its run's token with its attempt's one-use claim code (issue 29, finding 1).
+"""A driver claims its run's token with its attempt's one-use claim code (docs/security.md, finding 1).
 
 Ray lists a job's ``runtime_env`` to every process on the cluster, so the token a driver reports with is never put
 there: each submission carries a fresh claim code (``services.launch.new_driver_claim``; only its hash is kept,

@@ -1,4 +1,4 @@
-"""Usage accounting hooks (issue 20): the state engine writes the ledger (``usage_intervals``) as runs change
+"""Usage accounting hooks (docs/usage.md): the state engine writes the ledger (``usage_intervals``) as runs change
 state, in the transition's own transaction, at the transition's own instant (``Change.at``, which is also
 the history row's ``created_at``). ``orchestrator.usage`` reads it back.
 

@@ -11,7 +11,7 @@ into one checkpoint folder (elsewhere, ``LocalContext`` copies them together):
 
 Only tensors and plain values go in: everything loads with ``weights_only=True`` or with DCP. Serving
 reads only ``model.pt`` (``weights_only=True``), never ``sharded/``: DCP writes its ``.metadata`` with pickle,
-and a file in storage may have been planted by other code on the cluster (issue 29, finding 5).
+and a file in storage may have been planted by other code on the cluster (docs/security.md, finding 5).
 """
 
 from __future__ import annotations

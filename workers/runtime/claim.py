@@ -1,5 +1,5 @@
 """How a driver gets its run's token: claimed from the control plane at its start, never read from its environment
-(issue 29, finding 1).
+(docs/security.md, finding 1).
 
 Ray lists every job's ``runtime_env`` (environment variables included), metadata and entrypoint to anyone who
 holds the cluster's Ray token, which is every process on the cluster. So the control plane hands an attempt's

@@ -1,4 +1,4 @@
-"""Rank 0 asks the control plane, now and then, whether its job (its sweep) is preempted (issue 20).
+"""Rank 0 asks the control plane, now and then, whether its job (its sweep) is preempted (docs/scheduling.md).
 
 A daemon thread polls ``GET {url}/internal/v1/jobs/{job_id}/control?attempt=N`` with the run's token every
 ``ORCHESTRATOR_CONTROL_POLL_S`` seconds (default 1) and latches ``checkpoint_now`` once it is true. It never

@@ -15,7 +15,7 @@
   position, as the keywords are (``report_position``); with a folder (every rank its own, every rank calls
   it), a committed checkpoint through the ``LoopContext``, with a manifest so that a resume verifies it;
 - ``restore()``: a local folder holding the latest committed checkpoint that verifies, or None;
-- ``should_preempt()``: True once the control plane asked the job to give its workers back (issue 20), on every
+- ``should_preempt()``: True once the control plane asked the job to give its workers back (docs/scheduling.md), on every
   rank at the same call (rank 0's ``ControlPoller``, carried to the others by a ``SharedFlag``): save a
   checkpoint with ``report`` and return; the driver then exits ``DriverExit.PREEMPTED`` and the job is requeued,
   as the built-in loop's. Every rank must call it at the same points (it is a collective, like ``report``).

@@ -63,7 +63,7 @@ def load_serving_model(checkpoint_path: str, workload: str, config: dict) -> nn.
     Tensors only: ``model.pt`` with ``torch.load(weights_only=True)`` (``load_model_from_checkpoint``). Every
     checkpoint carries it (FSDP's is gathered by the training run at save time); one with only FSDP shards
     is refused with how to make it servable, and ``sharded/`` is never opened here: DCP reads its
-    ``.metadata`` with pickle, and storage is writable from the cluster (issue 29, finding 5).
+    ``.metadata`` with pickle, and storage is writable from the cluster (docs/security.md, finding 5).
     """
     from workers.train.checkpoints import load_model_from_checkpoint
 
@@ -292,7 +292,7 @@ def load_hook_predictor(checkpoint_path: str) -> HookPredictor:
     ``weights_only=True`` into the module ``build_model`` returns: tensors only, as for a workload. Without it,
     ``model.pt`` is the whole pickled module (``weights_only=False``): the project's own code, run in the
     project's own replica, which runs ``serve.py`` anyway; but a ``model.pt`` that other code on the cluster
-    wrote into the run's folder would run there too (docs/security.md, issue 29, finding 5)."""
+    wrote into the run's folder would run there too (docs/security.md, finding 5)."""
     import importlib
 
     from ray.train import Checkpoint

@@ -2,7 +2,7 @@
 
     python -m workers.train.export_full <checkpoint folder or storage URI> [...]
 
-Every FSDP checkpoint saved since issue 29 (finding 5) carries ``model.pt``, gathered by the training run
+Every FSDP checkpoint saved since the fix of finding 5 (docs/security.md) carries ``model.pt``, gathered by the training run
 itself; older ones hold only ``sharded/`` (DCP) and a Serve replica refuses them, since it loads only
 ``model.pt``, with ``weights_only=True``. This one-off command, run by an operator, reads the model's tensors
 from the shards without unpickling anything (``workers.runtime.dcp_reader``), writes them as ``model.pt`` and

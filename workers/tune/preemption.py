@@ -1,4 +1,4 @@
-"""A sweep's preemption inside Ray Tune (issue 20; the control plane's side: ``orchestrator.services.preemption``).
+"""A sweep's preemption inside Ray Tune (docs/scheduling.md; the control plane's side: ``orchestrator.services.preemption``).
 
 The whole sweep is preempted, through Tune's own interrupt-and-restore path:
 

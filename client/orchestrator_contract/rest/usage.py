@@ -1,4 +1,4 @@
-"""Usage accounting: ``GET /v1/usage`` (issue 20; what is counted: docs/usage.md)."""
+"""Usage accounting: ``GET /v1/usage`` (what is counted: docs/usage.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""project limits: a project's max_priority, set by a cluster-wide admin (issue 15, hole 7)
+"""project limits: a project's max_priority, set by a cluster-wide admin (docs/security.md, hole 7)
 
 Revision ID: 0007
 Revises: 0006

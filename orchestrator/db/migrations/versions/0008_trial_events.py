@@ -1,4 +1,4 @@
-"""trial events: a trial's state history, like a job's, a sweep's and a deployment's (issue 16)
+"""trial events: a trial's state history, like a job's, a sweep's and a deployment's (docs/sweeps.md)
 
 Trials created before this revision have no history rows; from it on the state engine writes one at
 creation and one per transition.

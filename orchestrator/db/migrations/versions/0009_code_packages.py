@@ -1,4 +1,4 @@
-"""code packages: a project's uploaded code (issue 17), content-addressed by the upload's SHA-256
+"""code packages: a project's uploaded code (docs/code.md), content-addressed by the upload's SHA-256
 
 Revision ID: 0009
 Revises: 0008

@@ -1,4 +1,4 @@
-"""list indexes: every list filter and keyset cursor of the REST API is served by an index (issue 21)
+"""list indexes: every list filter and keyset cursor of the REST API is served by an index (docs/benchmarks.md)
 
 Composite indexes in each list's keyset order replace the single-column ones they start with
 (job_metrics' own job_id index goes: its unique (job_id, attempt, step) serves every query by job).

@@ -1,4 +1,4 @@
-"""leader lease: which control-plane replica runs the background loops, and its fencing token (issue 21)
+"""leader lease: which control-plane replica runs the background loops, and its fencing token (docs/deploy.md)
 
 Revision ID: 0011
 Revises: 0010

@@ -1,4 +1,4 @@
-"""project quotas, fair-share weight and borrowing (issue 20)
+"""project quotas, fair-share weight and borrowing (docs/scheduling.md)
 
 Revision ID: 0012
 Revises: 0011

@@ -1,4 +1,4 @@
-"""usage accounting per attempt (issue 20)
+"""usage accounting per attempt (docs/usage.md)
 
 Revision ID: 0013
 Revises: 0012

@@ -1,4 +1,4 @@
-"""preemption: checkpoint-now requests, preemption count, non-preemptible jobs allowed per project (issue 20)
+"""preemption: checkpoint-now requests, preemption count, non-preemptible jobs allowed per project (docs/scheduling.md)
 
 Revision ID: 0014
 Revises: 0013

@@ -1,4 +1,4 @@
-"""when a run last entered QUEUED: the starvation guard's clock (issue 20)
+"""when a run last entered QUEUED: the starvation guard's clock (docs/scheduling.md)
 
 Revision ID: 0015
 Revises: 0014

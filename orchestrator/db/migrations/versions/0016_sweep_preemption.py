@@ -1,4 +1,4 @@
-"""sweep preemption: a sweep may be asked to pause its trials and stop, and is requeued (issue 20)
+"""sweep preemption: a sweep may be asked to pause its trials and stop, and is requeued (docs/scheduling.md)
 
 Revision ID: 0016
 Revises: 0015

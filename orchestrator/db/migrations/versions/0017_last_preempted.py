@@ -1,4 +1,4 @@
-"""the last preemption of a job or sweep, kept once it waits for something else (issue 20)
+"""the last preemption of a job or sweep, kept once it waits for something else (docs/scheduling.md)
 
 Revision ID: 0017
 Revises: 0016

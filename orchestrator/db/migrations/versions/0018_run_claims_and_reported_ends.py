@@ -1,4 +1,4 @@
-"""run claims and reported ends (issue 29, findings 1 and 2)
+"""run claims and reported ends (docs/security.md, findings 1 and 2)
 
 Revision ID: 0018
 Revises: 0017
