@@ -164,7 +164,9 @@ RESUMED_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("group", "scenario"), RESUMED_CASES, indirect=["group"])
+# scope="module": an indirect parameter is function-scoped by default, which made pytest build `group`, and so
+# the module's `runs` (every training run of the group, ~20 s), again for every test: once per group now.
+@pytest.mark.parametrize(("group", "scenario"), RESUMED_CASES, indirect=["group"], scope="module")
 @pytest.mark.parametrize("resumed", ["from-epoch", "from-mid-epoch"])
 def test_resumed_run_ends_with_the_same_parameters(runs, scenario, resumed):
     straight, other = runs[(scenario, "straight")], runs[(scenario, resumed)]
@@ -242,7 +244,7 @@ LOW_PRECISION_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("group", "precision"), LOW_PRECISION_CASES, indirect=["group"])
+@pytest.mark.parametrize(("group", "precision"), LOW_PRECISION_CASES, indirect=["group"], scope="module")  # see above
 def test_low_precision_classifier_learns(runs, precision):
     """bf16 autocast, and on CUDA fp16 with its grad scaler (scaled losses, unscaled clipping, skipped steps)."""
     run = runs[(f"{precision}-classifier", "straight")]
