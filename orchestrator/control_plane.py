@@ -130,8 +130,6 @@ class ControlPlane:
             # The names are the `loop` label of orchestrator_loop_last_success_timestamp_seconds.
             self.loops = [
                 reconcile,
-                # Only runs whose end is reported and held until Ray confirms it (services.reported_ends).
-                Loop("held_ends", reconciler.confirm_held_ends, self.settings.held_end_poll_s, last_success, **lead),
                 Loop("scheduler", scheduler.tick, self.settings.scheduler_interval_s, last_success, **after_adopting),
                 Loop(
                     "retention",

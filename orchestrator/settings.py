@@ -121,13 +121,6 @@ class Settings(BaseSettings):
     reconciler_interval_s: float = Field(
         2.0, gt=0, description="How often the reconciler compares active runs with Ray (and restarts a local head)."
     )
-    held_end_poll_s: float = Field(
-        0.25,
-        gt=0,
-        description="How often the runs whose driver reported its end (held until Ray confirms it) are compared "
-        "with Ray, so the end is applied within about this long of Ray's confirmation; every other run waits for "
-        "the reconciler's full pass. docs/jobs.md.",
-    )
     lease_s: float = Field(
         10.0,
         ge=0.3,

@@ -47,23 +47,7 @@ class Reconciler:
     def tick(self) -> None:
         with self.sessions() as session:
             active = [(kind, run.id, run.attempt, run.submission_id) for kind in KINDS for run in kind.active(session)]
-        self._reconcile_each(active)
-
-    def confirm_held_ends(self) -> None:
-        """The runs whose driver reported its end, alone, on a shorter interval than ``tick``
-        (``held_end_poll_s``): the held end is applied as soon as Ray confirms it, about two seconds after the
-        report (the driver's exit), instead of waiting for the next full pass over every run."""
-        with self.sessions() as session:
-            held = [
-                (kind, run.id, run.attempt, run.submission_id)
-                for kind in KINDS
-                for run in kind.active(session)
-                if reported_ends.held(run) is not None
-            ]
-        self._reconcile_each(held)
-
-    def _reconcile_each(self, runs: list[tuple[RunKind, str, int, str]]) -> None:
-        for kind, run_id, attempt, submission_id in runs:
+        for kind, run_id, attempt, submission_id in active:
             with log_context(**{f"{kind.name}_id": run_id}):  # log lines name the job or sweep
                 try:
                     info = self.backend.info(submission_id)
