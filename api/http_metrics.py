@@ -2,8 +2,8 @@
 (``/v1/jobs/{job_id}``), never the raw path, so a label set stays as small as the API itself.
 
 A pure ASGI middleware, like ``api/request_id.py``: it counts a request as its answer starts (so a client
-that has the answer sees it counted) and times the whole answer, a streamed body included. The template is what FastAPI's router matched (it puts the
-route in the scope); a path no route matched is ``unmatched``.
+that has the answer sees it counted) and times the whole answer, a streamed body included. The template is
+what FastAPI's router matched (it puts the route in the scope); a path no route matched is ``unmatched``.
 """
 
 from __future__ import annotations
