@@ -60,11 +60,16 @@ def test_pbt_clones_the_good_trial_into_the_poor_one(admin, ray_cluster):
     good, poor = sorted(trials, key=lambda t: first_accuracy[t["tune_id"]], reverse=True)
     assert first_accuracy[good["tune_id"]] > 0.8 and first_accuracy[poor["tune_id"]] < 0.5, first_accuracy
 
-    # The good trial is never cloned: it keeps its rate. The poor one now has the good one's, perturbed.
-    good_lr = good["config"]["lr.base"]
-    assert first_config[good["tune_id"]] == good_lr
-    assert first_config[poor["tune_id"]] < 1e-3, first_config
-    assert poor["config"]["lr.base"] in (pytest.approx(min(good_lr * 1.2, 0.5)), pytest.approx(good_lr * 0.8)), poor
+    # The poor one now has the good one's rate, perturbed (x0.8 or x1.2 at each clone). Once the clone has
+    # caught up, PBT may clone back the other way (which one leads at an epoch is then a coin toss), so the
+    # rate may be a few perturbations away from the good trial's first one, but never its own first rate:
+    # no chain of perturbations alone gets from < 1e-3 to the good trial's neighbourhood in EPOCHS steps.
+    good_lr = first_config[good["tune_id"]]
+    assert first_config[poor["tune_id"]] < 1e-3 < good_lr, first_config
+    assert any(poor["config"]["lr.base"] == pytest.approx(lr) for lr in _perturbations_of(good_lr, EPOCHS)), (
+        poor,
+        first_config,
+    )
 
     # Its history goes on through the clone (from the good trial's epoch, which may be one either side of
     # its own), up to the last epoch, the last ones at the good trial's level.
@@ -79,3 +84,14 @@ def test_pbt_clones_the_good_trial_into_the_poor_one(admin, ray_cluster):
     # and the cloned trial deploys from its new run's checkpoint.
     assert_trial_checkpoints_agree(admin.http, sweep["id"], _trials_dir(sweep))
     _deploy_and_check(admin, ray_cluster, "pbt-clone", poor)
+
+
+def _perturbations_of(lr: float, times: int) -> set[float]:
+    """Every rate PBT can make of `lr` with 1 to `times` perturbations (x0.8 or x1.2, clipped to the space)."""
+    low, high = SPACE["lr.base"]["low"], SPACE["lr.base"]["high"]
+    reachable: set[float] = set()
+    frontier = {lr}
+    for _ in range(times):
+        frontier = {min(max(rate * factor, low), high) for rate in frontier for factor in (0.8, 1.2)}
+        reachable |= frontier
+    return reachable
