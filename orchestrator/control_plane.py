@@ -183,7 +183,7 @@ class ControlPlane:
         # Drivers of the lost head may linger a while, unable to judge their runs: their reports are
         # refused from now on, and the reconciler starts each job's next attempt on the new head.
         with self.sessions.begin() as session:
-            revoked = revoke_driver_tokens(session)
+            revoked = revoke_driver_tokens(session, "the Ray head was lost")
         log.warning("revoked the driver tokens of %d active job(s) and sweep(s) of the lost Ray head", revoked)
         self.local_cluster.restart()
 

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session, load_only, raiseload
 from orchestrator.db.models import Checkpoint, Job, JobEvent, JobLabel, JobMetric, JobState
 from orchestrator.repositories.names import name_starts_with
 from orchestrator.repositories.paging import fetch_page
-from orchestrator.states.jobs import ACTIVE, record_job_created
+from orchestrator.states.jobs import ACTIVE, REQUESTS, record_job_created
 from orchestrator_contract.jobs import JobSpec, TrainingPlan
 
 
@@ -116,9 +116,12 @@ def list_events(session: Session, job_id: str) -> list[JobEvent]:
 
 
 def last_transition(session: Session, job_id: str) -> JobEvent:
-    """The history row of how the job entered its current state."""
+    """The history row of how the job entered its current state (a request's row, e.g. ``preempting``, is not one)."""
     return session.scalars(
-        select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id.desc()).limit(1)
+        select(JobEvent)
+        .where(JobEvent.job_id == job_id, JobEvent.reason.not_in(REQUESTS))
+        .order_by(JobEvent.id.desc())
+        .limit(1)
     ).one()
 
 

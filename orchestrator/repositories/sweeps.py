@@ -12,7 +12,7 @@ from orchestrator.db.models import JobState, Sweep, SweepEvent, Trial, TrialEven
 from orchestrator.repositories.jobs import runs_for_checkpoint_upkeep
 from orchestrator.repositories.names import name_starts_with
 from orchestrator.repositories.paging import fetch_page
-from orchestrator.states.jobs import ACTIVE
+from orchestrator.states.jobs import ACTIVE, REQUESTS
 from orchestrator.states.sweeps import record_sweep_created, record_trial_created
 from orchestrator_contract.sweeps import SweepSpec
 
@@ -85,7 +85,10 @@ def page_events(session: Session, sweep_id: str, cursor: str | None, limit: int)
 
 def last_transition(session: Session, sweep_id: str) -> SweepEvent:
     return session.scalars(
-        select(SweepEvent).where(SweepEvent.sweep_id == sweep_id).order_by(SweepEvent.id.desc()).limit(1)
+        select(SweepEvent)
+        .where(SweepEvent.sweep_id == sweep_id, SweepEvent.reason.not_in(REQUESTS))
+        .order_by(SweepEvent.id.desc())
+        .limit(1)
     ).one()
 
 

@@ -27,6 +27,7 @@ from orchestrator.code_storage import CodeStorage
 from orchestrator.db.models import Job, Sweep
 from orchestrator.repositories import code as code_repo
 from orchestrator.settings import Settings
+from orchestrator.states.jobs import issue_driver_claim
 from orchestrator_contract.logs import DEDUP_ALLOW
 
 DRIVER_MODULE = "workers.train.driver"
@@ -149,10 +150,7 @@ def new_driver_claim(run: Job | Sweep) -> str:
     an end the old attempt reported but Ray never confirmed is forgotten: this is a new attempt (or a new
     submission of it)."""
     code = generate_secret("jcl_")
-    run.claim_hash = hash_secret(code)
-    run.claimed_by = ""
-    run.token_hash = ""
-    run.reported_end = None
+    issue_driver_claim(run, hash_secret(code))
     return code
 
 

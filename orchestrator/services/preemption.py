@@ -53,8 +53,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.admission import RESOURCES
 from orchestrator.backend import RunStatus
 from orchestrator.db.models import Checkpoint, JobState, utcnow
-from orchestrator.services.runs import JOBS, KINDS, Run, RunKind, may_be_preempted
-from orchestrator.states.jobs import PREEMPTED, note_waiting
+from orchestrator.services.runs import JOBS, KINDS, Run, RunKind, kind_of, may_be_preempted
+from orchestrator.states.jobs import PREEMPTED, request_preemption
 from orchestrator_contract.jobs import DriverExit
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,6 @@ S = JobState
 _EPS = 1e-9
 # A victim in one of these may be preempted (CANCELLING is on its way out already).
 PREEMPTIBLE_STATES = frozenset({S.STARTING, S.RUNNING, S.RESTARTING})
-PREEMPTING = "preempting"  # the reason of a marked job while it checkpoints and stops
 # A STARTING job whose submission Ray does not know yet may still be being submitted: wait this long
 # before calling it gone (the reconciler's RESUBMIT_GRACE).
 MISSING_GRACE = timedelta(seconds=10)
@@ -204,9 +203,7 @@ def mark_preempted(session: Session, run: Run, by: str, reason: str) -> bool:
     preempted."""
     if run.state not in PREEMPTIBLE_STATES or not may_be_preempted(run.spec) or run.preempt_requested_at is not None:
         return False
-    run.preempt_requested_at = utcnow()
-    run.preempt_by = f"{by} ({reason})"[:256] if reason else by[:256]
-    note_waiting(run, PREEMPTING, f"preempted by {run.preempt_by}: asked to checkpoint now and stop")
+    request_preemption(session, kind_of(run).lifecycle, run, f"{by} ({reason})" if reason else by)
     return True
 
 

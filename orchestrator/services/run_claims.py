@@ -27,6 +27,7 @@ import logging
 from orchestrator.auth import generate_secret, hash_secret, secrets_equal
 from orchestrator.db.models import Job, JobState, Sweep
 from orchestrator.errors import Unauthorized
+from orchestrator.states.jobs import issue_driver_token
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,7 @@ def exchange(kind: str, run: Run, attempt: int, nonce: str) -> str:
     if run.claimed_by:
         log.info("%s: its driver claimed again (its answer was lost?): a new token, the one before revoked", subject)
     token = generate_secret("jtk_")
-    run.token_hash = hash_secret(token)
-    run.claimed_by = nonce_hash
+    issue_driver_token(run, hash_secret(token), nonce_hash)
     return token
 
 

@@ -20,9 +20,9 @@ from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.launch import CODE_MISSING, DRIVER_MODULE, CodeMissing, Launch, code_mount
 from orchestrator.settings import Settings
-from orchestrator.states.core import lock_row
-from orchestrator.states.jobs import set_job_state
-from orchestrator.states.sweeps import set_sweep_state
+from orchestrator.states.core import Lifecycle, lock_row
+from orchestrator.states.jobs import JOB_LIFECYCLE, revoke_driver, set_job_state
+from orchestrator.states.sweeps import SWEEP_LIFECYCLE, set_sweep_state
 from orchestrator_contract.jobs import JobSpec, ScalingSpec
 from orchestrator_contract.sweeps import SweepSpec
 
@@ -35,6 +35,7 @@ class RunKind:
     name: str  # "job" | "sweep": also the driver's --<name>-id argument
     model: type
     driver_module: str
+    lifecycle: Lifecycle  # its rules and companions in the state engine
     set_state: Callable[..., bool]  # (session, run, to_state, reason, message="", again=False, new_attempt=False)
     queued: Callable[[Session], list]
     active: Callable[[Session], list]
@@ -79,6 +80,7 @@ JOBS = RunKind(
     name="job",
     model=Job,
     driver_module=DRIVER_MODULE,
+    lifecycle=JOB_LIFECYCLE,
     set_state=set_job_state,
     queued=jobs_repo.queued_jobs,
     active=jobs_repo.active_jobs,
@@ -92,6 +94,7 @@ SWEEPS = RunKind(
     name="sweep",
     model=Sweep,
     driver_module="workers.tune.driver",
+    lifecycle=SWEEP_LIFECYCLE,
     set_state=set_sweep_state,
     queued=sweeps_repo.queued_sweeps,
     active=sweeps_repo.active_sweeps,
@@ -102,6 +105,11 @@ SWEEPS = RunKind(
 )
 
 KINDS: tuple[RunKind, ...] = (JOBS, SWEEPS)
+
+
+def kind_of(run: Run) -> RunKind:
+    """The kind of a job or sweep row."""
+    return JOBS if isinstance(run, Job) else SWEEPS
 
 
 def may_be_preempted(spec: dict) -> bool:
@@ -206,13 +214,12 @@ def active_runs(session: Session) -> list[ActiveRun]:
     ]
 
 
-def revoke_driver_tokens(session: Session) -> int:
-    """No driver of an active run may report, or claim its token, any more (its cluster is gone); the next
-    attempt gets a new claim code."""
+def revoke_driver_tokens(session: Session, why: str) -> int:
+    """No driver of an active run may report, or claim its token, any more (its cluster is gone: ``why``); the
+    next attempt gets a new claim code. Each run's history says so."""
     revoked = 0
     for kind in KINDS:
         for run in kind.active(session):
-            run.token_hash = ""
-            run.claim_hash = ""
+            revoke_driver(session, kind.lifecycle, run, why)
             revoked += 1
     return revoked

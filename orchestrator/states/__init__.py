@@ -2,9 +2,11 @@
 
 Layout
     ``core``         ``Rule`` (FROM -> TO sets), ``Lifecycle`` (one kind's rules, history row and companion
-                     hooks), ``IllegalTransition``, ``lock_row``, ``transition`` and ``record_creation``
+                     hooks), ``IllegalTransition``, ``lock_row``, ``transition``, ``record_creation`` and
+                     ``record_request``
     ``jobs``         the run lifecycle's rules and companions; ``set_job_state``, ``record_job_created``,
-                     ``note_waiting``
+                     ``note_waiting``; the run's requests (``request_preemption``, ``revoke_driver``) and
+                     its driver's credentials (``issue_driver_claim``, ``issue_driver_token``)
     ``sweeps``       sweeps (the run lifecycle again) and trials; ``set_sweep_state``, ``set_trial_state``,
                      ``record_sweep_created``, ``record_trial_created``
     ``deployments``  ``set_deployment_state``, ``record_deployment_created``
@@ -54,6 +56,17 @@ the source of ``orchestrator/`` and ``api/``)
                  promotes the newest version (live = version, failed = None); one that ends FAILED or
                  UNHEALTHY marks it failed (failed = version: not applied again); entering a rollout, or
                  QUEUED (a new version waits to be admitted), forgets the failed one.
+    ``preempt_requested_at`` / ``preempt_by`` (jobs, sweeps)  set by ``request_preemption``, a request: a history
+                 row with from = to = the run's state and reason ``preempting`` (``core.record_request``;
+                 ``last_transition`` skips such rows, reasons in ``jobs.REQUESTS``, so the reconciler's clocks
+                 still read the last transition); forgotten by the requeue or an end (``preemption_after``),
+                 which also keep ``preemptions``, ``last_preempted_at``/``_by`` and ``queued_at``.
+    ``claim_hash`` / ``claimed_by`` / ``token_hash`` (jobs, sweeps)  the driver's credentials: a new claim code
+                 per attempt or resubmission (``issue_driver_claim``, recorded by the transition that starts
+                 the attempt), the token the claim is exchanged for (``issue_driver_token``; the exchange is
+                 logged, not a history row: it is the attempt's start, which has its own), revoked with a
+                 history row when the Ray head is lost (``revoke_driver``, reason ``driver_revoked``) and by a
+                 terminal state.
     ``rollout_started_at`` / ``deleted_at`` (deployments)  set on entering a rollout (at creation: its
                  ``created_at``, unless it is created QUEUED), cleared on leaving one; DELETED sets
                  ``deleted_at``.

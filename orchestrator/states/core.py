@@ -140,3 +140,17 @@ def record_creation(session: Session, lifecycle: Lifecycle, row: Any, reason: st
     session.add(entry)
     for hook in lifecycle.on_create:
         hook(session, change)
+
+
+def record_request(session: Session, lifecycle: Lifecycle, row: Any, reason: str, message: str, apply: Hook) -> None:
+    """A change that is news but no new state (a preemption asked for, a lost head's driver tokens revoked):
+    ``apply`` sets its companion fields, a history row records it (from = to = the row's state, ``reason``
+    among the kind's ``REQUESTS``, which ``last_transition`` skips) and the row's reason and message say it.
+    Never commits."""
+    change = Change(row, row.state, row.state, reason, message, utcnow())
+    apply(session, change)
+    entry = lifecycle.history(session, change)
+    entry.created_at = change.at
+    session.add(entry)
+    row.reason = reason
+    row.message = message

@@ -111,7 +111,7 @@ def _created(_session: Session, change: Change) -> None:
 QUEUED_MESSAGE = "waiting for the scheduler to admit its replicas (its project's quota, room on the cluster)"
 
 
-DEPLOYMENTS = Lifecycle(
+DEPLOYMENT_LIFECYCLE = Lifecycle(
     kind="deployment",
     rules=RULES,
     initial=frozenset({D.DEPLOYING, D.QUEUED}),
@@ -142,14 +142,14 @@ def set_deployment_state(
     (a newer version requested mid-rollout). Raises IllegalTransition for a move the rules forbid.
     Never commits.
     """
-    return transition(session, DEPLOYMENTS, deployment, to_state, reason, message, again=again)
+    return transition(session, DEPLOYMENT_LIFECYCLE, deployment, to_state, reason, message, again=again)
 
 
 def record_deployment_created(session: Session, deployment: Deployment, what: str) -> None:
     """The history row of a new deployment (DEPLOYING ``what``, e.g. "version 1 from job X", which starts
     rolling out its first version, or QUEUED until the scheduler admits it). The row must be flushed and hold
     that version. Never commits."""
-    record_creation(session, DEPLOYMENTS, deployment, "created", what)
+    record_creation(session, DEPLOYMENT_LIFECYCLE, deployment, "created", what)
 
 
 def note_deployment_waiting(deployment: Deployment, reason: str, message: str) -> None:

@@ -10,7 +10,16 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import Job, JobEvent, JobState
-from orchestrator.states.core import Change, Lifecycle, Rule, allowed, lock_row, record_creation, transition
+from orchestrator.states.core import (
+    Change,
+    Lifecycle,
+    Rule,
+    allowed,
+    lock_row,
+    record_creation,
+    record_request,
+    transition,
+)
 from orchestrator.states.job_metrics import count_change, count_submitted
 from orchestrator.states.usage import job_usage
 
@@ -35,6 +44,11 @@ RULES: tuple[Rule, ...] = (
 # goes back to QUEUED, always with reason ``preempted`` (``requeue_before`` refuses any other), once its
 # Ray job is gone. Admission then starts its next attempt, which resumes from its latest checkpoint.
 PREEMPTED = "preempted"
+PREEMPTING = "preempting"  # the reason of a run asked to checkpoint now and stop (``request_preemption``)
+DRIVER_REVOKED = "driver_revoked"  # the reason of a run whose driver's token and claim were revoked
+# The reasons of a run's history rows that record a request, not a transition (``core.record_request``):
+# ``last_transition`` skips them, so the reconciler's clocks and "not heard from" still read the transitions.
+REQUESTS: frozenset[str] = frozenset({PREEMPTING, DRIVER_REVOKED})
 PREEMPTED_RULE: Rule = Rule(frozenset({S.STARTING, S.RUNNING, S.RESTARTING}), frozenset({S.QUEUED}))
 JOB_RULES: tuple[Rule, ...] = (*RULES, PREEMPTED_RULE)
 
@@ -119,7 +133,7 @@ def _job_history(_session: Session, change: Change) -> JobEvent:
     )
 
 
-JOBS = Lifecycle(
+JOB_LIFECYCLE = Lifecycle(
     kind="job",
     rules=JOB_RULES,
     initial=S.QUEUED,
@@ -155,12 +169,53 @@ def set_job_state(
     forbid. Never commits: the caller's transaction covers the job, its history row and whatever else the
     caller changed with it.
     """
-    return transition(session, JOBS, job, to_state, reason, message, again=again, new_attempt=new_attempt)
+    return transition(session, JOB_LIFECYCLE, job, to_state, reason, message, again=again, new_attempt=new_attempt)
 
 
 def record_job_created(session: Session, job: Job) -> None:
     """The history row of a job just submitted (QUEUED). Never commits."""
-    record_creation(session, JOBS, job, "submitted")
+    record_creation(session, JOB_LIFECYCLE, job, "submitted")
+
+
+def request_preemption(session: Session, lifecycle: Lifecycle, run: Job, by: str) -> None:
+    """Ask ``run`` (a job, or a sweep with its lifecycle; locked) to checkpoint now and stop, ``by`` naming the
+    preemptor: ``preempt_requested_at``/``preempt_by`` set, a history row (reason ``preempting``). The reconciler
+    moves it back to QUEUED (``preempted``) once its Ray job is gone; ``preemption_after`` forgets the request."""
+
+    def ask(_session: Session, change: Change) -> None:
+        run.preempt_requested_at = change.at
+        run.preempt_by = by[:256]
+
+    message = f"preempted by {by[:256]}: asked to checkpoint now and stop"
+    record_request(session, lifecycle, run, PREEMPTING, message, ask)
+
+
+def revoke_driver(session: Session, lifecycle: Lifecycle, run: Job, why: str) -> None:
+    """No driver of ``run`` (locked) may report, or claim its token, any more: its claim code and token are
+    revoked, with a history row (reason ``driver_revoked``); its next attempt gets a new claim code."""
+
+    def revoke(_session: Session, _change: Change) -> None:
+        run.token_hash = ""
+        run.claim_hash = ""
+
+    record_request(session, lifecycle, run, DRIVER_REVOKED, f"{why}: its driver's token is revoked", revoke)
+
+
+def issue_driver_claim(run: Job, claim_hash: str) -> None:
+    """A new attempt (or a new submission of it) of ``run`` (locked): its driver claims with the code hashed to
+    ``claim_hash``; the old driver's token stops working now and an end it reported but Ray never confirmed is
+    forgotten. The transition that starts the attempt (or the resubmission's log line) is its record."""
+    run.claim_hash = claim_hash
+    run.claimed_by = ""
+    run.token_hash = ""
+    run.reported_end = None
+
+
+def issue_driver_token(run: Job, token_hash: str, nonce_hash: str) -> None:
+    """The claim exchange (``services.run_claims.exchange``, checks done, ``run`` locked): the token hashed to
+    ``token_hash`` now acts for ``run``, for the driver that sent the nonce hashed to ``nonce_hash``."""
+    run.token_hash = token_hash
+    run.claimed_by = nonce_hash
 
 
 def note_waiting(run: Job, reason: str, message: str) -> None:

@@ -72,7 +72,7 @@ def _trial_times(_session: Session, change: Change) -> None:
         trial.finished_at = change.at
 
 
-TRIALS = Lifecycle(
+TRIAL_LIFECYCLE = Lifecycle(
     kind="trial",
     rules=TRIAL_RULES,
     initial=T.PENDING,
@@ -84,12 +84,12 @@ TRIALS = Lifecycle(
 
 def set_trial_state(session: Session, trial: Trial, to_state: TrialState, reason: str, message: str = "") -> bool:
     """Move a trial (its sweep's row locked by the caller) to ``to_state`` and record why. Never commits."""
-    return transition(session, TRIALS, trial, to_state, reason, message)
+    return transition(session, TRIAL_LIFECYCLE, trial, to_state, reason, message)
 
 
 def record_trial_created(session: Session, trial: Trial) -> None:
     """The history row of a trial the search just created (PENDING). Never commits."""
-    record_creation(session, TRIALS, trial, "created")
+    record_creation(session, TRIAL_LIFECYCLE, trial, "created")
 
 
 # --- sweeps ----------------------------------------------------------------------------------------------
@@ -119,7 +119,7 @@ def _open_trials_end(session: Session, change: Change) -> None:
         )
 
 
-SWEEPS = Lifecycle(
+SWEEP_LIFECYCLE = Lifecycle(
     kind="sweep",
     rules=JOB_RULES,  # a job's, preemption's requeue included
     initial=JobState.QUEUED,
@@ -155,9 +155,9 @@ def set_sweep_state(
 ) -> bool:
     """Move a locked sweep to ``to_state`` and record why (see ``orchestrator.states.jobs.set_job_state``).
     A sweep that ends takes its open trials with it. Never commits."""
-    return transition(session, SWEEPS, sweep, to_state, reason, message, again=again, new_attempt=new_attempt)
+    return transition(session, SWEEP_LIFECYCLE, sweep, to_state, reason, message, again=again, new_attempt=new_attempt)
 
 
 def record_sweep_created(session: Session, sweep: Sweep) -> None:
     """The history row of a sweep just submitted (QUEUED). Never commits."""
-    record_creation(session, SWEEPS, sweep, "submitted")
+    record_creation(session, SWEEP_LIFECYCLE, sweep, "submitted")

@@ -102,6 +102,10 @@ def test_a_high_priority_job_preempts_a_running_low_one_which_checkpoints_and_re
     assert requeued[0]["reason"] == "preempted" and high_id in requeued[0]["message"], requeued[0]
     assert "checkpointed and stopped" in requeued[0]["message"], requeued[0]["message"]
     assert not [m for m in moves if m[1] in ("FAILED", "RESTARTING")], moves
+    # Asked once, in its history (a request, not a move: RUNNING -> RUNNING), before it was requeued.
+    asked = [e for e in low_history if e["reason"] == "preempting"]
+    assert len(asked) == 1 and asked[0]["from_state"] == asked[0]["to_state"] == "RUNNING", moves
+    assert high_id in asked[0]["message"] and asked[0]["created_at"] <= requeued[0]["created_at"], asked
     # The high one started only once the low one had stopped (it never shared the 2 CPUs).
     high_started = next(e for e in history(member, high_id) if e["to_state"] == "STARTING")
     assert high_started["created_at"] >= requeued[0]["created_at"]

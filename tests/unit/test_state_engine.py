@@ -13,9 +13,11 @@ from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import projects as projects_repo
 from orchestrator.repositories import sweeps as sweeps_repo
+from orchestrator.services.preemption import mark_preempted
+from orchestrator.services.runs import revoke_driver_tokens
 from orchestrator.states.core import IllegalTransition
 from orchestrator.states.deployments import lock_deployment, record_deployment_created, set_deployment_state
-from orchestrator.states.jobs import lock_job, set_job_state
+from orchestrator.states.jobs import PREEMPTING, issue_driver_claim, issue_driver_token, lock_job, set_job_state
 from orchestrator.states.sweeps import lock_sweep, set_sweep_state, set_trial_state
 from orchestrator_contract.sweeps import SweepSpec
 from tests.unit.api_helpers import new_job
@@ -33,6 +35,17 @@ GUARDED = frozenset(
         "failed_version",
         "rollout_started_at",
         "deleted_at",
+        # Preemption: asked (request_preemption), counted and remembered (the requeue's hooks).
+        "preempt_requested_at",
+        "preempt_by",
+        "preemptions",
+        "last_preempted_at",
+        "last_preempted_by",
+        "queued_at",
+        # The driver's credentials: claim code, the claim's nonce and the token it was given.
+        "claim_hash",
+        "claimed_by",
+        "token_hash",
     }
 )
 
@@ -106,6 +119,9 @@ def test_only_the_engine_assigns_a_state_or_a_companion_field():
         "setattr(job, 'started_at', now)",
         "session.execute(update(Job).values(state='FAILED'))",
         "for j in jobs:\n    if j:\n        j.deleted_at = None",
+        "run.preempt_requested_at = utcnow()",
+        "run.token_hash = ''",
+        "sweep.preemptions += 1",
     ],
 )
 def test_the_check_finds_an_assignment_outside_the_engine(snippet):
@@ -150,6 +166,39 @@ def test_admission_starts_an_attempt_and_a_restart_into_a_new_driver_starts_the_
         (JobState.STARTING, JobState.RUNNING, "training_started", 1),
         (JobState.RUNNING, JobState.RESTARTING, "worker_died", 1),
         (JobState.RESTARTING, JobState.RESTARTING, "driver_lost", 1),
+    ]
+
+
+def test_a_preemption_request_and_a_revoked_driver_are_history_rows_but_not_transitions(sessions):
+    job_id = new_job(sessions)
+    with sessions.begin() as session:
+        job = lock_job(session, job_id)
+        set_job_state(session, job, JobState.STARTING, "admitted")
+        set_job_state(session, job, JobState.RUNNING, "training_started")
+        issue_driver_claim(job, "claim-hash")
+        issue_driver_token(job, "token-hash", "nonce-hash")
+    with sessions.begin() as session:
+        job = lock_job(session, job_id)
+        assert mark_preempted(session, job, "job 1f2e", "priority")
+        assert not mark_preempted(session, job, "job 9a9a", "priority")  # asked once: no second row
+        assert job.preempt_by == "job 1f2e (priority)" and job.preempt_requested_at is not None
+        assert (job.state, job.reason) == (JobState.RUNNING, PREEMPTING)
+    with sessions.begin() as session:
+        assert revoke_driver_tokens(session, "the Ray head was lost") == 1
+        job = lock_job(session, job_id)
+        assert (job.token_hash, job.claim_hash, job.reason) == ("", "", "driver_revoked")
+    with sessions() as session:
+        rows = [(e.from_state, e.to_state, e.reason, e.message) for e in jobs_repo.list_events(session, job_id)]
+        # The reconciler's clocks ("how long STARTING", "heard from since") read the last transition.
+        assert jobs_repo.last_transition(session, job_id).reason == "training_started"
+    assert rows[-2:] == [
+        (
+            JobState.RUNNING,
+            JobState.RUNNING,
+            PREEMPTING,
+            "preempted by job 1f2e (priority): asked to checkpoint now and stop",
+        ),
+        (JobState.RUNNING, JobState.RUNNING, "driver_revoked", "the Ray head was lost: its driver's token is revoked"),
     ]
 
 
