@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Annotated
 
 import anyio
-from fastapi import Depends, Request
+from fastapi import Depends, Header, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
@@ -20,8 +20,9 @@ from starlette.concurrency import run_in_threadpool
 from orchestrator.auth import Principal, hash_secret, secrets_equal
 from orchestrator.control_plane import ControlPlane
 from orchestrator.db.models import ApiKey, Role, utcnow
-from orchestrator.errors import Forbidden, NotFound, Unauthorized
+from orchestrator.errors import Forbidden, Unauthorized
 from orchestrator.repositories import projects as projects_repo
+from orchestrator.use_cases.projects import note_key_used
 
 bearer_scheme = HTTPBearer(auto_error=False)  # None when no bearer credentials come (the routes say 401 themselves)
 
@@ -106,7 +107,7 @@ def _key_principal(session: Session, key: ApiKey | None) -> tuple[Principal, dat
     if key.expires_at is not None and key.expires_at <= now:
         raise Unauthorized(f"this API key expired at {key.expires_at.isoformat()}")
     principal = Principal(key.role, project_id=key.project_id, key_id=key.id, cluster_wide=key.cluster_wide)
-    if projects_repo.record_key_use(session, key, now):  # at most once a minute per key
+    if note_key_used(session, key, now):  # at most once a minute per key
         session.commit()
         return principal, now
     return principal, key.last_used_at
@@ -141,16 +142,15 @@ AdminKey = Annotated[Principal, Depends(admin)]
 ClusterAdminKey = Annotated[Principal, Depends(cluster_admin)]
 
 
-def target_project(session, principal: Principal, project_id: str | None) -> str:
-    """Keys submit into their own project; cluster-wide admins into ?project_id= or the default project."""
-    if project_id is None:
-        return principal.project_id or projects_repo.ensure_default_project(session).id
-    return visible_project(session, principal, project_id)
+# An Idempotency-Key on a create (POST /v1/jobs, /v1/sweeps, /v1/deployments): orchestrator.use_cases.idempotency.
+IdempotencyKey = Annotated[
+    str | None,
+    Header(max_length=128, description="Retries of the request with this key answer the first one's object (200)."),
+]
 
 
-def visible_project(session, principal: Principal, project_id: str) -> str:
-    """``project_id`` if the caller may act in it; another project is simply not found (404)."""
-    scope = principal.project_scope()
-    if (scope is not None and project_id != scope) or projects_repo.get_project(session, project_id) is None:
-        raise NotFound(f"no project {project_id}")
-    return project_id
+def answer_created(response: Response, created: bool) -> None:
+    """A create is 201; the replay of an Idempotency-Key is 200 with ``Idempotent-Replayed: true``."""
+    if not created:
+        response.status_code = 200
+        response.headers["Idempotent-Replayed"] = "true"

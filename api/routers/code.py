@@ -9,12 +9,13 @@ from fastapi import APIRouter, Query, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
-from api.deps import ControlPlaneDep, CurrentKey, SessionDep, WriterKey, target_project
+from api.deps import ControlPlaneDep, CurrentKey, SessionDep, WriterKey
 from api.paging import Page
 from orchestrator.db.models import CodePackage
 from orchestrator.errors import Invalid, NotFound
 from orchestrator.repositories import code as code_repo
 from orchestrator.services.code import UploadSlots, store_upload
+from orchestrator.use_cases.projects import target_project
 from orchestrator_contract.rest import CodeFileOut, CodePackageOut, CodeUploaded
 
 router = APIRouter(prefix="/v1/code", tags=["code"])

@@ -1,7 +1,7 @@
 """Deployments: a committed checkpoint served over HTTP on Ray Serve, updated and rolled back by version.
 
-The routes only change the database (one transaction each, through the deployment transition
-function); the serving reconciler applies it to Serve within a tick. Names are the Serve application's,
+The routes only change the database (one transaction each, through ``orchestrator.use_cases.deployments``);
+the serving reconciler applies it to Serve within a tick. Names are the Serve application's,
 so they are unique among live deployments cluster-wide; another project's deployment answers 404.
 """
 
@@ -9,19 +9,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Query, Response, status
 
-from api.deps import ControlPlaneDep, CurrentKey, SessionDep, WriterKey, target_project
+from api.deps import ControlPlaneDep, CurrentKey, IdempotencyKey, SessionDep, WriterKey, answer_created
 from api.paging import Page
 from api.views import deployment_out
 from orchestrator.auth import Principal
 from orchestrator.db.models import Deployment, DeploymentState
 from orchestrator.errors import NotFound
 from orchestrator.repositories import deployments as deployments_repo
-from orchestrator.scheduling.quotas import check_deployment_quota
-from orchestrator.services import deployments as ops
-from orchestrator.services.submission import SpecRejected
-from orchestrator.states.deployments import lock_deployment
+from orchestrator.use_cases import deployments
 from orchestrator_contract.deployments import DeploymentCreate, DeploymentPatch
 from orchestrator_contract.rest import DeploymentEventOut, DeploymentOut
 
@@ -35,30 +32,24 @@ def _deployment_or_404(session, name: str, principal: Principal) -> Deployment:
     return deployment
 
 
-def _locked(session, deployment: Deployment) -> Deployment:
-    locked = lock_deployment(session, deployment.id)
-    assert locked is not None  # deployments are never removed from the table
-    return locked
-
-
 @router.post("", status_code=status.HTTP_201_CREATED, summary="Create a deployment")
 def create_deployment(
     body: DeploymentCreate,
     session: SessionDep,
     service: ControlPlaneDep,
     principal: WriterKey,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
     project_id: Annotated[str | None, Query(description="Cluster-wide admins only: the project to deploy in.")] = None,
 ) -> DeploymentOut:
-    """Serve a job's best (or latest) checkpoint, or a given checkpoint, at `route_prefix` on Ray Serve."""
-    settings = ops.new_settings(body, service.settings)
-    ops.check_resources(
-        settings["resources"], service.backend, settings["replicas"]
-    )  # asks Ray: before the transaction
-    target = target_project(session, principal, project_id)
-    check_deployment_quota(session, target, settings)  # 422: its replicas could never fit the project's quota
-    resolved = ops.resolve_source(session, body.source, principal.project_scope())
-    deployment = ops.create_deployment(session, target, body, resolved, settings)
+    """Serve a job's best (or latest) checkpoint, or a given checkpoint, at `route_prefix` on Ray Serve. A
+    repeated `Idempotency-Key` returns the deployment the first request made (200, `Idempotent-Replayed:
+    true`); the same key with another body is 409."""
+    deployment, created = deployments.create_deployment(
+        session, service.settings, service.backend, principal, body, project_id, idempotency_key
+    )
     session.commit()
+    answer_created(response, created)
     return deployment_out(deployment, service.settings.serve_url)
 
 
@@ -97,26 +88,10 @@ def update_deployment(
     name: str, body: DeploymentPatch, session: SessionDep, service: ControlPlaneDep, principal: WriterKey
 ) -> DeploymentOut:
     """A new source and/or settings: a new version, rolled out while the current one keeps serving."""
-    with service.sessions() as reading:  # released before Ray is asked
-        deployment = _deployment_or_404(reading, name, principal)
-    if deployment.state == DeploymentState.DELETED:
-        raise ops.DeploymentConflict(f"deployment {name} was deleted")
-    if body.route_prefix is not None and body.route_prefix != deployment.route_prefix:
-        raise SpecRejected(
-            ("route_prefix",),
-            f"route_prefix is fixed at creation ({deployment.route_prefix}): create a new deployment for another route",
-        )
-    current = deployment.get_version(deployment.version)
-    assert current is not None
-    settings = ops.patched_settings(current.settings, body, service.settings)
-    if body.resources is not None or body.replicas is not None:
-        ops.check_resources(settings["resources"], service.backend, settings["replicas"])
-        check_deployment_quota(session, deployment.project_id, settings)
-    resolved = ops.resolve_source(session, body.source, principal.project_scope()) if body.source else None
-    locked = _locked(session, deployment)
-    if locked.version != deployment.version:
-        raise ops.DeploymentConflict(f"deployment {name} changed to version {locked.version} meanwhile: try again")
-    deployment = ops.update_deployment(session, locked, resolved, body.source, settings)
+    scope = principal.project_scope()
+    deployment = deployments.update_deployment(
+        session, service.settings, service.backend, scope, name, body, reading=service.sessions
+    )
     session.commit()
     return deployment_out(deployment, service.settings.serve_url)
 
@@ -126,8 +101,7 @@ def rollback_deployment(
     name: str, session: SessionDep, service: ControlPlaneDep, principal: WriterKey
 ) -> DeploymentOut:
     """Back to the version before the newest (as a new version with its checkpoint and settings)."""
-    deployment = _deployment_or_404(session, name, principal)
-    deployment = ops.rollback_deployment(session, _locked(session, deployment))
+    deployment = deployments.rollback_deployment(session, principal.project_scope(), name)
     session.commit()
     return deployment_out(deployment, service.settings.serve_url)
 
@@ -135,7 +109,6 @@ def rollback_deployment(
 @router.delete("/{name}", summary="Delete a deployment")
 def delete_deployment(name: str, session: SessionDep, service: ControlPlaneDep, principal: WriterKey) -> DeploymentOut:
     """DELETED now; Serve drops the application, and its route answers 404, within a reconciler tick."""
-    deployment = _deployment_or_404(session, name, principal)
-    deployment = ops.delete_deployment(session, _locked(session, deployment))
+    deployment = deployments.delete_deployment(session, principal.project_scope(), name)
     session.commit()
     return deployment_out(deployment, service.settings.serve_url)

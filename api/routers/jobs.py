@@ -2,23 +2,19 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Query, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from api.deps import ControlPlaneDep, CurrentKey, SessionDep, WriterKey, target_project
+from api.deps import ControlPlaneDep, CurrentKey, IdempotencyKey, SessionDep, WriterKey, answer_created
 from api.filters import NamePrefix, label_filters
 from api.paging import JobsPage, MetricsPage, Page
-from orchestrator.admission import demand_of
 from orchestrator.auth import Principal
 from orchestrator.db.models import Job, JobState
 from orchestrator.errors import Invalid, NotFound
-from orchestrator.limits import check_preemptible, check_priority
 from orchestrator.repositories import jobs as jobs_repo
-from orchestrator.scheduling.quotas import check_quota
-from orchestrator.services.cancellation import cancel_job
 from orchestrator.services.log_lines import view
 from orchestrator.services.logs import last_lines, read_logs
-from orchestrator.services.submission import check_code, check_runnable, pin_data_paths, submit_job
+from orchestrator.use_cases.jobs import cancel_job, submit_job
 from orchestrator_contract.jobs import JobSpec
 from orchestrator_contract.rest import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut
 
@@ -39,26 +35,16 @@ def create_job(
     service: ControlPlaneDep,
     principal: WriterKey,
     response: Response,
-    idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
+    idempotency_key: IdempotencyKey = None,
     project_id: Annotated[str | None, Query(description="Cluster-wide admins only: the project to run in.")] = None,
 ) -> JobOut:
     """Validate the spec, plan it (strategy, global batch, scaled learning rate) and queue the job (201). It is
     refused (422, naming the field) when it can never run on this cluster. A repeated `Idempotency-Key`
     returns the job the first request made (200, `Idempotent-Replayed: true`); the same key with another
     spec is 409."""
-    plan = check_runnable(spec, service.settings, service.backend)  # asks Ray: before the transaction starts
-    spec = pin_data_paths(spec, service.settings)  # its data files: inside a data root, resolved
-    target = target_project(session, principal, project_id)
-    check_priority(session, target, spec.priority, principal.is_cluster_admin, ("priority",))
-    check_preemptible(session, target, spec.preemptible, principal.is_cluster_admin)
-    check_code(session, target, spec.code, service.settings)
-    if not (idempotency_key and jobs_repo.find_by_idempotency_key(session, target, idempotency_key)):
-        check_quota(session, target, demand_of(spec), preemptible=spec.preemptible)  # 422 never fits its quota; 429
-    job, created = submit_job(session, target, spec, plan, idempotency_key)
+    job, created = submit_job(session, service.settings, service.backend, principal, spec, project_id, idempotency_key)
     session.commit()
-    if not created:
-        response.status_code = status.HTTP_200_OK
-        response.headers["Idempotent-Replayed"] = "true"
+    answer_created(response, created)
     return JobOut.model_validate(job)
 
 
@@ -96,8 +82,8 @@ def get_job(job_id: str, session: SessionDep, principal: CurrentKey) -> JobOut:
 def cancel(job_id: str, session: SessionDep, service: ControlPlaneDep, principal: WriterKey) -> JobOut:
     """A queued job ends CANCELLED at once; a running one goes CANCELLING while Ray stops it, then CANCELLED.
     A job that already ended is 409."""
-    _job_or_404(session, job_id, principal)
-    return JobOut.model_validate(cancel_job(session, job_id, service.backend))  # AlreadyFinished: 409
+    job = cancel_job(session, service.backend, principal.project_scope(), job_id)  # AlreadyFinished: 409
+    return JobOut.model_validate(job)
 
 
 @router.get("/{job_id}/events", summary="A job's state history")

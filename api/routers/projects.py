@@ -1,13 +1,12 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, status
-from sqlalchemy.exc import IntegrityError
 
-from api.deps import AdminKey, ClusterAdminKey, ControlPlaneDep, CurrentKey, SessionDep, visible_project
+from api.deps import AdminKey, ClusterAdminKey, ControlPlaneDep, CurrentKey, SessionDep
 from api.paging import Page
-from orchestrator.db.models import utcnow
-from orchestrator.errors import Conflict, NotFound
 from orchestrator.repositories import projects as projects_repo
+from orchestrator.use_cases import projects
+from orchestrator.use_cases.projects import visible_project
 from orchestrator_contract.rest import KeyCreate, KeyCreated, KeyOut, ProjectCreate, ProjectOut, ProjectPatch, Quota
 
 router = APIRouter(prefix="/v1/projects", tags=["projects"])
@@ -16,13 +15,8 @@ router = APIRouter(prefix="/v1/projects", tags=["projects"])
 @router.post("", status_code=status.HTTP_201_CREATED, summary="Create a project")
 def create_project(body: ProjectCreate, session: SessionDep, _: ClusterAdminKey) -> ProjectOut:
     """Cluster-wide admins: a new project (a tenant). Its keys act in it only; a taken name is 409."""
-    try:
-        project = projects_repo.create_project(session, body.name)
-        project.max_priority = body.max_priority
-        session.commit()
-    except IntegrityError:
-        session.rollback()
-        raise Conflict(f"a project named {body.name!r} already exists") from None
+    project = projects.create_project(session, body)
+    session.commit()
     return ProjectOut.model_validate(project)
 
 
@@ -47,13 +41,7 @@ def get_project(project_id: str, session: SessionDep, principal: CurrentKey) -> 
 def update_project(project_id: str, body: ProjectPatch, session: SessionDep, _: ClusterAdminKey) -> ProjectOut:
     """Cluster-wide admins: set the project's limits (``max_priority``: null lifts the cap). Jobs already
     queued keep their priority; new ones are held to the cap."""
-    project = projects_repo.get_project(session, project_id)
-    if project is None:
-        raise NotFound(f"no project {project_id}")
-    if "max_priority" in body.model_fields_set:
-        project.max_priority = body.max_priority
-    if "allow_non_preemptible" in body.model_fields_set:
-        project.allow_non_preemptible = body.allow_non_preemptible
+    project = projects.update_project(session, project_id, body)
     session.commit()
     return ProjectOut.model_validate(project)
 
@@ -63,11 +51,7 @@ def set_quota(project_id: str, body: Quota, session: SessionDep, _: ClusterAdmin
     """Cluster-wide admins: replace the project's quota and fair-share weight (a field left out goes back to its
     default: no limit, weight 1, borrowing on). Runs already admitted keep running; queued ones are admitted
     against the new quota from the next scheduler tick (docs/scheduling.md)."""
-    project = projects_repo.get_project(session, project_id)
-    if project is None:
-        raise NotFound(f"no project {project_id}")
-    for name, value in body.model_dump().items():
-        setattr(project, name, value)
+    project = projects.set_quota(session, project_id, body)
     session.commit()
     return ProjectOut.model_validate(project)
 
@@ -75,10 +59,7 @@ def set_quota(project_id: str, body: Quota, session: SessionDep, _: ClusterAdmin
 @router.post("/{project_id}/keys", status_code=status.HTTP_201_CREATED, summary="Create an API key")
 def create_key(project_id: str, body: KeyCreate, session: SessionDep, principal: AdminKey) -> KeyCreated:
     """A key for this project, acting in it only (a project's admin key makes keys for its own project)."""
-    visible_project(session, principal, project_id)
-    key, secret = projects_repo.create_api_key(
-        session, project_id, body.role, body.name, expires_at=body.expiry(utcnow())
-    )
+    key, secret = projects.create_api_key(session, principal, project_id, body)
     session.commit()
     return KeyCreated(**KeyOut.model_validate(key).model_dump(), key=secret)
 
@@ -99,8 +80,6 @@ def revoke_key(
 ) -> None:
     """Revoke a key: it answers 401 from the next request on (at another replica: within
     ORCHESTRATOR_API_KEY_CACHE_S). A cluster-wide key only by a cluster-wide admin."""
-    visible_project(session, principal, project_id)
-    if not projects_repo.delete_api_key(session, project_id, key_id, cluster_wide=principal.is_cluster_admin):
-        raise NotFound(f"no key {key_id} in project {project_id}")
+    projects.revoke_api_key(session, principal, project_id, key_id)
     session.commit()
     service.api_keys.forget(key_id)  # this process's memory of it, before the 204 is sent

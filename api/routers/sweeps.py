@@ -4,25 +4,20 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Query, Response, status
 from fastapi.responses import PlainTextResponse
 
-from api.deps import ControlPlaneDep, CurrentKey, SessionDep, WriterKey, target_project
+from api.deps import ControlPlaneDep, CurrentKey, IdempotencyKey, SessionDep, WriterKey, answer_created
 from api.filters import NamePrefix
 from api.paging import MetricsPage, Page
 from api.views import sweep_out
-from orchestrator.admission import sweep_demand
 from orchestrator.auth import Principal
 from orchestrator.db.models import JobState, Sweep, Trial
 from orchestrator.errors import NotFound
-from orchestrator.limits import check_preemptible, check_priority
 from orchestrator.repositories import sweeps as sweeps_repo
-from orchestrator.scheduling.quotas import check_quota
-from orchestrator.services.cancellation import cancel_run
 from orchestrator.services.log_lines import view
 from orchestrator.services.logs import last_lines, read_logs
-from orchestrator.services.runs import SWEEPS
-from orchestrator.services.submission import check_code, check_sweep_runnable
+from orchestrator.use_cases.sweeps import cancel_sweep, submit_sweep
 from orchestrator_contract.rest import JobEventOut, SweepOut, TrialEventOut, TrialMetricOut, TrialOut
 from orchestrator_contract.sweeps import SweepSpec
 
@@ -48,20 +43,18 @@ def create_sweep(
     session: SessionDep,
     service: ControlPlaneDep,
     principal: WriterKey,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
     project_id: Annotated[str | None, Query(description="Cluster-wide admins only: the project to run in.")] = None,
 ) -> SweepOut:
-    """Start a search over the base job's hyperparameters; every trial is a distributed training run."""
-    spec = check_sweep_runnable(spec, service.settings, service.backend)  # asks Ray: before the transaction
-    target = target_project(session, principal, project_id)
-    for priority, loc in ((spec.priority, ("priority",)), (spec.base.priority, ("base", "priority"))):
-        check_priority(session, target, priority, principal.is_cluster_admin, loc)
-    check_preemptible(session, target, spec.may_be_preempted, principal.is_cluster_admin)
-    check_code(session, target, spec.base.code, service.settings, ("base",))
-    check_quota(  # 422 never fits its quota (one that may not be preempted never borrows); 429 a full queue
-        session, target, sweep_demand(spec), ("max_concurrent_trials",), preemptible=spec.may_be_preempted
+    """Start a search over the base job's hyperparameters; every trial is a distributed training run. A
+    repeated `Idempotency-Key` returns the sweep the first request made (200, `Idempotent-Replayed: true`);
+    the same key with another spec is 409."""
+    sweep, created = submit_sweep(
+        session, service.settings, service.backend, principal, spec, project_id, idempotency_key
     )
-    sweep = sweeps_repo.create_sweep(session, target, spec)
     session.commit()
+    answer_created(response, created)
     return _out(session, sweep)
 
 
@@ -124,8 +117,8 @@ def logs(
 @router.post("/{sweep_id}/cancel", summary="Cancel a sweep")
 def cancel(sweep_id: str, session: SessionDep, service: ControlPlaneDep, principal: WriterKey) -> SweepOut:
     """Stops the sweep's driver, and with it every running trial; the sweep and its open trials end CANCELLED."""
-    _sweep_or_404(session, sweep_id, principal)
-    return _out(session, cancel_run(session, SWEEPS, sweep_id, service.backend))  # AlreadyFinished: 409
+    sweep = cancel_sweep(session, service.backend, principal.project_scope(), sweep_id)  # AlreadyFinished: 409
+    return _out(session, sweep)
 
 
 @trials_router.get("/{trial_id}", summary="Get a trial")

@@ -8,9 +8,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
 
-from api.deps import CurrentKey, SessionDep, visible_project
+from api.deps import CurrentKey, SessionDep
 from orchestrator.db.models import utcnow
 from orchestrator.usage import parse_group_by, parse_instant, usage_report, window
+from orchestrator.use_cases.projects import visible_project
 from orchestrator_contract.rest.usage import CSV_COLUMNS, GROUP_BY_DESCRIPTION, UsageReport
 
 router = APIRouter(prefix="/v1/usage", tags=["usage"])

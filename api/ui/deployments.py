@@ -35,8 +35,7 @@ from api.views import deployment_out
 from orchestrator.db.models import Deployment, DeploymentState
 from orchestrator.errors import Conflict, Invalid, NotFound, TooMany
 from orchestrator.repositories import deployments as deployments_repo
-from orchestrator.services import deployments as deployments_ops
-from orchestrator.states.deployments import lock_deployment
+from orchestrator.use_cases.deployments import rollback_deployment
 
 router = APIRouter()
 api_router = APIRouter(prefix="/api")
@@ -204,12 +203,9 @@ def deployment_page(
 
 @router.post("/deployments/{ref}/rollback")
 def rollback(ref: str, session: SessionDep, user: UiMember) -> Response:
-    """The REST rollback (``deployments_ops.rollback_deployment`` on the locked row): back to the version before
-    the newest, as a new version. 409 (on the page) when there is nothing to roll back to."""
-    deployment = deployment_or_404(session, ref, user)
-    locked = lock_deployment(session, deployment.id)
-    assert locked is not None  # deployments are never removed from the table
-    deployment = deployments_ops.rollback_deployment(session, locked)
+    """The REST rollback (``rollback_deployment``): back to the version before the newest, as a new version.
+    409 (on the page) when there is nothing to roll back to."""
+    deployment = rollback_deployment(session, user.scope, deployment_or_404(session, ref, user).name)
     session.commit()
     return RedirectResponse(f"/ui/deployments/{deployment.name}", status_code=303)
 

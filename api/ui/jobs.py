@@ -7,7 +7,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response
-from pydantic import ValidationError
 
 from api.deps import ControlPlaneDep, SessionDep
 from api.filters import NamePrefix, label_filters
@@ -16,14 +15,13 @@ from api.ui.job_views import job_row, job_summary, plan_view
 from api.ui.list_query import list_query
 from api.ui.templating import render
 from orchestrator.db.models import Job, JobState
-from orchestrator.errors import Invalid, NotFound
+from orchestrator.errors import NotFound
 from orchestrator.repositories import jobs as jobs_repo
-from orchestrator.scheduling.quotas import check_deployment_quota
-from orchestrator.services import deployments as deployments_ops
-from orchestrator.services.cancellation import cancel_job
 from orchestrator.services.downsample import DEFAULT_POINTS
 from orchestrator.services.logs import read_logs
-from orchestrator_contract.deployments import DeploymentCreate, SourceSpec
+from orchestrator.use_cases.deployments import deploy_checkpoint
+from orchestrator.use_cases.jobs import cancel_job
+from orchestrator_contract.deployments import SourceSpec
 
 router = APIRouter()
 
@@ -112,13 +110,12 @@ def deployment_name(job: Job) -> str:
 @router.post("/jobs/{job_id}/cancel")
 def cancel(request: Request, job_id: str, session: SessionDep, service: ControlPlaneDep, user: UiMember) -> Response:
     """The REST cancel (``cancel_job``): a queued job ends at once, a running one goes CANCELLING."""
-    job_or_404(session, job_id, user)
-    cancel_job(session, job_id, service.backend)  # AlreadyFinished: 409
+    cancel_job(session, service.backend, user.scope, job_id)  # AlreadyFinished: 409
     return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)
 
 
 @router.post("/jobs/{job_id}/checkpoints/{checkpoint_id}/deploy")
-def deploy_checkpoint(
+def deploy_job_checkpoint(
     job_id: str,
     checkpoint_id: int,
     session: SessionDep,
@@ -126,21 +123,10 @@ def deploy_checkpoint(
     user: UiMember,
     name: Annotated[str, Form(max_length=63)],
 ) -> Response:
-    """A deployment of exactly this checkpoint, made as ``POST /v1/deployments`` makes one (the same service
-    calls, in the same order), in the job's project."""
-    try:
-        body = DeploymentCreate(name=name, source=SourceSpec(checkpoint_id=checkpoint_id))
-    except ValidationError as error:  # the name: say what the rules are
-        raise Invalid("; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())) from None
-    settings = deployments_ops.new_settings(body, service.settings)
-    # Asks Ray: before the session's first query (on SQLite a transaction holds the write lock).
-    deployments_ops.check_resources(settings["resources"], service.backend, settings["replicas"])
-    job = job_or_404(session, job_id, user)
-    resolved = deployments_ops.resolve_source(session, body.source, user.scope)
-    if resolved.job_id != job.id:
-        raise NotFound(f"job {job.id} has no checkpoint {checkpoint_id}")
-    check_deployment_quota(session, job.project_id, settings)  # 422: its replicas could never fit the quota
-    deployment = deployments_ops.create_deployment(session, job.project_id, body, resolved, settings)
+    """A deployment of exactly this checkpoint, made as ``POST /v1/deployments`` makes one (one use-case:
+    ``deploy_checkpoint``), in the job's project."""
+    source = SourceSpec(checkpoint_id=checkpoint_id)
+    deployment = deploy_checkpoint(session, service.settings, service.backend, user.scope, name, source, job_id=job_id)
     session.commit()
     return RedirectResponse(f"/ui/deployments/{deployment.name}", status_code=303)
 

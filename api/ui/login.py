@@ -7,11 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
-from api.deps import ControlPlaneDep, SessionDep, principal_for_secret, visible_project
+from api.deps import ControlPlaneDep, SessionDep, principal_for_secret
 from api.ui.auth import CSRF_FIELD, CsrfUser, LoginRequired, SignerDep, principal_of
 from api.ui.session import ENV_KEY, LOGIN_COOKIE, LOGIN_FORM_S, SESSION_COOKIE, clear_cookie, new_session, set_cookie
 from api.ui.templating import render
 from orchestrator.errors import Forbidden, Unauthorized
+from orchestrator.use_cases.projects import visible_project
 
 router = APIRouter()
 

@@ -11,7 +11,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
-from pydantic import ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -24,16 +23,14 @@ from api.ui.live import etag_of, json_answer, not_modified
 from api.ui.templating import render
 from api.views import sweep_out
 from orchestrator.db.models import JobState, Sweep, Trial, TrialMetric, TrialState
-from orchestrator.errors import Invalid, NotFound
+from orchestrator.errors import NotFound
 from orchestrator.repositories import sweeps as sweeps_repo
-from orchestrator.scheduling.quotas import check_deployment_quota
-from orchestrator.services import deployments as deployments_ops
-from orchestrator.services.cancellation import cancel_run
 from orchestrator.services.downsample import finite, minmax
-from orchestrator.services.runs import SWEEPS
 from orchestrator.states.jobs import TERMINAL
 from orchestrator.states.sweeps import TRIAL_TERMINAL
-from orchestrator_contract.deployments import DeploymentCreate, SourceSpec
+from orchestrator.use_cases.deployments import deploy_checkpoint
+from orchestrator.use_cases.sweeps import cancel_sweep
+from orchestrator_contract.deployments import SourceSpec
 from orchestrator_contract.metrics import POSITION_KEYS
 
 router = APIRouter()
@@ -260,22 +257,12 @@ def deploy_trial(
     trial_id: Annotated[str, Form(max_length=64)],
 ) -> Response:
     """A deployment of a trial of this sweep (its best checkpoint by the sweep's metric), made as
-    ``POST /v1/deployments`` with ``source: {trial_id}`` makes one (the same service calls, in the same order),
-    in the sweep's project."""
-    try:
-        body = DeploymentCreate(name=name, source=SourceSpec(trial_id=trial_id))
-    except ValidationError as error:  # the name: say what the rules are
-        raise Invalid("; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())) from None
-    settings = deployments_ops.new_settings(body, service.settings)
-    # Asks Ray: before the session's first query (on SQLite a transaction holds the write lock).
-    deployments_ops.check_resources(settings["resources"], service.backend, settings["replicas"])
-    sweep = sweep_or_404(session, sweep_id, user)
-    trial = session.get(Trial, trial_id)
-    if trial is None or trial.sweep_id != sweep.id:
-        raise NotFound(f"sweep {sweep.id} has no trial {trial_id}")
-    resolved = deployments_ops.resolve_source(session, body.source, user.scope)
-    check_deployment_quota(session, sweep.project_id, settings)  # 422: its replicas could never fit the quota
-    deployment = deployments_ops.create_deployment(session, sweep.project_id, body, resolved, settings)
+    ``POST /v1/deployments`` with ``source: {trial_id}`` makes one (one use-case: ``deploy_checkpoint``), in
+    the sweep's project."""
+    source = SourceSpec(trial_id=trial_id)
+    deployment = deploy_checkpoint(
+        session, service.settings, service.backend, user.scope, name, source, sweep_id=sweep_id
+    )
     session.commit()
     return RedirectResponse(f"/ui/deployments/{deployment.name}", status_code=303)
 
@@ -284,8 +271,7 @@ def deploy_trial(
 def cancel(sweep_id: str, session: SessionDep, service: ControlPlaneDep, user: UiMember) -> Response:
     """The REST cancel (``cancel_run``): a queued sweep ends at once, a running one goes CANCELLING and its
     trials end with it; an ended one is a 409."""
-    sweep_or_404(session, sweep_id, user)
-    cancel_run(session, SWEEPS, sweep_id, service.backend)
+    cancel_sweep(session, service.backend, user.scope, sweep_id)
     return RedirectResponse(f"/ui/sweeps/{sweep_id}", status_code=303)
 
 

@@ -272,6 +272,7 @@ class Deployment(Base):
             postgresql_where=text(_LIVE),
         ),
         Index("ix_deployments_project_created", "project_id", "created_at", "id"),
+        UniqueConstraint("project_id", "idempotency_key", name="uq_deployments_project_idempotency_key"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
@@ -279,6 +280,9 @@ class Deployment(Base):
     name: Mapped[str] = mapped_column(String(63))
     workload: Mapped[str] = mapped_column(String(256))
     route_prefix: Mapped[str] = mapped_column(String(256))
+    # POST /v1/deployments' Idempotency-Key, and the SHA-256 of the request that used it (a replay must match).
+    idempotency_key: Mapped[str | None] = mapped_column(String(128), default=None)
+    request_digest: Mapped[str] = mapped_column(String(64), default="", server_default="")
     state: Mapped[DeploymentState] = mapped_column(_enum(DeploymentState), default=DeploymentState.DEPLOYING)
     reason: Mapped[str] = mapped_column(String(64), default="")
     message: Mapped[str] = mapped_column(Text, default="")
@@ -344,6 +348,7 @@ class Sweep(Base):
 
     __tablename__ = "sweeps"
     __table_args__ = (
+        UniqueConstraint("project_id", "idempotency_key", name="uq_sweeps_project_idempotency_key"),
         Index("ix_sweeps_state_priority", "state", "priority", "created_at"),
         Index("ix_sweeps_project_created", "project_id", "created_at", "id"),
         Index("ix_sweeps_created", "created_at", "id"),
@@ -359,6 +364,7 @@ class Sweep(Base):
     reason: Mapped[str] = mapped_column(String(64), default="")
     message: Mapped[str] = mapped_column(Text, default="")
     attempt: Mapped[int] = mapped_column(Integer, default=0)
+    idempotency_key: Mapped[str | None] = mapped_column(String(128), default=None)  # as Job.idempotency_key
     token_hash: Mapped[str] = mapped_column(String(64), default="")  # the sweep driver's credential
     claim_hash: Mapped[str] = mapped_column(String(64), default="", server_default="")  # as Job.claim_hash
     claimed_by: Mapped[str] = mapped_column(String(64), default="", server_default="")  # as Job.claimed_by

@@ -65,6 +65,12 @@ def add_version(
     return version
 
 
+def find_by_idempotency_key(session: Session, project_id: str, key: str) -> Deployment | None:
+    return session.scalars(
+        select(Deployment).where(Deployment.project_id == project_id, Deployment.idempotency_key == key)
+    ).one_or_none()
+
+
 def find_live(session: Session, name: str) -> Deployment | None:
     """The live deployment with this name, in any project (names are cluster-wide on Serve)."""
     return session.scalars(

@@ -17,19 +17,26 @@ from orchestrator.states.sweeps import record_sweep_created, record_trial_create
 from orchestrator_contract.sweeps import SweepSpec
 
 
-def create_sweep(session: Session, project_id: str, spec: SweepSpec) -> Sweep:
+def create_sweep(session: Session, project_id: str, spec: SweepSpec, idempotency_key: str | None = None) -> Sweep:
     sweep = Sweep(
         project_id=project_id,
         name=spec.name,
         workload=spec.base.runs,
         spec=spec.model_dump(mode="json"),
         priority=spec.priority,
+        idempotency_key=idempotency_key,
     )
     session.add(sweep)
     session.flush()
     record_sweep_created(session, sweep)
     session.flush()
     return sweep
+
+
+def find_by_idempotency_key(session: Session, project_id: str, key: str) -> Sweep | None:
+    return session.scalars(
+        select(Sweep).where(Sweep.project_id == project_id, Sweep.idempotency_key == key)
+    ).one_or_none()
 
 
 def get_sweep(session: Session, sweep_id: str, project_scope: str | None) -> Sweep | None:

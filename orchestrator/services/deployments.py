@@ -329,7 +329,13 @@ def _replicas_of(current: dict[str, Any]) -> int | AutoscalingSpec:
 
 
 def create_deployment(
-    session: Session, project_id: str, body: DeploymentCreate, resolved: ResolvedSource, settings: dict[str, Any]
+    session: Session,
+    project_id: str,
+    body: DeploymentCreate,
+    resolved: ResolvedSource,
+    settings: dict[str, Any],
+    idempotency_key: str | None = None,
+    request_digest: str = "",
 ) -> Deployment:
     """Store a new deployment with its version 1: DEPLOYING, or QUEUED when its replicas hold CPUs or GPUs (the
     scheduler admits it). DeploymentConflict for a taken name or route."""
@@ -346,6 +352,8 @@ def create_deployment(
             deployment = deployments_repo.create_deployment(
                 session, project_id, body.name, resolved.workload, body.route_prefix, state
             )
+            deployment.idempotency_key = idempotency_key
+            deployment.request_digest = request_digest
             _add_version(session, deployment, resolved, body.source, settings, "")
             record_deployment_created(session, deployment, f"version 1 from {_describe(resolved)}")
     except IntegrityError:

@@ -1,22 +1,19 @@
-"""Accepting a job or a sweep: the checks that need the server's settings or the cluster, then one insert."""
+"""Accepting a job or a sweep: the checks that need the server's settings or the cluster (``orchestrator.use_cases``
+runs them, in order, before the insert)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from pydantic import ValidationError
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from orchestrator.admission import Demand, never_fits, sweep_demand
 from orchestrator.backend import BackendUnavailable, ClusterBackend
 from orchestrator.data_paths import DataPathRefused, data_files, resolve_data_path
-from orchestrator.db.models import Job
-from orchestrator.errors import Conflict, Invalid
+from orchestrator.errors import Invalid
 from orchestrator.planner import DoesNotFit, plan_job
 from orchestrator.repositories import code as code_repo
-from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.settings import Settings
 from orchestrator_contract.code import CodeSpec
 from orchestrator_contract.jobs import JobSpec, TrainingPlan, is_custom_workload, metric_never_reported
@@ -30,10 +27,6 @@ class SpecRejected(Invalid):
 
     def __init__(self, loc: tuple[str, ...], message: str):
         super().__init__(message, loc)
-
-
-class IdempotencyConflict(Conflict):
-    pass
 
 
 def pin_data_paths(spec: JobSpec, settings: Settings) -> JobSpec:
@@ -144,44 +137,6 @@ def _never_fits_now(demand: Demand | JobSpec, backend: ClusterBackend) -> str | 
         # Accept it: the scheduler checks again, and fails the run with a reason if it never fits.
         log.warning("could not check cluster capacity at submit: %s", exc)
         return None
-
-
-def submit_job(
-    session: Session, project_id: str, spec: JobSpec, plan: TrainingPlan, idempotency_key: str | None
-) -> tuple[Job, bool]:
-    """Store a new QUEUED job (after ``check_runnable``). Returns (job, created); a repeated
-    Idempotency-Key returns the first job instead."""
-    if idempotency_key:
-        existing = jobs_repo.find_by_idempotency_key(session, project_id, idempotency_key)
-        if existing is not None:
-            return _replay(existing, spec), False
-    try:
-        with session.begin_nested():
-            job = jobs_repo.create_job(session, project_id, spec, plan, idempotency_key)
-    except IntegrityError:
-        # A concurrent request with the same key won the race: answer with its job.
-        existing = jobs_repo.find_by_idempotency_key(session, project_id, idempotency_key or "")
-        if existing is None:
-            raise
-        return _replay(existing, spec), False
-    return job, True
-
-
-def _replay(existing: Job, spec: JobSpec) -> Job:
-    if _as_stored_today(existing.spec) != spec.model_dump(mode="json"):
-        raise IdempotencyConflict(
-            f"Idempotency-Key was already used for job {existing.id} with a different spec; use a new key for a new job"
-        )
-    return existing
-
-
-def _as_stored_today(stored: dict) -> dict:
-    """A stored spec as this version stores it: a field added since it was stored reads as its default, so a
-    retried submission of a job stored before an upgrade still replays instead of being a conflict."""
-    try:
-        return JobSpec.model_validate(stored).model_dump(mode="json")
-    except ValidationError:
-        return stored
 
 
 def check_sweep_runnable(spec: SweepSpec, settings: Settings, backend: ClusterBackend) -> SweepSpec:
