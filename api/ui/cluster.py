@@ -13,7 +13,6 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.deps import ControlPlaneDep, SessionDep
@@ -21,7 +20,7 @@ from api.ui.auth import UiUser, UiUserDep
 from api.ui.live import json_answer
 from api.ui.templating import render
 from orchestrator.backend import BackendUnavailable
-from orchestrator.db.models import JobState, Sweep
+from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.cluster_status import QUEUE_LIMIT, cluster_status
 
 log = logging.getLogger(__name__)
@@ -34,10 +33,6 @@ RESOURCES = ("CPU", "GPU")
 
 def queued_sweeps(session: Session, scope: str | None) -> list[dict[str, Any]]:
     """The QUEUED sweeps of the scope, in admission order (priority, then age), why each waits."""
-    query = select(Sweep).where(Sweep.state == JobState.QUEUED)
-    if scope is not None:
-        query = query.where(Sweep.project_id == scope)
-    query = query.order_by(Sweep.priority.desc(), Sweep.created_at, Sweep.id).limit(QUEUE_LIMIT)
     return [
         {
             "id": s.id,
@@ -48,7 +43,7 @@ def queued_sweeps(session: Session, scope: str | None) -> list[dict[str, Any]]:
             "message": s.message,
             "created_at": s.created_at.isoformat(),
         }
-        for s in session.scalars(query)
+        for s in sweeps_repo.queued_in_admission_order(session, scope, QUEUE_LIMIT)
     ]
 
 

@@ -7,9 +7,9 @@ from typing import Any
 
 from orchestrator import planner
 from orchestrator.db.models import Checkpoint, Job, JobState
+from orchestrator.errors import Invalid
 from orchestrator.services.deployments import selection_metric
 from orchestrator.services.downsample import finite
-from orchestrator.services.submission import SpecRejected
 from orchestrator.states.jobs import TERMINAL
 from orchestrator_contract import workloads
 from orchestrator_contract.rest import CheckpointOut, JobEventOut, JobOut, PlanRequest
@@ -93,7 +93,7 @@ def best_checkpoint_id(job: Job, checkpoints: list[Checkpoint]) -> int | None:
     """The checkpoint a deployment of the job's "best" would take (``deployments.selection_metric``)."""
     try:
         metric, higher = selection_metric(job)
-    except SpecRejected:  # a training function with no keep_best metric: no "best" to mark
+    except Invalid:  # SpecRejected: a training function with no keep_best metric: no "best" to mark
         return None
     scored = [(finite((c.metrics or {}).get(metric)), c.id) for c in checkpoints]
     scored = [(value, cid) for value, cid in scored if value is not None]

@@ -11,7 +11,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.deps import ControlPlaneDep, SessionDep
@@ -22,7 +21,7 @@ from api.ui.list_query import list_query
 from api.ui.live import etag_of, json_answer, not_modified
 from api.ui.templating import render
 from api.views import sweep_out
-from orchestrator.db.models import JobState, Sweep, Trial, TrialMetric, TrialState
+from orchestrator.db.models import JobState, Sweep, Trial, TrialState
 from orchestrator.errors import NotFound
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.downsample import finite, minmax
@@ -117,8 +116,7 @@ def trial_row(trial: Trial) -> dict[str, Any]:
 
 
 def trials_shown(session: Session, sweep: Sweep) -> list[Trial]:
-    query = select(Trial).where(Trial.sweep_id == sweep.id).order_by(Trial.number, Trial.id).limit(MAX_TRIALS_SHOWN)
-    return list(session.scalars(query))
+    return sweeps_repo.first_trials(session, sweep.id, MAX_TRIALS_SHOWN)
 
 
 def curves(session: Session, sweep: Sweep, trials: list[Trial], metric: str, points: bool = True) -> dict[str, Any]:
@@ -134,14 +132,7 @@ def curves(session: Session, sweep: Sweep, trials: list[Trial], metric: str, poi
         if name not in POSITION_KEYS and finite(value) is not None
     }
     if trials and points:
-        # Only the one metric's value of each point is read, as a number (the database extracts it from the JSON).
-        rows = session.execute(
-            select(TrialMetric.trial_id, TrialMetric.epoch, TrialMetric.values[metric].as_float())
-            .join(Trial, Trial.id == TrialMetric.trial_id)
-            .where(Trial.sweep_id == sweep.id)
-            .order_by(TrialMetric.trial_id, TrialMetric.epoch)
-        )
-        for trial_id, epoch, value in rows:
+        for trial_id, epoch, value in sweeps_repo.metric_by_epoch(session, sweep.id, metric):
             y = finite(value)
             if y is not None and trial_id in per_trial:
                 per_trial[trial_id][0].append(float(epoch))
@@ -178,15 +169,7 @@ def sweep_detail(session: Session, sweep: Sweep, metric: str | None = None, poin
 
 def detail_stamp(session: Session, sweep: Sweep, metric: str | None = None) -> str:
     """A cheap ETag of the sweep page's data: the sweep's and its trials' last changes and their metric points."""
-    trials_changed, trials = session.execute(
-        select(func.max(Trial.updated_at), func.count(Trial.id)).where(Trial.sweep_id == sweep.id)
-    ).one()
-    points, last_point = session.execute(
-        select(func.count(TrialMetric.id), func.max(TrialMetric.id))
-        .join(Trial, Trial.id == TrialMetric.trial_id)
-        .where(Trial.sweep_id == sweep.id)
-    ).one()
-    return etag_of("sweep", sweep.id, sweep.updated_at, trials_changed, trials, points, last_point, metric)
+    return etag_of("sweep", sweep.id, sweep.updated_at, *sweeps_repo.last_changes(session, sweep.id), metric)
 
 
 def deployment_name(sweep: Sweep, trial: Trial) -> str:

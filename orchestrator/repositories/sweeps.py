@@ -224,3 +224,46 @@ def forget_trial_checkpoints(session: Session, trial_id: str, paths: set[str]) -
 
 def sweeps_for_checkpoint_upkeep(session: Session, finished_since: datetime | None) -> list[tuple[str, JobState]]:
     return runs_for_checkpoint_upkeep(session, Sweep, finished_since)
+
+
+# --- what the dashboard's sweep pages read --------------------------------------------------------------
+
+
+def first_trials(session: Session, sweep_id: str, limit: int) -> list[Trial]:
+    """The sweep's first ``limit`` trials by number."""
+    query = select(Trial).where(Trial.sweep_id == sweep_id).order_by(Trial.number, Trial.id).limit(limit)
+    return list(session.scalars(query))
+
+
+def metric_by_epoch(session: Session, sweep_id: str, metric: str) -> list[tuple[str, int, float | None]]:
+    """``(trial id, epoch, value)`` of one metric for every point of the sweep's trials, by trial then epoch: only
+    that metric's value of each point is read, as a number (the database extracts it from the JSON)."""
+    rows = session.execute(
+        select(TrialMetric.trial_id, TrialMetric.epoch, TrialMetric.values[metric].as_float())
+        .join(Trial, Trial.id == TrialMetric.trial_id)
+        .where(Trial.sweep_id == sweep_id)
+        .order_by(TrialMetric.trial_id, TrialMetric.epoch)
+    )
+    return [tuple(row) for row in rows]
+
+
+def last_changes(session: Session, sweep_id: str) -> tuple:
+    """What changes whenever the sweep page's data does: its trials' last update and count, its metric points'
+    count and last id."""
+    trials_changed, trials = session.execute(
+        select(func.max(Trial.updated_at), func.count(Trial.id)).where(Trial.sweep_id == sweep_id)
+    ).one()
+    points, last_point = session.execute(
+        select(func.count(TrialMetric.id), func.max(TrialMetric.id))
+        .join(Trial, Trial.id == TrialMetric.trial_id)
+        .where(Trial.sweep_id == sweep_id)
+    ).one()
+    return trials_changed, trials, points, last_point
+
+
+def queued_in_admission_order(session: Session, scope: str | None, limit: int) -> list[Sweep]:
+    """The QUEUED sweeps of ``scope`` (None: every project) in admission order: priority, then age."""
+    query = select(Sweep).where(Sweep.state == JobState.QUEUED)
+    if scope is not None:
+        query = query.where(Sweep.project_id == scope)
+    return list(session.scalars(query.order_by(Sweep.priority.desc(), Sweep.created_at, Sweep.id).limit(limit)))
