@@ -7,9 +7,9 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 
 from api.auth_first import install_auth_first
+from api.body_size import BodySizeLimit
 from api.errors import install_error_handler
 from api.http_metrics import HttpMetrics
-from api.limits import BodySizeLimit
 from api.log_context import bind_log_context
 from api.openapi import document_error_shapes
 from api.request_id import RequestId

@@ -31,7 +31,7 @@ ERRORS: dict[type[DomainError], tuple[int, str]] = {
     Invalid: (422, "Refused as given: the field (a list of field errors) or the reason (a message)"),
     TooMany: (429, "Over a per-key limit; see Retry-After"),
 }
-# Answered outside the domain: the body-size middleware (api/limits.py).
+# Answered outside the domain: the body-size middleware (api/body_size.py).
 BODY_TOO_LARGE = (413, "The request body is over its cap")
 
 

@@ -1,5 +1,5 @@
 """Usage accounting (docs/usage.md): what runs held, read back from the ledger the state engine writes
-(``usage_intervals``; the rules in ``orchestrator.states.usage``), clipped to a window and grouped.
+(``usage_intervals``; the rules in ``orchestrator.states.usage_ledger``), clipped to a window and grouped.
 
 A window [start, end) reads the stretches that end after ``start`` or are still open (two index range
 scans: ``ix_usage_intervals_project_ended`` in a project, ``ix_usage_intervals_ended`` across projects),

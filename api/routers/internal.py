@@ -19,7 +19,7 @@ from orchestrator.db.models import Job, Sweep
 from orchestrator.errors import Conflict
 from orchestrator.limits import OverLimit, check_job_batch, check_sweep_batch
 from orchestrator.services import reported_ends, run_claims
-from orchestrator.services.events import RefusedEvent, apply_events
+from orchestrator.services.job_events import RefusedEvent, apply_events
 from orchestrator.services.runs import JOBS, SWEEPS, RunKind
 from orchestrator.services.sweep_events import apply_sweep_events
 from orchestrator_contract.claims import ClaimedToken, DriverClaim

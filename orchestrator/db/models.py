@@ -495,7 +495,7 @@ class LeaderLease(Base):
 
 class UsageInterval(Base):
     """Usage accounting (docs/usage.md, ``orchestrator.usage``): one stretch of time a run held its reserved
-    resources, written by the state engine's hooks (``orchestrator.states.usage``) in the transition's own
+    resources, written by the state engine's hooks (``orchestrator.states.usage_ledger``) in the transition's own
     transaction. ``ended_at`` None: still held (counted up to now). ``kind`` job, trial or deployment;
     ``subject_id`` the job, trial or deployment; ``sweep_id`` a trial's sweep. ``workers`` x the per-worker
     ``cpus``/``gpus``/``memory_gb`` is what was held (deployments: replicas x per-replica resources).

@@ -10,7 +10,7 @@ from orchestrator.checkpoint_policy import best_first, score
 from orchestrator.db.models import Sweep, Trial, TrialMetric, TrialState
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services import reported_ends
-from orchestrator.services.events import DEFAULT_REASON, TARGET_STATE, RefusedEvent, is_preemption_stop
+from orchestrator.services.job_events import DEFAULT_REASON, TARGET_STATE, RefusedEvent, is_preemption_stop
 from orchestrator.states.core import IllegalTransition
 from orchestrator.states.sweeps import set_sweep_state, set_trial_state
 from orchestrator.storage import CheckpointStorage

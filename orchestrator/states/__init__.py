@@ -14,7 +14,7 @@ Layout
                      reason, queue wait and run duration, each counted when the caller's transaction commits
     ``sweep_metrics``, ``deployment_metrics``  the same for sweeps (submitted, finished by state) and
                      deployments (rollouts promoted or failed)
-    ``usage``        the usage ledger (``usage_intervals``, read by ``orchestrator.usage``): a stretch per time a
+    ``usage_ledger`` the usage ledger (``usage_intervals``, read by ``orchestrator.usage``): a stretch per time a
                      job or trial is RUNNING or a deployment serves, at the transitions' own instants
 
 Every writer (the API, the scheduler, the reconciler, the serving reconciler, the events endpoints) loads

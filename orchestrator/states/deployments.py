@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db.models import Deployment, DeploymentEvent, DeploymentState, DeploymentVersion
 from orchestrator.states.core import Change, Lifecycle, Rule, allowed, lock_row, record_creation, transition
 from orchestrator.states.deployment_metrics import count_change
-from orchestrator.states.usage import deployment_usage
+from orchestrator.states.usage_ledger import deployment_usage
 
 D = DeploymentState
 TERMINAL: frozenset[DeploymentState] = frozenset({D.DELETED})

@@ -21,7 +21,7 @@ from orchestrator.states.core import (
     transition,
 )
 from orchestrator.states.job_metrics import count_change, count_submitted
-from orchestrator.states.usage import job_usage
+from orchestrator.states.usage_ledger import job_usage
 
 S = JobState
 TERMINAL: frozenset[JobState] = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})

@@ -34,7 +34,7 @@ from orchestrator.states.jobs import (
     requeue_before,
 )
 from orchestrator.states.sweep_metrics import count_change, count_submitted
-from orchestrator.states.usage import trial_usage
+from orchestrator.states.usage_ledger import trial_usage
 
 T = TrialState
 TRIAL_TERMINAL: frozenset[TrialState] = frozenset({T.SUCCEEDED, T.STOPPED, T.FAILED, T.CANCELLED})

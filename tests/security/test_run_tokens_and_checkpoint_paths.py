@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from orchestrator.db.models import Job, JobState
-from orchestrator.services.events import apply_events
+from orchestrator.services.job_events import apply_events
 from orchestrator_contract.jobs import EventBatch
 from tests.unit.api_helpers import ADMIN, auth, driver_exits, make_project, reconcile, run_token, submit, tick
 from tests.unit.test_sweeps import driver_token, post_sweep

@@ -5,7 +5,7 @@ Revises: 0012
 Create Date: 2026-11-26 09:00:00.000000
 
 usage_intervals: one row per stretch of time a run held its reserved resources (jobs and trials while
-RUNNING, deployments while they serve), written by the state engine from now on (orchestrator.states.usage)
+RUNNING, deployments while they serve), written by the state engine from now on (orchestrator.states.usage_ledger)
 and filled in here from the history rows of the runs that already exist (the same rules, read back from
 job_events, trial_events and deployment_events).
 """
