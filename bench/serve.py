@@ -58,7 +58,8 @@ def plain_app(port: int, checkpoint: str) -> None:
     import torch
     import uvicorn
 
-    from workers.serve.app import BadInput, load_serving_model, make_predictor
+    from workers.serve.app import load_serving_model, make_predictor
+    from workers.serve.predictors import BadInput
 
     torch.set_num_threads(1)
     predictor = make_predictor(WORKLOAD, load_serving_model(checkpoint, WORKLOAD, CONFIG), CONFIG)

@@ -36,6 +36,7 @@ from orchestrator.db.models import Deployment, DeploymentState
 from orchestrator.errors import Conflict, Invalid, NotFound, TooMany
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.use_cases.deployments import rollback_deployment
+from orchestrator_contract import workloads
 
 router = APIRouter()
 api_router = APIRouter(prefix="/api")
@@ -48,12 +49,6 @@ TRY_ANSWER_CHARS = 64 * 1024  # of a deployment's answer, shown; the rest is cut
 # and for the whole process, so nobody can tie up the API's thread pool with slow deployments.
 TRY_PER_USER = 2
 TRY_IN_ALL = 8
-
-# A body to start from, by workload (a GET to the deployment answers what it expects).
-EXAMPLES: dict[str, Any] = {
-    "digits": {"inputs": [[0, 0, 5, 13, 9, 1, 0, 0] * 8]},
-    "tiny_gpt": {"prompt": "Hello", "max_new_tokens": 16},
-}
 
 StateFilter = Annotated[
     list[DeploymentState] | None, Query(description="Repeat to match any of several; default: all but DELETED.")
@@ -185,7 +180,8 @@ def deployment_page(
 ) -> Response:
     deployment = deployment_or_404(session, ref, user)
     detail = deployment_detail(session, deployment, service.settings.serve_url)
-    example = EXAMPLES.get(deployment.workload)
+    descriptor = workloads.describe(deployment.workload)  # a body to start from: its workload's example
+    example = dict(descriptor.example_request) if descriptor and descriptor.example_request else None
     return render(
         request,
         "deployment.html",

@@ -23,7 +23,8 @@ What a ``WorkloadDescriptor`` holds
   by default the loop's (``LOOP_METRICS``); a workload with its own (``Workload.metrics``) declares them
   here so that a spec naming one may leave out its ``mode`` (``metric_mode``). ``selection_metric``: the
   one a deployment's ``select: best`` picks its checkpoint by.
-- ``servable``: whether a deployment may serve it.
+- ``servable``: whether a deployment may serve it. ``example_request``: a request body its predictor takes (the
+  dashboard's "try it" form starts from it; ``None``: the form starts empty).
 - ``param_count``: a planner hint, ``param_count(validated_config) -> int``; with it, ``strategy: auto``
   checks the model fits the workers' memory before the job runs (``orchestrator.planner``).
 - ``description``: one line for people.
@@ -47,13 +48,17 @@ How to add a workload
 
 A built-in one, in two steps and no other file:
 
-1. ``workers/workloads/<name>.py`` (torch is fine there): ``build(config, seed) -> Workload`` and
-   ``build_model(config) -> nn.Module``.
+1. ``workers/workloads/<name>.py`` (torch is fine there): ``build(config, seed) -> Workload``,
+   ``build_model(config) -> nn.Module`` and, if rows of numbers don't fit it, its predictor (built on
+   ``workers.serve.predictors``: check a body, predict a batch, probe).
 2. At the end of this module (no torch here): its config model, a subclass of ``WorkloadConfig`` (give
    it a ``param_count`` method for the planner), and one
-   ``register(WorkloadDescriptor(name=..., config_model=..., build="workers.workloads.<name>:build", ...))``.
-   A predictor of its own, if rows of numbers don't fit it, goes in ``workers/serve/app.py``, named by the
-   descriptor's ``predictor``.
+   ``register(WorkloadDescriptor(name=..., config_model=..., build="workers.workloads.<name>:build",
+   predictor="workers.workloads.<name>:<Predictor>", example_request={...}, ...))``. Serving and the
+   dashboard read the descriptor; nothing else changes.
+
+The descriptor stays here, apart from its code, because the control plane and the SDK validate a job's
+``workload`` and ``config`` against it without torch and without ``workers/`` (the import contracts).
 
 Code that is not part of the service (an installed package today; uploaded code, later) is named by
 ``"package.module:function"`` (the control plane checks the package is allowed, and imports nothing of it).
@@ -127,6 +132,7 @@ class WorkloadDescriptor:
     metrics: Mapping[str, Literal["max", "min"]] = field(default_factory=lambda: LOOP_METRICS)
     selection_metric: str = DEFAULT_SELECTION_METRIC
     servable: bool = True
+    example_request: Mapping[str, Any] | None = None
     param_count: Callable[[Any], int] | None = None
     description: str = ""
 
@@ -301,7 +307,7 @@ def _import_attribute(ref: str, workload: str, what: str, callable_only: bool = 
 
 
 # --- the built-in workloads ------------------------------------------------------------------------
-# Their code is in workers/workloads/digits.py and tiny_gpt.py; their predictors in workers/serve/app.py.
+# Their code (model, data, predictor) is in workers/workloads/digits.py and tiny_gpt.py.
 
 
 class DigitsConfig(WorkloadConfig):
@@ -356,7 +362,8 @@ DIGITS = register(
         config_model=DigitsConfig,
         build="workers.workloads.digits:build",
         build_model="workers.workloads.digits:build_model",
-        predictor="workers.serve.app:DigitsPredictor",
+        predictor="workers.workloads.digits:DigitsPredictor",
+        example_request=MappingProxyType({"inputs": [[0, 0, 5, 13, 9, 1, 0, 0] * 8]}),
         param_count=DigitsConfig.param_count,
         description="scikit-learn's bundled 8x8 digits (no download), an MLP classifier",
     )
@@ -368,7 +375,8 @@ TINY_GPT = register(
         config_model=TinyGptConfig,
         build="workers.workloads.tiny_gpt:build",
         build_model="workers.workloads.tiny_gpt:build_model",
-        predictor="workers.serve.app:TinyGptPredictor",
+        predictor="workers.workloads.tiny_gpt:TinyGptPredictor",
+        example_request=MappingProxyType({"prompt": "Hello", "max_new_tokens": 16}),
         param_count=TinyGptConfig.param_count,
         description="a character-level (UTF-8 byte) decoder-only transformer on a text file the user points at",
     )

@@ -1,5 +1,5 @@
-"""Uploaded code end to end (issue 17): a directory no node has installed, uploaded with POST /v1/code, runs
-as a 2-worker DDP job through its own "module:function" workload (Ray's working_dir, from the stored package)."""
+"""Uploaded code end to end (docs/code.md): a directory no node has installed, uploaded with POST /v1/code,
+runs as a 2-worker DDP job through its own "module:function" workload (Ray's working_dir, from the stored package)."""
 
 from __future__ import annotations
 

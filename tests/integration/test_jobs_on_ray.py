@@ -84,8 +84,9 @@ def test_digits_job_trains_to_95_percent_and_reports_everything(member, ray_clus
 
 
 def _rays_log_tail_and_answers_read_as_the_backend_expects(cluster, job_id: str) -> None:
-    """What a follow reads (issue 29, 11) and how a lookup is classified (10), on the real dashboard: the tail
-    of an ended run is its whole log, then ends; an unknown submission is MISSING, no log, and no tail."""
+    """What a follow reads and how a lookup is classified (docs/security.md, "Reliability"), on the real
+    dashboard: the tail of an ended run is its whole log, then ends; an unknown submission is MISSING, no log,
+    and no tail."""
     import asyncio
 
     from orchestrator.backend import RunNotFound, RunStatus
@@ -104,7 +105,7 @@ def _rays_log_tail_and_answers_read_as_the_backend_expects(cluster, job_id: str)
 
 
 def _usage_matches_the_events(member, job: dict, workers: int, cpus: float) -> None:
-    """Usage accounting (issue 20, docs/usage.md): what an ended job held is workers x CPUs x the sum of its
+    """Usage accounting (docs/usage.md): what an ended job held is workers x CPUs x the sum of its
     RUNNING intervals, read from its own history rows."""
     events = member.http.get(f"/v1/jobs/{job['id']}/events").json()
     running, since = 0.0, None

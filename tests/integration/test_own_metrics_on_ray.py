@@ -1,4 +1,4 @@
-"""A workload's own metric end to end (issue 17): examples/own_code/regression, a directory no node has
+"""A workload's own metric end to end (docs/code.md): examples/own_code/regression, a directory no node has
 installed, uploaded with POST /v1/code, swept as its sweep.json says (ASHA on its own `val_mae`, mode min,
 2-worker DDP trials), and trained as a job that keeps its best checkpoint by `val_mae`."""
 

@@ -1,4 +1,4 @@
-"""Preemption that checkpoints first, on the session's real Ray cluster (2 CPUs) (issue 20).
+"""Preemption that checkpoints first (docs/scheduling.md, "Preemption"), on the session's real Ray cluster (2 CPUs).
 
 A low-priority job holds both CPUs; a job of higher priority in the same project is submitted and cannot
 start. The scheduler preempts the low one: its training loop checkpoints at the next step and stops, its Ray

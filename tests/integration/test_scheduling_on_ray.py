@@ -1,5 +1,5 @@
-"""Quotas on the real local Ray cluster (issue 20): two projects with a quota of 1 CPU each share the session's
-2-CPU cluster. Each submits two 1-CPU jobs at once: each project has one job running at a time, both
+"""Quotas (docs/scheduling.md, "Quotas") on the real local Ray cluster: two projects with a quota of 1 CPU each share
+the session's 2-CPU cluster. Each submits two 1-CPU jobs at once: each project has one job running at a time, both
 projects run side by side, and a project's second job waits with ``quota_exceeded`` until its first ends."""
 
 from __future__ import annotations

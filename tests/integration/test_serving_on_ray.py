@@ -187,8 +187,9 @@ def test_deploy_update_rollback_and_delete_without_a_failed_request(member, admi
     assert "version 4 was not promoted" in deployment["message"] and "Version 3 keeps serving" in deployment["message"]
     assert_serves(url, deployment["current"], config, key)
 
-    # Issue 20: a version whose replicas would take the project past its CPU quota (a 1-CPU job holds 1 of 1.5)
-    # waits QUEUED with the reason while version 3 keeps serving; it is deleted while it waits (no rollout).
+    # A version whose replicas would take the project past its CPU quota (a 1-CPU job holds 1 of 1.5) waits
+    # QUEUED with the reason while version 3 keeps serving (docs/scheduling.md, "Deployments"); it is deleted
+    # while it waits (no rollout).
     holder = member.submit(name="quota-holder", epochs=50, scaling={"num_workers": 1, "cpus_per_worker": 1})
     assert holder.status_code == 201, holder.text
     holder_id = holder.json()["id"]

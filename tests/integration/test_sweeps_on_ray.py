@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 TRIAL_SCALING = {"num_workers": 2, "cpus_per_worker": 0.45}
 SEARCH_TRIAL_SCALING = {"num_workers": 1, "cpus_per_worker": 0.9}
 # Two of these fill the 2 CPUs exactly: they run side by side only because a trial's own actor asks no CPU
-# (issue 20: it asked 0.01, and max_concurrent_trials 2 of them was refused at submit).
+# (it used to ask 0.01, and max_concurrent_trials 2 of them was refused at submit; docs/sweeps.md, "How it runs").
 WHOLE_CPU_TRIAL = {"num_workers": 1, "cpus_per_worker": 1.0}
 SWEEP_TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
@@ -201,7 +201,7 @@ def test_the_best_trial_deploys_to_ray_serve(admin, ray_cluster, asha_sweep):
 
 
 def test_a_grid_sweep_runs_exactly_the_grid_two_trials_at_a_time(admin, ray_cluster):
-    """Two 1-CPU trials at a time on the 2-CPU cluster (issue 20's admission arithmetic)."""
+    """Two 1-CPU trials at a time on the 2-CPU cluster (admission: docs/sweeps.md, "How it runs")."""
     space = {"config.hidden": [16, 32], "batch.per_worker": [32, 64]}
     wait_cluster_idle(ray_cluster)  # two whole-CPU trials side by side need the whole cluster
     sweep = _submit(

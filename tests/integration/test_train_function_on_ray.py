@@ -1,6 +1,7 @@
-"""Training functions end to end (issue 17): the example examples/own_code/train_function, a directory no node
-has installed, uploaded with POST /v1/code, runs its own loop (``"entrypoint": "train:main"``, reporting its epoch
-in the metrics dict as Ray Train's users do) as a 2-worker DDP job; and a function that prints its environment shows that no control-plane secret reaches a worker."""
+"""Training functions end to end (docs/code.md, "Training functions"): the example examples/own_code/train_function, a
+directory no node has installed, uploaded with POST /v1/code, runs its own loop (``"entrypoint": "train:main"``,
+reporting its epoch in the metrics dict as Ray Train's users do) as a 2-worker DDP job; and a function that prints its
+environment shows that no control-plane secret reaches a worker."""
 
 from __future__ import annotations
 
@@ -122,7 +123,9 @@ def test_no_control_plane_secret_reaches_a_worker(member, ray_cluster):
     spec = {"entrypoint": "dump_env:main", "code": {"id": code_id}, "scaling": {"num_workers": 2}}
     first = member.http.post("/v1/jobs", json={**spec, "name": "first"}).json()["id"]
     second = member.http.post("/v1/jobs", json={**spec, "name": "second"}).json()["id"]
-    listed = []  # Ray's listing while the attempts start and run, then once they ended (issue 29, finding 1)
+    # Ray's listing while the attempts start and run, then once they ended
+    # (docs/security.md, "Run tokens are never in Ray's job table")
+    listed = []
     deadline = time.monotonic() + 180
     while any(member.job(j)["state"] not in TERMINAL for j in (first, second)):
         assert time.monotonic() < deadline, [member.job(j)["state"] for j in (first, second)]

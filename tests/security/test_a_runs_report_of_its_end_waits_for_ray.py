@@ -1,4 +1,6 @@
-"""Issue 29, finding 2: the control plane took a run's word that it ended. An event ``{"type": "state", "state":
+"""A run's end is Ray's word, not the run's (docs/security.md, "A run's report of its end waits for Ray").
+
+The control plane took a run's word that it ended. An event ``{"type": "state", "state":
 "succeeded", "result": ...}`` made the job SUCCEEDED at once while its Ray job went on RUNNING: its usage stopped,
 its CPUs were admitted to the next run, its made-up result was shown, and nothing stopped the Ray job.
 

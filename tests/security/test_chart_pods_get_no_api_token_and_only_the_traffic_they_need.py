@@ -1,5 +1,5 @@
-"""Issue 29, finding 9: the Helm chart's pods hold no Kubernetes API token they do not need, the bundled
-PostgreSQL answers the control plane only, and Ray pods connect only where they must.
+"""The Helm chart's pods hold no Kubernetes API token they do not need, the bundled PostgreSQL answers the control plane
+only, and Ray pods connect only where they must (docs/security.md, "The chart's pods: tokens and network").
 
 Code on the Ray cluster (users' uploads included) runs in the Ray pods. Before: they mounted the namespace's
 default ServiceAccount token (whatever RBAC that account has, code on the cluster had), nothing kept them (or any

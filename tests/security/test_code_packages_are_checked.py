@@ -1,5 +1,6 @@
-"""Uploaded code (issue 17): every entry of an archive is checked before anything is stored, the size, file
-count and unpacked size are capped, and a project never sees another's packages."""
+"""Uploaded code (docs/security.md, "Users' code packages"): every entry of an archive is checked before
+anything is stored, the size, file count and unpacked size are capped, and a project never sees another's
+packages."""
 
 from __future__ import annotations
 
@@ -137,7 +138,7 @@ def test_a_package_whose_zip_for_ray_is_past_rays_limit_is_a_413(client, app, mo
     assert nothing_stored(app)
 
 
-# --- issue 29, finding 3: an archive's listing, and uploads at once, are bounded ---------------------
+# --- an archive's listing, and uploads at once, are bounded (docs/security.md, "Reading an archive is bounded too")
 
 
 class CountedReads(io.BytesIO):

@@ -1,4 +1,5 @@
-"""Issue 29, finding 8: a name, label or message shown by the dashboard cannot break out of an HTML attribute.
+"""A name, label or message shown by the dashboard cannot break out of an HTML attribute (docs/security.md,
+"The dashboard's escaping").
 
 The dashboard's scripts build rows as HTML strings and escape what they put in them with one helper of
 ``api/ui/static/app.js``, in text (``<code>${esc(reason)}</code>``) and in attribute values

@@ -122,9 +122,10 @@ def sweep(client, search_space: dict, algorithm: str = "random"):
 
 
 def test_a_sweep_cannot_reach_a_file_through_a_whole_config_value(app, client):
-    """Issue 29, finding 4. On the old code a search over the whole ``config`` (a choice or grid of dicts)
-    passed: only keys named ``config.<field>`` were pinned, so a trial could read /etc/passwd (201). Now
-    every value a trial can receive goes through the job spec's own check, wherever the path is nested."""
+    """On the old code a search over the whole ``config`` (a choice or grid of dicts) passed: only keys named
+    ``config.<field>`` were pinned, so a trial could read /etc/passwd (201). Now every value a trial can receive goes
+    through the job spec's own check, wherever the path is nested
+    (docs/security.md, "Every value a sweep's trial can receive")."""
     root = data_root(app)
     (root / "corpus.txt").write_text("hello world\n" * 10)
     reproduction = {"config": {"type": "choice", "values": [{"text_path": "/etc/passwd"}]}}

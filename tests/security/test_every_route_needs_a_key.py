@@ -1,4 +1,4 @@
-"""Every route answers only the caller it is for: a walk over the app's routes (issue 29, test gaps).
+"""Every route answers only the caller it is for: a walk over the app's routes (docs/security.md, "Route coverage").
 
 ``ROUTES`` names every route of the app with its gate (an API key, a run's own token, a dashboard session, or
 none, said why) and what a caller of another project gets (``Across``). A route the table does not name fails
@@ -32,9 +32,10 @@ What it proved on the old code (at 469a44c, before api/auth_first.py):
   ["query","attempt"],...}]}' (want 401)``. api/auth_first.py answers those with no token at all 401; another
   run's token is the routes' own check to run first: now a dependency every /internal route runs before FastAPI
   validates anything (``api/run_auth.py``), which api/auth_first.py also runs for a body FastAPI cannot parse
-  (issue 29; ``tests/security/test_internal_routes_check_the_run_token_before_validation.py``).
-- The claim routes (issue 29, finding 1: a driver exchanges its attempt's one-use claim code for the run's token)
-  have a gate of their own, the claim code: ``test_the_claim_routes_answer_only_the_attempts_claim_code``.
+  (``tests/security/test_internal_routes_check_the_run_token_before_validation.py``).
+- The claim routes (a driver exchanges its attempt's one-use claim code for the run's token:
+  docs/security.md, "Run tokens are never in Ray's job table") have a gate of their own, the claim code:
+  ``test_the_claim_routes_answer_only_the_attempts_claim_code``.
 """
 
 from __future__ import annotations
@@ -617,8 +618,9 @@ def test_the_internal_routes_answer_only_the_runs_own_token(app, client, world):
 
 
 def test_the_claim_routes_answer_only_the_attempts_claim_code(app, client, backend, world):
-    """A driver's first request: its attempt's claim code (the one Ray was handed) for the run's token; anything
-    else, a run's token included, is 401, before validation too (issue 29, finding 1)."""
+    """A driver's first request: its attempt's claim code (the one Ray was handed) for the run's token; anything else, a
+    run's token included, is 401, before validation too
+    (docs/security.md, "Run tokens are never in Ray's job table")."""
     routes = app_routes(app)
     failures = []
     for method, path, _ in table(Gate.CLAIM_CODE):

@@ -1,4 +1,6 @@
-"""Issue 29 (test gaps): the ``/internal/v1`` routes checked the run's token inside the route, after FastAPI had
+"""The run's credential is checked before validation on ``/internal`` (docs/security.md, "Route coverage").
+
+The ``/internal/v1`` routes checked the run's token inside the route, after FastAPI had
 validated the parameters and the body, so a request bearing another run's token (or a made-up one) and a missing
 or invalid parameter, or a body FastAPI could not parse, was a 422 that described the route's parameters.
 

@@ -1,4 +1,5 @@
-"""Issue 29, finding 6: a run that may not be preempted never borrows, and cannot block preemption for others.
+"""A run that may not be preempted never borrows, and cannot block preemption for others
+(docs/security.md, "Preemption between projects").
 
 Borrowed capacity goes back to its owner by preemption. A ``preemptible: false`` run that borrowed it kept it: the
 policy counted it as a victim, ``preemption.choose_victims`` then refused it, and since the scheduler makes one

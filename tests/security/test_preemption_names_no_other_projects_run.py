@@ -1,5 +1,6 @@
-"""Issue 29, finding 7: a run preempted for another project's run learns only that it was "a run of another
-project" and why (fair share, quota), never that run's id or priority; a run of its own project is still named.
+"""A run preempted for another project's run learns only that it was "a run of another project" and why (fair
+share, quota), never that run's id or priority; a run of its own project is still named (docs/security.md,
+"Preemption between projects").
 
 The victim's owner reads its job over the REST API (the job, the list, its history) and the dashboard (the job's
 page and the JSON it polls); the preemptor's owner reads why its run waits. Neither may see the other project's

@@ -1,4 +1,6 @@
-"""Issue 29, finding 1: a run's token was readable from Ray's job table. The attempt's driver got
+"""Nothing Ray is handed authenticates (docs/security.md, "Run tokens are never in Ray's job table").
+
+A run's token was readable from Ray's job table. The attempt's driver got
 ``ORCHESTRATOR_JOB_TOKEN`` in its ``runtime_env``, which Ray lists (``JobSubmissionClient.list_jobs()``) to anyone
 holding the cluster's Ray token, i.e. to every process on the cluster: with it, another project's code could
 report that project's running job SUCCEEDED with a made-up result.

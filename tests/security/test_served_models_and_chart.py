@@ -1,4 +1,4 @@
-"""Issue 15, hole 9: served models and the Helm chart.
+"""Served models and the Helm chart (docs/security.md, "Served models" and "The Helm chart").
 
 - A deployment requires a key of its project by default (``auth: "project"``), checked by the Serve
   replica; ``auth: "none"`` stays possible and the API says which one a deployment has.

@@ -1,4 +1,5 @@
-"""Issue 29, finding 5: a served model is loaded from tensors only, never by unpickling what storage holds.
+"""A served model is loaded from tensors only, never by unpickling what storage holds (docs/security.md,
+"Served models load tensors only").
 
 Storage is writable from the cluster, so any file in a run's checkpoint folder may have been planted there
 by another project's code. What each test showed on the old code (HEAD 5169c62):

@@ -227,7 +227,8 @@ def test_scheduler_admits_by_priority_and_queues_the_rest_with_a_reason(app, cli
     assert [s[0] for s in backend.submitted] == [f"{high}-1", f"{low}-1"]
     entrypoint, env = backend.submitted[0][1], backend.submitted[0][2]
     assert entrypoint == f"python -m workers.train.driver --job-id {high} --attempt 1"
-    # The driver's one-use claim code, never a token (Ray lists a job's environment: issue 29, finding 1).
+    # The driver's one-use claim code, never a token (Ray lists a job's environment:
+    # docs/security.md, "Run tokens are never in Ray's job table").
     assert env["ORCHESTRATOR_CLAIM_CODE"].startswith("jcl_") and env["OMP_NUM_THREADS"] == "1"
     assert "ORCHESTRATOR_JOB_TOKEN" not in env
 
@@ -351,8 +352,8 @@ def test_events_need_the_jobs_own_token(app, client, backend):
     assert client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()["state"] == "RUNNING"
     assignment = client.get(f"/internal/v1/jobs/{job}/assignment", params={"attempt": 1}, headers=auth(token))
     assert assignment.status_code == 200 and assignment.json()["spec"]["workload"] == "digits"
-    # A run's token is no API key: it reads no run, its own or another's, and lists nothing (issue 17's trust
-    # model: user code on the cluster holds its job's token).
+    # A run's token is no API key: it reads no run, its own or another's, and lists nothing (docs/security.md,
+    # "Threat model": user code on the cluster holds its job's token).
     for path in (f"/v1/jobs/{job}", f"/v1/jobs/{other}", "/v1/jobs", "/v1/sweeps", "/v1/code", "/v1/deployments"):
         assert client.get(path, headers=auth(token)).status_code == 401, path
     assert (

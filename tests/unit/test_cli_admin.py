@@ -40,7 +40,8 @@ def test_projects_and_keys(live):
 
 
 def test_project_quota(live):
-    """``orch projects quota`` and the SDK's ``set_quota`` (issue 20): PUT replaces the whole quota."""
+    """``orch projects quota`` and the SDK's ``set_quota`` (docs/scheduling.md, "Quotas"): PUT replaces the whole
+    quota."""
     assert orch(live, "projects", "create", "vision").exit_code == 0
     set_ = orch(
         live, "projects", "quota", "vision", "--max-gpus", "8", "--max-queued", "20", "--no-borrowing", "-o", "json"

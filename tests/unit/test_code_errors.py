@@ -1,5 +1,5 @@
-"""An error in the job's own code is a code_error (issue 17): told from a bug of ours by the traceback's frames,
-on real modules imported from a folder as Ray's working_dir would hold them."""
+"""An error in the job's own code is a code_error (docs/code.md, "When your code fails"): told from a bug of ours by the
+traceback's frames, on real modules imported from a folder as Ray's working_dir would hold them."""
 
 from __future__ import annotations
 

@@ -483,7 +483,7 @@ def test_the_network_policy_lets_only_ray_pods_and_the_control_plane_reach_rays_
     assert not [o for o in off if o["kind"] == "NetworkPolicy"]
 
 
-# ------------------------------------------------------------------------------------- metrics (issue 19)
+# ------------------------------------------- metrics (docs/deploy.md, "Metrics and logs for operators")
 
 SCRAPE = {"prometheus.io/scrape": "true", "prometheus.io/port": "8000", "prometheus.io/path": "/metrics"}
 
@@ -568,7 +568,7 @@ def test_notes_tell_how_to_reach_the_api_and_get_the_admin_token():
     assert "get secret orchestrator-secrets" in secret_text
 
 
-# ------------------------------------------------- the default install, two replicas, Serve (issue 21)
+# ---------------------------------------------- the default install, two replicas, Serve (docs/deploy.md)
 
 
 def pod_labels(objects: list[dict]) -> dict[str, str]:

@@ -1,6 +1,6 @@
-"""Deployments wait for their project's quota (issue 20), over the fake cluster and a fake Serve, on SQLite and
-PostgreSQL: a new version whose replicas ask more CPUs than the deployment holds waits QUEUED with the reason,
-and the scheduler admits it, by the policy that admits jobs, once it fits."""
+"""Deployments wait for their project's quota (docs/scheduling.md, "Deployments"), over the fake cluster and a fake
+Serve, on SQLite and PostgreSQL: a new version whose replicas ask more CPUs than the deployment holds waits QUEUED with
+the reason, and the scheduler admits it, by the policy that admits jobs, once it fits."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def test_an_update_that_must_wait_keeps_the_old_version_serving(app, client, bac
     assert [(u.attempt, u.workers, u.cpus) for u in open_rows] == [(1, 1, 1.0)]
 
     # A PATCH starts from the newest version's settings: back to 1 replica with a new checkpoint asks nothing more
-    # than version 1 holds, and is rolled out at once, as before issue 20.
+    # than version 1 holds, and is rolled out at once, with no wait for the quota.
     back = {"source": {"checkpoint_id": checkpoints[0]}, "replicas": 1}
     same = client.patch("/v1/deployments/paid", json=back, headers=auth(ADMIN))
     assert (same.json()["state"], same.json()["version"]) == ("UPDATING", 3)

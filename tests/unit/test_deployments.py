@@ -605,8 +605,9 @@ def test_replicas_cpu_shares_count_against_training_admission(app, client, backe
 
 
 def test_replicas_count_against_their_projects_cpu_quota(app, client, backend, tmp_path):
-    """Issue 20: a deployment's replicas (x most replicas) are its project's CPUs: more than the quota, with
-    borrowing off, is a 422 at create and update; within it, they leave the project's jobs less quota."""
+    """A deployment's replicas (x most replicas) are its project's CPUs (docs/scheduling.md, "Deployments"):
+    more than the quota, with borrowing off, is a 422 at create and update; within it, they leave the project's
+    jobs less quota."""
     job_id, _ = finished_job(app, tmp_path)
     project = next(p for p in client.get("/v1/projects", headers=auth(ADMIN)).json() if p["name"] == "default")
     quota = {"max_cpus": 2, "borrowing": False}

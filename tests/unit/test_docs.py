@@ -199,7 +199,7 @@ def test_every_shell_block_is_tested_or_marked_as_an_example():
 
 def test_readme_stays_short():
     lines = len((ROOT / "README.md").read_text().splitlines())
-    assert lines <= 220, f"README.md has {lines} lines: move detail into docs/ (issue 16: about 200 at most)"
+    assert lines <= 220, f"README.md has {lines} lines: move detail into docs/ (about 200 at most)"
 
 
 @pytest.mark.parametrize("page", ["configuration.md", "rest-api.md"])

@@ -1,5 +1,6 @@
-"""The driver's side of the claim (``workers.runtime.claim``, issue 29, finding 1): the exchange before any heavy
-import, one nonce across retries, a refusal not retried, and the token hidden wherever Ray shows a value."""
+"""The driver's side of the claim (``workers.runtime.claim``): the exchange before any heavy import, one nonce across
+retries, a refusal not retried, and the token hidden wherever Ray shows a value
+(docs/security.md, "Run tokens are never in Ray's job table")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""History retention (ORCHESTRATOR_HISTORY_DAYS, issue 21): the metric points of jobs that ended long ago go,
-in bounded batches; the job row and its summary stay. On SQLite and PostgreSQL; the clock is moved by
-dating rows in the past and by ``tick(now=...)``, as the other retention tests move it."""
+"""History retention (ORCHESTRATOR_HISTORY_DAYS, docs/configuration.md): the metric points of jobs that ended long ago
+go, in bounded batches; the job row and its summary stay. On SQLite and PostgreSQL; the clock is moved by dating rows in
+the past and by ``tick(now=...)``, as the other retention tests move it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""100 submissions with one Idempotency-Key at the same moment make exactly one job (issue 21), over real HTTP on
-SQLite and PostgreSQL: every answer is the first job (201 once, 200 + ``Idempotent-Replayed`` for the rest),
-never a 500 from the race between the key's lookup and the insert. Once through one server, and once through two
+"""100 submissions with one Idempotency-Key at the same moment make exactly one job (docs/jobs.md, "Endpoints"), over
+real HTTP on SQLite and PostgreSQL: every answer is the first job (201 once, 200 + ``Idempotent-Replayed`` for the
+rest), never a 500 from the race between the key's lookup and the insert. Once through one server, and once through two
 server processes on one database (two replicas), 50 submissions to each at the same moment."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The local cluster manager believes the pid in its pid file only while that process is still the Ray head it
-started (issue 21): a pid the system gave to another process is never adopted and never signalled. No Ray here:
+started: a pid the system gave to another process is never adopted and never signalled. No Ray here:
 plain processes play the head."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Preemption that checkpoints first (issue 20): the victim choice (pure), the state rules and the
-reconciler's part on SQLite and PostgreSQL, and the flow over the API with a fake cluster."""
+"""Preemption that checkpoints first (docs/scheduling.md, "Preemption"): the victim choice (pure), the state rules and
+the reconciler's part on SQLite and PostgreSQL, and the flow over the API with a fake cluster."""
 
 from __future__ import annotations
 

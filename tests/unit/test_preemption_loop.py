@@ -1,6 +1,6 @@
-"""The training loop preempted (issue 20), no Ray: told to checkpoint now, it writes a checkpoint at that very
-step (mid-epoch, or at the end of the epoch whose last step it was), stops, and a run resumed from that
-checkpoint ends exactly where an uninterrupted run ends, every step reported once. One process and a 2-rank
+"""The training loop preempted (docs/scheduling.md, "Preemption"), no Ray: told to checkpoint now, it writes a
+checkpoint at that very step (mid-epoch, or at the end of the epoch whose last step it was), stops, and a run resumed
+from that checkpoint ends exactly where an uninterrupted run ends, every step reported once. One process and a 2-rank
 gloo group (every rank must stop at the same step)."""
 
 from __future__ import annotations

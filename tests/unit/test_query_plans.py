@@ -1,4 +1,4 @@
-"""Every list the REST API serves is read through an index on PostgreSQL (issue 21, "10,000 jobs").
+"""Every list the REST API serves is read through an index on PostgreSQL (docs/benchmarks.md, "10,000 jobs").
 
 The database is filled by the benchmark's seeder (``bench/seed_db.py``) at a small size, ANALYZEd, and the
 repository functions behind the list routes are called for real; the SQL they emit is captured on the
@@ -226,8 +226,8 @@ def test_a_queue_that_stays_put_costs_the_scheduler_no_writes(engine, sessions):
 
 
 def test_usage_reads_its_ledger_through_an_index(engine, sessions):
-    """``GET /v1/usage`` (issue 20) over the last 30 days of a year of history, for one project and for every
-    project, each ``group_by``: the ledger (filled from the seeded history by migration 0013's backfill) is
+    """``GET /v1/usage`` (docs/usage.md, "The endpoint") over the last 30 days of a year of history, for one project and
+    for every project, each ``group_by``: the ledger (filled from the seeded history by migration 0013's backfill) is
     read through its ``ended_at`` indexes, the names and labels by primary key."""
     from datetime import timedelta
 
@@ -252,8 +252,8 @@ def test_usage_reads_its_ledger_through_an_index(engine, sessions):
 
 
 def test_a_new_leader_seeds_fair_share_from_the_ledger_through_an_index(engine, sessions):
-    """A new leader's first tick reads the last 5 half-lives of the usage ledger (issue 20,
-    ``scheduling.share_memory``): two range reads on ``ended_at``, never the whole ledger."""
+    """A new leader's first tick reads the last 5 half-lives of the usage ledger (``scheduling.share_memory``;
+    docs/scheduling.md, "The order, each tick"): two range reads on ``ended_at``, never the whole ledger."""
     from bench.seed_db import NEWEST
     from orchestrator.scheduling.share_memory import seed_shares
 

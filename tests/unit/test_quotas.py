@@ -1,5 +1,5 @@
 """Quotas, fair share and the starvation guard through the API and the scheduler's tick, over the fake cluster,
-on SQLite and PostgreSQL (issue 20). The policy's own arithmetic is in test_scheduling_policy.py."""
+on SQLite and PostgreSQL (docs/scheduling.md). The policy's own arithmetic is in test_scheduling_policy.py."""
 
 from __future__ import annotations
 

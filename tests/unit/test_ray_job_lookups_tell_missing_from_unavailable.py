@@ -1,4 +1,6 @@
-"""Issue 29, finding 10: the Ray backend read any error whose text held "404" as "Ray has no such job". Job ids
+"""A run reads as gone only when Ray says so (docs/security.md, "Reliability").
+
+The Ray backend read any error whose text held "404" as "Ray has no such job". Job ids
 are random hex, and 0.7 % of them hold "404"; Ray's client puts the job id (the URL) in every error's text, so
 a dashboard that answered 500 or refused the connection while asked about such a job made the reconciler see
 the run MISSING (and fail or resubmit it), a stop that failed read as done, and the logs as gone. On the old

@@ -1,5 +1,6 @@
-"""The one retry policy of the drivers and the event reporter (``workers.runtime.retry``, issue 21): jittered
-waits within their cap, bounded tries and deadline, no retry of what waiting will not fix, a stop event."""
+"""The one retry policy of the drivers and the event reporter (``workers.runtime.retry``): jittered waits within their
+cap, bounded tries and deadline, no retry of what waiting will not fix, a stop event
+(docs/architecture.md, "What runs where")."""
 
 from __future__ import annotations
 

@@ -20,7 +20,8 @@ def test_the_runtime_env_holds_the_drivers_env_vars_and_no_control_plane_secret(
     assert set(env) == {"env_vars"}
     assert env["env_vars"] == driver_env("jcl_claim_code", settings)
     # The driver's one-use claim code, which it exchanges for the run's token at its start: Ray lists a job's
-    # runtime_env to the whole cluster, so no token is ever in it (issue 29, finding 1).
+    # runtime_env to the whole cluster, so no token is ever in it
+    # (docs/security.md, "Run tokens are never in Ray's job table").
     assert env["env_vars"]["ORCHESTRATOR_CLAIM_CODE"] == "jcl_claim_code"
     assert not any("TOKEN" in name for name in env["env_vars"])
     assert all(isinstance(value, str) for value in env["env_vars"].values())  # Ray's env_vars are strings
@@ -53,7 +54,8 @@ def test_with_code_the_working_dir_is_the_stored_packages_name_in_rays_store_and
 
 def test_a_local_ray_node_never_inherits_the_control_planes_settings():
     """Every driver and worker inherits `ray start`'s environment: the admin token and the database URL,
-    set as ORCHESTRATOR_* variables for the control plane, must not be in it (issue 17's trust model)."""
+    set as ORCHESTRATOR_* variables for the control plane, must not be in it (docs/security.md,
+    "What a worker's environment holds")."""
     from orchestrator.backend.local_cluster import node_env
 
     environ = {

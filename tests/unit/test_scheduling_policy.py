@@ -1,5 +1,5 @@
-"""The scheduling policy (issue 20) as pure functions: fair-share order, quotas (GPUs, fractional CPUs, running
-jobs), borrowing, the starvation guard and when to preempt. No database, no Ray: plain data in, a plan out."""
+"""The scheduling policy (docs/scheduling.md) as pure functions: fair-share order, quotas (GPUs, fractional CPUs,
+running jobs), borrowing, the starvation guard and when to preempt. No database, no Ray: plain data in, a plan out."""
 
 from __future__ import annotations
 
@@ -296,7 +296,7 @@ def test_borrowing_uses_idle_capacity_after_everyone_within_quota_and_is_marked(
 
 def test_a_run_that_may_not_be_preempted_never_borrows():
     """Borrowed capacity is taken back by preemption, which such a run refuses: it waits within its quota while
-    the project's preemptible runs still borrow (issue 29)."""
+    the project's preemptible runs still borrow (docs/scheduling.md, "The order, each tick", step 6)."""
     quotas = [ProjectQuota("a", name="vision", max_cpus=1)]
     exempt = Waiting("a-exempt", "a", 0, NOW - timedelta(seconds=5), demand(), preemptible=False)
     result = plan([waiting("a0", "a", age_s=10), exempt, waiting("a1", "a", age_s=1)], quotas=quotas)

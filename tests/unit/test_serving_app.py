@@ -12,15 +12,11 @@ import torch.distributed.checkpoint as dcp
 from starlette.requests import Request
 from starlette.testclient import TestClient
 
-from workers.serve.app import (
-    MAX_ROWS,
-    BadInput,
-    DigitsPredictor,
-    ModelServer,
-    TinyGptPredictor,
-    load_serving_model,
-)
+from workers.serve.app import ModelServer, load_serving_model
+from workers.serve.predictors import MAX_ROWS, BadInput
 from workers.workloads import digits, tiny_gpt
+from workers.workloads.digits import DigitsPredictor
+from workers.workloads.tiny_gpt import TinyGptPredictor
 
 DIGITS_CONFIG = {"hidden": 16, "batchnorm": False, "val_fraction": 0.2}
 GPT_CONFIG = {"text_path": "unused.txt", "context": 8, "layers": 1, "width": 16, "heads": 2}

@@ -1,6 +1,6 @@
-"""Fair share's memory survives a restart (issue 20): a new leader seeds each project's decayed dominant share
-from the usage ledger (``orchestrator.scheduling.share_memory``) and orders projects as the leader that kept
-running would, instead of starting from what each project holds at that moment."""
+"""Fair share's memory survives a restart (docs/scheduling.md, "The order, each tick"): a new leader seeds each
+project's decayed dominant share from the usage ledger (``orchestrator.scheduling.share_memory``) and orders projects as
+the leader that kept running would, instead of starting from what each project holds at that moment."""
 
 from __future__ import annotations
 

@@ -27,7 +27,8 @@ LEGAL = [
     (S.STARTING, S.RESTARTING),
     (S.CANCELLING, S.CANCELLED),
     (S.CANCELLING, S.SUCCEEDED),
-    # Preempted (issue 20): back to the queue, reason "preempted" only (tests/unit/test_preemption.py).
+    # Preempted (docs/scheduling.md, "Preemption"): back to the queue, reason "preempted" only
+    # (tests/unit/test_preemption.py).
     (S.STARTING, S.QUEUED),
     (S.RUNNING, S.QUEUED),
     (S.RESTARTING, S.QUEUED),

@@ -266,8 +266,8 @@ def test_a_sweep_reserves_its_concurrent_trials():
 
 
 def test_two_one_cpu_trials_fit_two_cpus():
-    """Issue 20: the trial's own actor asks no CPU, so max_concurrent_trials 2 of 1-worker, 1-CPU trials is
-    admitted on a 2-CPU cluster (it needed 2.02 CPUs and was refused at submit)."""
+    """The trial's own actor asks no CPU (docs/sweeps.md, "How it runs"), so max_concurrent_trials 2 of 1-worker,
+    1-CPU trials is admitted on a 2-CPU cluster (it needed 2.02 CPUs and was refused at submit)."""
     spec = SweepSpec.model_validate(
         sweep_spec(
             max_concurrent_trials=2, base={"workload": "digits", "scaling": {"num_workers": 1, "cpus_per_worker": 1}}

@@ -442,7 +442,8 @@ def test_a_function_without_serve_py_is_a_422_saying_what_is_missing(app, client
 
 
 def test_the_replica_loads_model_pt_and_answers_through_serve_py(example_code, tmp_path):
-    from workers.serve.app import BadInput, load_hook_predictor
+    from workers.serve.app import load_hook_predictor
+    from workers.serve.predictors import BadInput
 
     run_function(function_config(epochs=2), LocalContext(tmp_path), RecordingReporter())
     checkpoint = latest_checkpoint(tmp_path)

@@ -1,4 +1,4 @@
-"""Usage accounting (issue 20): the ledger the state engine writes, read back by ``GET /v1/usage`` on SQLite and
+"""Usage accounting (docs/usage.md): the ledger the state engine writes, read back by ``GET /v1/usage`` on SQLite and
 PostgreSQL, against runs whose transitions happen at known instants (the engine's clock is moved by hand)."""
 
 from __future__ import annotations

@@ -230,6 +230,22 @@ def examples_on_path(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLES))
 
 
+@pytest.mark.parametrize("name", ["digits", "tiny_gpt"])
+def test_a_builtins_predictor_lives_beside_its_model_and_takes_its_example_request(name, text_file):
+    """A built-in is its module (model, data, predictor) and its descriptor: serving loads the predictor the
+    descriptor names from the workload's own module, and the example the dashboard offers is a body it takes."""
+    descriptor = workloads.get(name)
+    assert descriptor.predictor.startswith(f"workers.workloads.{name}:"), descriptor.predictor
+    assert descriptor.example_request, "the dashboard's try-it form starts from it"
+    config = (
+        {"hidden": 16} if name == "digits" else {"text_path": str(text_file), "context": 8, "width": 16, "heads": 2}
+    )
+    config = descriptor.validate_config(config)
+    predictor = descriptor.load_predictor()(descriptor.load_model_builder()(config).eval(), config)
+    (answer,) = predictor.predict([predictor.parse(dict(descriptor.example_request))])
+    assert answer.get("predictions") or answer.get("text") is not None, answer
+
+
 def test_spirals_example_through_the_registry(examples_on_path):
     build = load_workload("example_workloads.spirals:build")
     workload = build({"points": 500}, 7)

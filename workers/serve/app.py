@@ -16,9 +16,9 @@ hex digests of the project's valid keys, never the keys: the control plane re-ap
 they change, so a revoked key stops working without a restart) and ``max_body_mb`` (a larger body is a
 413 before it is parsed). The replica never reaches the database.
 
-A predictor (``DigitsPredictor``, ``TinyGptPredictor``, or ``TensorPredictor`` for a custom workload
-whose samples are feature vectors; a workload's descriptor in ``orchestrator_contract.workloads`` names its
-predictor) holds the workload-specific part: checking a
+A predictor (the one a workload's descriptor names, beside its model: ``workers.workloads.digits:DigitsPredictor``,
+``workers.workloads.tiny_gpt:TinyGptPredictor``; ``TensorPredictor`` of ``workers.serve.predictors`` for a custom
+workload whose samples are feature vectors) holds the workload-specific part: checking a
 request body (a bad one is a 4xx that says what is expected, never a 500), running a batch, and a
 probe for the health check. It has no Ray in it, so ``bench/serve.py`` serves the very same predictor
 from a plain FastAPI app, and unit tests call it directly.
@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, get_args
 
@@ -39,19 +37,13 @@ from torch import nn
 from orchestrator_contract import workloads
 from orchestrator_contract.checkpoints import MODEL_FILE, SERVE_MODULE_FILE
 from orchestrator_contract.deployments import SERVE_DEPLOYMENT_NAME, Auth
+from workers.serve.predictors import BadInput, TensorPredictor
 
-MAX_ROWS = 256  # digits rows per request
-MAX_PROMPT_BYTES = 4096
-MAX_NEW_TOKENS = 256
 DEFAULT_MAX_BODY_MB = 1.0
 AUTH_MODES: tuple[str, ...] = get_args(Auth)  # ("project", "none"): the deployment spec's
 
 
 SERVE_MODULE = SERVE_MODULE_FILE.removesuffix(".py")
-
-
-class BadInput(ValueError):
-    """A request body the predictor can't take: answered 422 with what is expected."""
 
 
 # --- loading --------------------------------------------------------------------------------------
@@ -68,194 +60,6 @@ def load_serving_model(checkpoint_path: str, workload: str, config: dict) -> nn.
     from workers.train.checkpoints import load_model_from_checkpoint
 
     return load_model_from_checkpoint(checkpoint_path, workload, config)
-
-
-# --- predictors -------------------------------------------------------------------------------------
-
-
-def _device_of(model: nn.Module) -> torch.device:
-    return next(model.parameters(), torch.empty(0)).device
-
-
-def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise BadInput(f"{where} is {json.dumps(value)[:40]}: expected a number")
-    if not math.isfinite(value):
-        raise BadInput(f"{where} is not a finite number")
-    return float(value)
-
-
-def _only_keys(body: Any, allowed: Sequence[str], required: Sequence[str]) -> dict:
-    if not isinstance(body, dict):
-        raise BadInput(f"the body must be a JSON object, not {type(body).__name__}")
-    unknown = sorted(set(body) - set(allowed))
-    if unknown:
-        raise BadInput(f"unknown key {unknown[0]!r}; allowed keys: {', '.join(allowed)}")
-    missing = [key for key in required if key not in body]
-    if missing:
-        raise BadInput(f"missing key {missing[0]!r}")
-    return body
-
-
-class RowsPredictor:
-    """``{"inputs": [[features numbers], ...]}`` -> ``predictions`` (classes) and ``probabilities``.
-
-    A classifier over its output's last dimension, like every workload (see workers.workloads.base).
-    Rows from several requests go through one forward pass together.
-    """
-
-    features: int
-    low: float | None = None  # the range a value must be in; None: any finite number
-    high: float | None = None
-    unit = "numbers"
-    expected: dict[str, str]
-
-    def __init__(self, model: nn.Module, config: dict):
-        self.model = model
-        self.device = _device_of(model)
-
-    def parse(self, body: Any) -> torch.Tensor:
-        rows = _only_keys(body, ["inputs"], ["inputs"])["inputs"]
-        if not isinstance(rows, list):
-            raise BadInput("'inputs' must be a list of rows")
-        if not rows:
-            raise BadInput("'inputs' is empty: send at least one row")
-        if len(rows) > MAX_ROWS:
-            raise BadInput(f"'inputs' has {len(rows)} rows: at most {MAX_ROWS} per request")
-        # Fast path: one conversion and vectorised checks; the element by element walk below only
-        # runs to say exactly what is wrong.
-        try:
-            x = torch.tensor(rows, dtype=torch.float32)
-        except (TypeError, ValueError, RuntimeError):
-            x = None
-        if (
-            x is not None
-            and x.shape == (len(rows), self.features)
-            and not any(value.__class__ is bool for row in rows for value in row)
-            and bool(torch.isfinite(x).all())
-            and (self.low is None or bool((x >= self.low).all()))
-            and (self.high is None or bool((x <= self.high).all()))
-        ):
-            return x
-        self._explain(rows)
-        raise BadInput(f"'inputs' must be rows of {self.features} numbers")  # not reached in practice
-
-    def _explain(self, rows: list) -> None:
-        for i, row in enumerate(rows):
-            if not isinstance(row, list) or len(row) != self.features:
-                got = f"{len(row)} values" if isinstance(row, list) else type(row).__name__
-                raise BadInput(f"inputs[{i}] has {got}: each row must be {self.features} {self.unit}")
-            for j, value in enumerate(row):
-                number = _number(value, f"inputs[{i}][{j}]")
-                if (self.low is not None and number < self.low) or (self.high is not None and number > self.high):
-                    raise BadInput(f"inputs[{i}][{j}] is {number:g}: values are from {self.low:g} to {self.high:g}")
-
-    @torch.no_grad()
-    def predict(self, items: list[torch.Tensor]) -> list[dict]:
-        """One forward pass over every request's rows together; each request gets its own rows back."""
-        probabilities = torch.softmax(self.model(torch.cat(items).to(self.device)).float(), dim=-1).cpu()
-        answers, start = [], 0
-        for item in items:
-            chunk = probabilities[start : start + len(item)]
-            start += len(item)
-            answers.append({"predictions": chunk.argmax(dim=-1).tolist(), "probabilities": chunk.tolist()})
-        return answers
-
-    def probe(self) -> None:
-        with torch.no_grad():
-            output = self.model(torch.full((1, self.features), self.low or 0.0, device=self.device))
-        if not torch.isfinite(output).all():
-            raise RuntimeError("the model answers non-finite values")
-
-
-class DigitsPredictor(RowsPredictor):
-    """The pixels are on the data set's own scale (scikit-learn's 8x8 digits, 0-16); the model holds the
-    training split's standardization (``workers.workloads.digits.Standardize``), so the workload's own
-    preprocessing is applied by the model itself."""
-
-    features, low, high = 64, 0.0, 16.0
-    unit = "pixel values (8x8)"
-    expected = {"inputs": f"a list of 1 to {MAX_ROWS} rows, each 64 numbers from 0 to 16 (an 8x8 image, row by row)"}
-
-
-class TensorPredictor(RowsPredictor):
-    """A custom workload whose samples are feature vectors: rows as wide as its training samples."""
-
-    def __init__(self, model: nn.Module, config: dict, workload: str):
-        super().__init__(model, config)
-        sample = workloads.resolve(workload).load_build()(config, 0).train_dataset[0][0]
-        if sample.dim() != 1:
-            raise ValueError(
-                f"serving answers rows of numbers; {workload}'s samples have shape {tuple(sample.shape)}, not (features,)"
-            )
-        self.features = int(sample.shape[0])
-        self.expected = {"inputs": f"a list of 1 to {MAX_ROWS} rows, each {self.features} finite numbers"}
-
-
-class TinyGptPredictor:
-    """``{"prompt": "...", "max_new_tokens": 32, "temperature": 0, "seed": 0}`` -> generated text.
-
-    Byte-level, like the workload: the prompt's UTF-8 bytes are the tokens, the last ``context`` of
-    them condition each next byte. ``temperature`` 0 is greedy (argmax); above 0 samples, seeded.
-    """
-
-    expected = {
-        "prompt": f"text, 1 to {MAX_PROMPT_BYTES} UTF-8 bytes",
-        "max_new_tokens": f"optional, 1 to {MAX_NEW_TOKENS} (default 32)",
-        "temperature": "optional, 0 (greedy, default) to 5",
-        "seed": "optional integer for sampling (default 0)",
-    }
-
-    def __init__(self, model: nn.Module, config: dict):
-        self.model = model
-        self.device = _device_of(model)
-        cfg = workloads.TinyGptConfig.model_validate(config)
-        self.context, self.vocab_size = cfg.context, cfg.vocab_size
-
-    def parse(self, body: Any) -> dict:
-        body = _only_keys(body, ["prompt", "max_new_tokens", "temperature", "seed"], ["prompt"])
-        prompt = body["prompt"]
-        if not isinstance(prompt, str) or not prompt:
-            raise BadInput("'prompt' must be a non-empty string")
-        tokens = list(prompt.encode("utf-8"))
-        if len(tokens) > MAX_PROMPT_BYTES:
-            raise BadInput(f"'prompt' is {len(tokens)} bytes: at most {MAX_PROMPT_BYTES}")
-        if max(tokens) >= self.vocab_size:
-            raise BadInput(f"'prompt' holds bytes outside this model's vocabulary of {self.vocab_size}")
-        new_tokens = body.get("max_new_tokens", 32)
-        if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or not 1 <= new_tokens <= MAX_NEW_TOKENS:
-            raise BadInput(f"'max_new_tokens' must be an integer from 1 to {MAX_NEW_TOKENS}")
-        temperature = _number(body.get("temperature", 0.0), "'temperature'")
-        if not 0 <= temperature <= 5:
-            raise BadInput("'temperature' must be from 0 to 5")
-        seed = body.get("seed", 0)
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-            raise BadInput("'seed' must be a non-negative integer")
-        return {"tokens": tokens, "max_new_tokens": new_tokens, "temperature": temperature, "seed": seed}
-
-    @torch.no_grad()
-    def predict(self, items: list[dict]) -> list[dict]:
-        return [self._generate(**item) for item in items]  # prompts differ in length: one at a time
-
-    def _generate(self, tokens: list[int], max_new_tokens: int, temperature: float, seed: int) -> dict:
-        generator = torch.Generator().manual_seed(seed)
-        out = list(tokens)
-        for _ in range(max_new_tokens):
-            logits = self.model(torch.tensor([out[-self.context :]], device=self.device))[0, -1].float().cpu()
-            if temperature == 0:
-                token = int(logits.argmax())
-            else:
-                probabilities = torch.softmax(logits / temperature, dim=-1)
-                token = int(torch.multinomial(probabilities, 1, generator=generator))
-            out.append(token)
-        generated = bytes(out[len(tokens) :])
-        return {"text": generated.decode("utf-8", errors="replace"), "tokens": len(generated)}
-
-    def probe(self) -> None:
-        with torch.no_grad():
-            output = self.model(torch.zeros((1, 1), dtype=torch.long, device=self.device))
-        if not torch.isfinite(output).all():
-            raise RuntimeError("the model answers non-finite values")
 
 
 class HookPredictor:

@@ -13,6 +13,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from orchestrator_contract.workloads import DigitsConfig
+from workers.serve.predictors import MAX_ROWS, RowsPredictor
 from workers.workloads.base import Workload
 
 NUM_FEATURES = 64
@@ -92,3 +93,16 @@ def split(seed: int, val_fraction: float) -> tuple[np.ndarray, np.ndarray, np.nd
     except OSError:  # a read-only or full disk only costs the next process the import
         pass
     return x_train, x_val, y_train, y_val
+
+
+# --- serving ------------------------------------------------------------------------------------------
+
+
+class DigitsPredictor(RowsPredictor):
+    """What a deployment of ``digits`` answers (the descriptor's ``predictor``). The pixels are on the data set's own scale (scikit-learn's 8x8 digits, 0-16); the model holds the
+    training split's standardization (``workers.workloads.digits.Standardize``), so the workload's own
+    preprocessing is applied by the model itself."""
+
+    features, low, high = 64, 0.0, 16.0
+    unit = "pixel values (8x8)"
+    expected = {"inputs": f"a list of 1 to {MAX_ROWS} rows, each 64 numbers from 0 to 16 (an 8x8 image, row by row)"}

@@ -7,12 +7,15 @@ window shifted by one; windows do not overlap, so an epoch is one pass over the 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset
 
 from orchestrator_contract.workloads import TinyGptConfig
+from workers.serve.predictors import BadInput, as_number, device_of, only_keys
 from workers.workloads.base import Workload
 
 
@@ -124,3 +127,75 @@ def build(config: dict, seed: int) -> Workload:
         fsdp_blocks=lambda model: model.blocks,
         targets_per_sample=cfg.context,
     )
+
+
+# --- serving ------------------------------------------------------------------------------------------
+
+MAX_PROMPT_BYTES = 4096
+MAX_NEW_TOKENS = 256
+
+
+class TinyGptPredictor:
+    """``{"prompt": "...", "max_new_tokens": 32, "temperature": 0, "seed": 0}`` -> generated text.
+
+    Byte-level, like the workload: the prompt's UTF-8 bytes are the tokens, the last ``context`` of
+    them condition each next byte. ``temperature`` 0 is greedy (argmax); above 0 samples, seeded.
+    """
+
+    expected = {
+        "prompt": f"text, 1 to {MAX_PROMPT_BYTES} UTF-8 bytes",
+        "max_new_tokens": f"optional, 1 to {MAX_NEW_TOKENS} (default 32)",
+        "temperature": "optional, 0 (greedy, default) to 5",
+        "seed": "optional integer for sampling (default 0)",
+    }
+
+    def __init__(self, model: nn.Module, config: dict):
+        self.model = model
+        self.device = device_of(model)
+        cfg = TinyGptConfig.model_validate(config)
+        self.context, self.vocab_size = cfg.context, cfg.vocab_size
+
+    def parse(self, body: Any) -> dict:
+        body = only_keys(body, ["prompt", "max_new_tokens", "temperature", "seed"], ["prompt"])
+        prompt = body["prompt"]
+        if not isinstance(prompt, str) or not prompt:
+            raise BadInput("'prompt' must be a non-empty string")
+        tokens = list(prompt.encode("utf-8"))
+        if len(tokens) > MAX_PROMPT_BYTES:
+            raise BadInput(f"'prompt' is {len(tokens)} bytes: at most {MAX_PROMPT_BYTES}")
+        if max(tokens) >= self.vocab_size:
+            raise BadInput(f"'prompt' holds bytes outside this model's vocabulary of {self.vocab_size}")
+        new_tokens = body.get("max_new_tokens", 32)
+        if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or not 1 <= new_tokens <= MAX_NEW_TOKENS:
+            raise BadInput(f"'max_new_tokens' must be an integer from 1 to {MAX_NEW_TOKENS}")
+        temperature = as_number(body.get("temperature", 0.0), "'temperature'")
+        if not 0 <= temperature <= 5:
+            raise BadInput("'temperature' must be from 0 to 5")
+        seed = body.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+            raise BadInput("'seed' must be a non-negative integer")
+        return {"tokens": tokens, "max_new_tokens": new_tokens, "temperature": temperature, "seed": seed}
+
+    @torch.no_grad()
+    def predict(self, items: list[dict]) -> list[dict]:
+        return [self._generate(**item) for item in items]  # prompts differ in length: one at a time
+
+    def _generate(self, tokens: list[int], max_new_tokens: int, temperature: float, seed: int) -> dict:
+        generator = torch.Generator().manual_seed(seed)
+        out = list(tokens)
+        for _ in range(max_new_tokens):
+            logits = self.model(torch.tensor([out[-self.context :]], device=self.device))[0, -1].float().cpu()
+            if temperature == 0:
+                token = int(logits.argmax())
+            else:
+                probabilities = torch.softmax(logits / temperature, dim=-1)
+                token = int(torch.multinomial(probabilities, 1, generator=generator))
+            out.append(token)
+        generated = bytes(out[len(tokens) :])
+        return {"text": generated.decode("utf-8", errors="replace"), "tokens": len(generated)}
+
+    def probe(self) -> None:
+        with torch.no_grad():
+            output = self.model(torch.zeros((1, 1), dtype=torch.long, device=self.device))
+        if not torch.isfinite(output).all():
+            raise RuntimeError("the model answers non-finite values")
