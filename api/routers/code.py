@@ -16,7 +16,7 @@ from orchestrator.errors import Invalid, NotFound
 from orchestrator.repositories import code as code_repo
 from orchestrator.services.code import UploadSlots, store_upload
 from orchestrator.use_cases.projects import target_project
-from orchestrator_contract.rest import CodeFileOut, CodePackageOut, CodeUploaded
+from orchestrator_contract.rest import CodeFileOut, CodePackageOut, CodeUploaded, Paged
 
 router = APIRouter(prefix="/v1/code", tags=["code"])
 
@@ -107,10 +107,10 @@ async def upload_code(
 @router.get("", summary="List code packages")
 def list_code(
     session: SessionDep, principal: CurrentKey, page: Page, project_id: ProjectQuery = None
-) -> list[CodePackageOut]:
+) -> list[CodePackageOut] | Paged[CodePackageOut]:
     """The project's packages, newest first, without their file lists; paged (X-Next-Cursor)."""
     target = target_project(session, principal, project_id)
-    return [_out(p) for p in page.fetch(lambda c, n: code_repo.list_packages(session, target, c, n))]
+    return page.answer([_out(p) for p in page.fetch(lambda c, n: code_repo.list_packages(session, target, c, n))])
 
 
 @router.get("/{package_id}", summary="Get a code package and its files")

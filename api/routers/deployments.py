@@ -20,7 +20,7 @@ from orchestrator.errors import NotFound
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.use_cases import deployments
 from orchestrator_contract.deployments import DeploymentCreate, DeploymentPatch
-from orchestrator_contract.rest import DeploymentEventOut, DeploymentOut
+from orchestrator_contract.rest import DeploymentEventOut, DeploymentOut, Paged
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
 
@@ -62,11 +62,11 @@ def list_deployments(
     state: Annotated[
         list[DeploymentState] | None, Query(description="Repeat to match any of several; default: all but DELETED.")
     ] = None,
-) -> list[DeploymentOut]:
+) -> list[DeploymentOut] | Paged[DeploymentOut]:
     """Newest first; paged (X-Next-Cursor)."""
     scope = principal.project_scope()
     deployments = page.fetch(lambda c, n: deployments_repo.list_deployments(session, scope, state, c, n))
-    return [deployment_out(d, service.settings.serve_url) for d in deployments]
+    return page.answer([deployment_out(d, service.settings.serve_url) for d in deployments])
 
 
 @router.get("/{name}", summary="Get a deployment")
@@ -76,11 +76,13 @@ def get_deployment(name: str, session: SessionDep, service: ControlPlaneDep, pri
 
 
 @router.get("/{name}/events", summary="A deployment's state history")
-def deployment_events(name: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[DeploymentEventOut]:
+def deployment_events(
+    name: str, session: SessionDep, principal: CurrentKey, page: Page
+) -> list[DeploymentEventOut] | Paged[DeploymentEventOut]:
     """Oldest first; paged (X-Next-Cursor)."""
     deployment = _deployment_or_404(session, name, principal)
     rows = page.fetch(lambda c, n: deployments_repo.page_events(session, deployment.id, c, n))
-    return [DeploymentEventOut.model_validate(e) for e in rows]
+    return page.answer([DeploymentEventOut.model_validate(e) for e in rows])
 
 
 @router.patch("/{name}", summary="Update a deployment (a new version)")

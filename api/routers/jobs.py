@@ -16,7 +16,7 @@ from orchestrator.services.log_lines import view
 from orchestrator.services.logs import last_lines, read_logs
 from orchestrator.use_cases.jobs import cancel_job, submit_job
 from orchestrator_contract.jobs import JobSpec
-from orchestrator_contract.rest import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut
+from orchestrator_contract.rest import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut, Paged
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -87,27 +87,35 @@ def cancel(job_id: str, session: SessionDep, service: ControlPlaneDep, principal
 
 
 @router.get("/{job_id}/events", summary="A job's state history")
-def events(job_id: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[JobEventOut]:
+def events(
+    job_id: str, session: SessionDep, principal: CurrentKey, page: Page
+) -> list[JobEventOut] | Paged[JobEventOut]:
     """Oldest first; paged (X-Next-Cursor)."""
     _job_or_404(session, job_id, principal)
-    return [
-        JobEventOut.model_validate(e) for e in page.fetch(lambda c, n: jobs_repo.page_events(session, job_id, c, n))
-    ]
+    return page.answer(
+        [JobEventOut.model_validate(e) for e in page.fetch(lambda c, n: jobs_repo.page_events(session, job_id, c, n))]
+    )
 
 
 @router.get("/{job_id}/metrics", summary="A job's metrics")
-def metrics(job_id: str, session: SessionDep, principal: CurrentKey, page: MetricsPage) -> list[MetricOut]:
+def metrics(
+    job_id: str, session: SessionDep, principal: CurrentKey, page: MetricsPage
+) -> list[MetricOut] | Paged[MetricOut]:
     """By attempt, then step; paged (X-Next-Cursor)."""
     _job_or_404(session, job_id, principal)
-    return [MetricOut.model_validate(m) for m in page.fetch(lambda c, n: jobs_repo.page_metrics(session, job_id, c, n))]
+    return page.answer(
+        [MetricOut.model_validate(m) for m in page.fetch(lambda c, n: jobs_repo.page_metrics(session, job_id, c, n))]
+    )
 
 
 @router.get("/{job_id}/checkpoints", summary="A job's checkpoints")
-def checkpoints(job_id: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[CheckpointOut]:
+def checkpoints(
+    job_id: str, session: SessionDep, principal: CurrentKey, page: Page
+) -> list[CheckpointOut] | Paged[CheckpointOut]:
     """By step; paged (X-Next-Cursor)."""
     _job_or_404(session, job_id, principal)
     rows = page.fetch(lambda c, n: jobs_repo.page_checkpoints(session, job_id, c, n))
-    return [CheckpointOut.model_validate(c) for c in rows]
+    return page.answer([CheckpointOut.model_validate(c) for c in rows])
 
 
 @router.get("/{job_id}/logs", response_class=PlainTextResponse, summary="A job's output (or follow it)")

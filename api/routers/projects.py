@@ -7,7 +7,16 @@ from api.paging import Page
 from orchestrator.repositories import projects as projects_repo
 from orchestrator.use_cases import projects
 from orchestrator.use_cases.projects import visible_project
-from orchestrator_contract.rest import KeyCreate, KeyCreated, KeyOut, ProjectCreate, ProjectOut, ProjectPatch, Quota
+from orchestrator_contract.rest import (
+    KeyCreate,
+    KeyCreated,
+    KeyOut,
+    Paged,
+    ProjectCreate,
+    ProjectOut,
+    ProjectPatch,
+    Quota,
+)
 
 router = APIRouter(prefix="/v1/projects", tags=["projects"])
 
@@ -21,13 +30,16 @@ def create_project(body: ProjectCreate, session: SessionDep, _: ClusterAdminKey)
 
 
 @router.get("", summary="List projects")
-def list_projects(session: SessionDep, principal: CurrentKey, page: Page) -> list[ProjectOut]:
+def list_projects(session: SessionDep, principal: CurrentKey, page: Page) -> list[ProjectOut] | Paged[ProjectOut]:
     """Oldest first: every project for a cluster-wide admin, the key's own project for any other key;
     paged (X-Next-Cursor)."""
     scope = principal.project_scope()
-    return [
-        ProjectOut.model_validate(p) for p in page.fetch(lambda c, n: projects_repo.page_projects(session, scope, c, n))
-    ]
+    return page.answer(
+        [
+            ProjectOut.model_validate(p)
+            for p in page.fetch(lambda c, n: projects_repo.page_projects(session, scope, c, n))
+        ]
+    )
 
 
 @router.get("/{project_id}", summary="Get a project")
@@ -65,13 +77,13 @@ def create_key(project_id: str, body: KeyCreate, session: SessionDep, principal:
 
 
 @router.get("/{project_id}/keys", summary="List a project's API keys")
-def list_keys(project_id: str, session: SessionDep, principal: AdminKey, page: Page) -> list[KeyOut]:
+def list_keys(project_id: str, session: SessionDep, principal: AdminKey, page: Page) -> list[KeyOut] | Paged[KeyOut]:
     """The project's keys (never a secret or its hash): for the project's admins and cluster-wide admins.
     Oldest first; paged (X-Next-Cursor)."""
     visible_project(session, principal, project_id)
     cluster_wide = principal.is_cluster_admin
     keys = page.fetch(lambda c, n: projects_repo.page_api_keys(session, project_id, cluster_wide, c, n))
-    return [KeyOut.model_validate(key) for key in keys]
+    return page.answer([KeyOut.model_validate(key) for key in keys])
 
 
 @router.delete("/{project_id}/keys/{key_id}", status_code=status.HTTP_204_NO_CONTENT, summary="Revoke an API key")

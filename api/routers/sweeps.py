@@ -18,7 +18,7 @@ from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.log_lines import view
 from orchestrator.services.logs import last_lines, read_logs
 from orchestrator.use_cases.sweeps import cancel_sweep, submit_sweep
-from orchestrator_contract.rest import JobEventOut, SweepOut, TrialEventOut, TrialMetricOut, TrialOut
+from orchestrator_contract.rest import JobEventOut, Paged, SweepOut, TrialEventOut, TrialMetricOut, TrialOut
 from orchestrator_contract.sweeps import SweepSpec
 
 router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"])
@@ -65,11 +65,11 @@ def list_sweeps(
     page: Page,
     state: Annotated[list[JobState] | None, Query(description="Repeat to match any of several.")] = None,
     name_prefix: NamePrefix = None,
-) -> list[SweepOut]:
+) -> list[SweepOut] | Paged[SweepOut]:
     """Newest first, filtered by state and the start of the name; paged (X-Next-Cursor)."""
     scope = principal.project_scope()
     rows = page.fetch(lambda c, n: sweeps_repo.list_sweeps(session, scope, state, c, n, name_prefix))
-    return [_out(session, s) for s in rows]
+    return page.answer([_out(session, s) for s in rows])
 
 
 @router.get("/{sweep_id}", summary="Get a sweep")
@@ -79,21 +79,28 @@ def get_sweep(sweep_id: str, session: SessionDep, principal: CurrentKey) -> Swee
 
 
 @router.get("/{sweep_id}/trials", summary="List a sweep's trials")
-def list_trials(sweep_id: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[TrialOut]:
+def list_trials(
+    sweep_id: str, session: SessionDep, principal: CurrentKey, page: Page
+) -> list[TrialOut] | Paged[TrialOut]:
     """By number; paged (X-Next-Cursor)."""
     _sweep_or_404(session, sweep_id, principal)
-    return [
-        TrialOut.model_validate(t) for t in page.fetch(lambda c, n: sweeps_repo.page_trials(session, sweep_id, c, n))
-    ]
+    return page.answer(
+        [TrialOut.model_validate(t) for t in page.fetch(lambda c, n: sweeps_repo.page_trials(session, sweep_id, c, n))]
+    )
 
 
 @router.get("/{sweep_id}/events", summary="A sweep's state history")
-def events(sweep_id: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[JobEventOut]:
+def events(
+    sweep_id: str, session: SessionDep, principal: CurrentKey, page: Page
+) -> list[JobEventOut] | Paged[JobEventOut]:
     """The sweep's state history, oldest first; paged (X-Next-Cursor)."""
     _sweep_or_404(session, sweep_id, principal)
-    return [
-        JobEventOut.model_validate(e) for e in page.fetch(lambda c, n: sweeps_repo.page_events(session, sweep_id, c, n))
-    ]
+    return page.answer(
+        [
+            JobEventOut.model_validate(e)
+            for e in page.fetch(lambda c, n: sweeps_repo.page_events(session, sweep_id, c, n))
+        ]
+    )
 
 
 @router.get("/{sweep_id}/logs", response_class=PlainTextResponse, summary="A sweep driver's output")
@@ -128,19 +135,23 @@ def get_trial(trial_id: str, session: SessionDep, principal: CurrentKey) -> Tria
 
 
 @trials_router.get("/{trial_id}/metrics", summary="A trial's metrics")
-def trial_metrics(trial_id: str, session: SessionDep, principal: CurrentKey, page: MetricsPage) -> list[TrialMetricOut]:
+def trial_metrics(
+    trial_id: str, session: SessionDep, principal: CurrentKey, page: MetricsPage
+) -> list[TrialMetricOut] | Paged[TrialMetricOut]:
     """One point per epoch the trial ran: what the search compared. By epoch; paged (X-Next-Cursor)."""
     _trial_or_404(session, trial_id, principal)
     rows = page.fetch(lambda c, n: sweeps_repo.page_trial_metrics(session, trial_id, c, n))
-    return [TrialMetricOut.model_validate(m) for m in rows]
+    return page.answer([TrialMetricOut.model_validate(m) for m in rows])
 
 
 @trials_router.get("/{trial_id}/events", summary="A trial's state history")
-def trial_events(trial_id: str, session: SessionDep, principal: CurrentKey, page: Page) -> list[TrialEventOut]:
+def trial_events(
+    trial_id: str, session: SessionDep, principal: CurrentKey, page: Page
+) -> list[TrialEventOut] | Paged[TrialEventOut]:
     """The trial's state history, oldest first: its creation and every transition; paged (X-Next-Cursor)."""
     _trial_or_404(session, trial_id, principal)
     rows = page.fetch(lambda c, n: sweeps_repo.page_trial_events(session, trial_id, c, n))
-    return [TrialEventOut.model_validate(e) for e in rows]
+    return page.answer([TrialEventOut.model_validate(e) for e in rows])
 
 
 def _trial_or_404(session, trial_id: str, principal: Principal) -> Trial:

@@ -1,5 +1,7 @@
 """Lists as lazy iterators over the server's cursor pages: a page is asked for only when the one before is
-used up, and never more items than ``limit`` in all (the last request asks for only what is still wanted)."""
+used up, and never more items than ``limit`` in all (the last request asks for only what is still wanted).
+Every page is asked for in the API's one scheme (``?envelope=true``: ``{"items", "next_cursor"}``); a bare list,
+what a server from before that scheme answers, is read too."""
 
 from __future__ import annotations
 
@@ -59,11 +61,11 @@ class Pager(Generic[T]):
             size = self.page_size
             if self.limit is not None:  # ask for no more than is still wanted (within every route's maximum)
                 size = min(size or SAFE_PAGE_SIZE, self.limit - yielded)
-            params = [*self._params, ("limit", size), ("cursor", cursor)]
+            params = [*self._params, ("envelope", "true"), ("limit", size), ("cursor", cursor)]
             response = self._transport.request("GET", self._path, params=params)
             self.pages += 1
             body = response.json()
-            items = body["items"] if isinstance(body, dict) else body  # GET /v1/jobs wraps its page
+            items = body["items"] if isinstance(body, dict) else body  # the envelope, or an older server's list
             for item in items:
                 yield self._parse(item)
                 yielded += 1

@@ -21,6 +21,7 @@ def test_a_pager_follows_the_cursor_page_by_page_and_limit_stops_early(live):
     assert [job.id for job in jobs] == made[::-1]  # newest first, every one, once
     assert pager.pages == 3 and len(asked) == 3
     assert [a.get("limit") for a in asked] == ["2", "2", "2"] and "cursor" not in asked[0] and asked[1]["cursor"]
+    assert all(a["envelope"] == "true" for a in asked)  # the one scheme, not the deprecated bare lists
 
     asked.clear()
     limited = client.jobs.list(page_size=2, limit=3)

@@ -11,6 +11,7 @@ from orchestrator_contract.rest.code import CodeFileOut, CodePackageOut, CodeUpl
 from orchestrator_contract.rest.deployments import DeploymentEventOut, DeploymentOut, DeploymentVersionOut, ReplicaOut
 from orchestrator_contract.rest.errors import ErrorMessage, FieldError, FieldErrors
 from orchestrator_contract.rest.jobs import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut, RunOut
+from orchestrator_contract.rest.paging import Paged
 from orchestrator_contract.rest.plan import BytesPerParam, PlanRequest, PlanResponse, StrategyFit
 from orchestrator_contract.rest.projects import (
     KeyCreate,
@@ -45,6 +46,7 @@ __all__ = [
     "KeyCreated",
     "KeyOut",
     "MetricOut",
+    "Paged",
     "PlanRequest",
     "PlanResponse",
     "ProjectCreate",
