@@ -13,7 +13,7 @@ import platform
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
@@ -29,6 +29,12 @@ RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 MAX_RETRY_AFTER_S = 60.0  # a Retry-After above this is waited only this long between tries
+
+
+def idempotency_headers(key: str | Literal[False] | None) -> dict[str, str]:
+    """The ``Idempotency-Key`` header of a create (jobs, sweeps, deployments): ``key``, a fresh one when None (so
+    the create is retried safely), none when False."""
+    return {} if key is False else {IDEMPOTENCY_HEADER: key or uuid.uuid4().hex}
 
 
 def _version() -> str:

@@ -83,9 +83,14 @@ def roll_out(live, name: str) -> None:
 def test_create_wait_update_rollback_delete(live):
     client = sdk(live)
     job_id = finished_job(live, client)
-    deployment = client.deployments.create({"name": "digits-a", "source": {"job_id": job_id}})
+    deployment = client.deployments.create({"name": "digits-a", "source": {"job_id": job_id}}, idempotency_key="d-1")
     assert isinstance(deployment, Deployment) and deployment.state == "DEPLOYING" and deployment.version == 1
     assert deployment.target.checkpoint["epoch"] == 2  # the best by val_accuracy
+    # A retried create (its key sent again) answers the same deployment, not "name taken".
+    again = client.deployments.create({"name": "digits-a", "source": {"job_id": job_id}}, idempotency_key="d-1")
+    assert again.id == deployment.id
+    with pytest.raises(OrchestratorError, match="name"):  # without the key: a second create of a taken name
+        client.deployments.create({"name": "digits-a", "source": {"job_id": job_id}})
 
     rolling = threading.Timer(0.3, roll_out, (live, "digits-a"))
     rolling.start()

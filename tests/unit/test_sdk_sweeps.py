@@ -70,3 +70,13 @@ def test_a_sweep_its_trials_and_its_best_trial(live, tmp_path):
     sweep.cancel()
     assert sweep.state in ("CANCELLING", "CANCELLED")
     assert [e.to_state for e in sweep.events()][:2] == ["QUEUED", "STARTING"]
+
+
+def test_submit_sends_an_idempotency_key_so_a_retried_submit_gives_the_same_sweep(live):
+    client = sdk(live)
+    first = client.sweeps.submit(SPEC, idempotency_key="s-1")
+    assert client.sweeps.submit(SPEC, idempotency_key="s-1").id == first.id
+    # by default a fresh key per call: two calls are two sweeps, each safe to retry on its own
+    assert client.sweeps.submit(SPEC).id != client.sweeps.submit(SPEC).id
+    with pytest.raises(Conflict, match="s-1"):  # the same key with another spec
+        client.sweeps.submit({**SPEC, "num_samples": 3}, idempotency_key="s-1")

@@ -18,6 +18,10 @@ SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override a field: key.sub=value (repeat). Values are read as YAML: 3, true, [1, 2]."),
 ]
+IdempotencyKeyOption = Annotated[
+    str | None,
+    typer.Option(help="Sending it again with the same key returns what the first one made (default: a fresh key)."),
+]
 YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do it without asking.")]
 TimeoutOption = Annotated[
     float | None, typer.Option(help="Give up after this many seconds (exit 124); the job goes on.", min=0)

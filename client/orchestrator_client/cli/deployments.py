@@ -9,7 +9,14 @@ from typing import Annotated, Any
 import typer
 
 from orchestrator_client.cli import output, specfile
-from orchestrator_client.cli.common import SetOption, YesOption, confirm, file_or_sets, spec_refusal
+from orchestrator_client.cli.common import (
+    IdempotencyKeyOption,
+    SetOption,
+    YesOption,
+    confirm,
+    file_or_sets,
+    spec_refusal,
+)
 from orchestrator_client.cli.context import client
 from orchestrator_client.cli.output import OutputOption
 
@@ -23,12 +30,16 @@ OptionalSpec = Annotated[
 
 @app.command()
 def create(
-    ctx: typer.Context, file: OptionalSpec = None, set_: SetOption = None, fmt: OutputOption = output.Format.table
+    ctx: typer.Context,
+    file: OptionalSpec = None,
+    set_: SetOption = None,
+    idempotency_key: IdempotencyKeyOption = None,
+    fmt: OutputOption = output.Format.table,
 ) -> None:
     """Deploy a checkpoint: -f deployment.yaml and/or --set name=digits --set source.job_id=ID."""
     spec = file_or_sets(file, set_, _USAGE)
     with spec_refusal(spec):
-        deployment = client(ctx).deployments.create(spec.data)
+        deployment = client(ctx).deployments.create(spec.data, idempotency_key=idempotency_key)
     output.emit(deployment, fmt, lambda d: f"deployment {d.name} {d.state} (version {d.version}) at {d.url}")
 
 

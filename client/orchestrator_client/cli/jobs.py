@@ -12,6 +12,7 @@ import typer
 from orchestrator_client.cli import follow, output, runs
 from orchestrator_client.cli.common import (
     CancelOnInterruptOption,
+    IdempotencyKeyOption,
     SetOption,
     SpecOption,
     TimeoutOption,
@@ -36,9 +37,7 @@ def submit(
     ] = None,
     set_: SetOption = None,
     name: Annotated[str | None, typer.Option(help="The job's name (overrides the spec's).")] = None,
-    idempotency_key: Annotated[
-        str | None, typer.Option(help="Submitting again with the same key returns the first job.")
-    ] = None,
+    idempotency_key: IdempotencyKeyOption = None,
     follow_: Annotated[bool, typer.Option("--follow", "-F", help="Stream logs and progress until it ends.")] = False,
     timeout: TimeoutOption = None,
     cancel_on_interrupt: CancelOnInterruptOption = False,

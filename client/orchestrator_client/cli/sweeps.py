@@ -10,6 +10,7 @@ import typer
 from orchestrator_client.cli import exits, follow, output, runs
 from orchestrator_client.cli.common import (
     CancelOnInterruptOption,
+    IdempotencyKeyOption,
     SetOption,
     SpecOption,
     TimeoutOption,
@@ -30,6 +31,7 @@ def submit(
     file: SpecOption,
     set_: SetOption = None,
     name: Annotated[str | None, typer.Option(help="The sweep's name (overrides the spec's).")] = None,
+    idempotency_key: IdempotencyKeyOption = None,
     follow_: Annotated[bool, typer.Option("--follow", "-F", help="Show a live trial table until it ends.")] = False,
     timeout: TimeoutOption = None,
     cancel_on_interrupt: CancelOnInterruptOption = False,
@@ -38,7 +40,7 @@ def submit(
     """Start a sweep from a spec file; with --follow, watch its trials and exit with its result."""
     spec = runs.load_spec(file, set_, name)
     with spec_refusal(spec):
-        sweep = client(ctx).sweeps.submit(spec.data)
+        sweep = client(ctx).sweeps.submit(spec.data, idempotency_key=idempotency_key)
     if not follow_:
         output.emit(sweep, fmt, lambda s: f"sweep {s.id} submitted ({s.state}, {s.total_trials} trials)")
         return

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 from pydantic import BaseModel
@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from orchestrator_client.paging import Pager
 from orchestrator_client.resources.bound import Bound
 from orchestrator_client.specs import load_spec
-from orchestrator_client.transport import Transport
+from orchestrator_client.transport import Transport, idempotency_headers
 from orchestrator_client.waiting import poll_until
 from orchestrator_contract.rest import DeploymentEventOut, DeploymentOut
 from orchestrator_contract.states import DeploymentState
@@ -107,11 +107,16 @@ class Deployments:
         spec: Mapping[str, Any] | BaseModel | str | Path,
         project_id: str | None = None,
         overrides: list[str] | tuple[str, ...] = (),
+        idempotency_key: str | Literal[False] | None = None,
     ) -> Deployment:
         """Serve a checkpoint: ``spec`` is a ``DeploymentCreate`` as a dict, the model, or a spec file
-        (``{"name": "digits", "source": {"job_id": "..."}}``)."""
+        (``{"name": "digits", "source": {"job_id": "..."}}``). An ``Idempotency-Key`` goes with it (a fresh one
+        unless given; ``False`` sends none), so a retried create answers the deployment, not "name taken"."""
         body = load_spec(spec, overrides)
-        response = self._http.request("POST", "/v1/deployments", json=body, params={"project_id": project_id})
+        headers = idempotency_headers(idempotency_key)
+        response = self._http.request(
+            "POST", "/v1/deployments", json=body, headers=headers, params={"project_id": project_id}
+        )
         return self._deployment(response.json())
 
     def get(self, name: str) -> Deployment:

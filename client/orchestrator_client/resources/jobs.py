@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Hashable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -13,7 +12,7 @@ from orchestrator_client.metrics_frame import metrics_frame
 from orchestrator_client.paging import Pager
 from orchestrator_client.resources.runs import Run, find_by_ref, log_lines
 from orchestrator_client.specs import load_spec
-from orchestrator_client.transport import IDEMPOTENCY_HEADER, Transport
+from orchestrator_client.transport import Transport, idempotency_headers
 from orchestrator_contract import workloads
 from orchestrator_contract.rest import CheckpointOut, JobOut, MetricOut
 from orchestrator_contract.states import JobState
@@ -113,9 +112,7 @@ class Jobs:
         ``"key.path=value"`` applied to it). An ``Idempotency-Key`` goes with it (a fresh one unless given;
         ``False`` sends none), so a retried submit never makes two jobs."""
         body = load_spec(spec, overrides)
-        headers = {}
-        if idempotency_key is not False:
-            headers[IDEMPOTENCY_HEADER] = idempotency_key or uuid.uuid4().hex
+        headers = idempotency_headers(idempotency_key)
         response = self._http.request("POST", "/v1/jobs", json=body, headers=headers, params={"project_id": project_id})
         return self._job(response.json())
 

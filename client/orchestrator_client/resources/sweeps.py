@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
 
@@ -13,7 +13,7 @@ from orchestrator_client.paging import Pager
 from orchestrator_client.resources.bound import Bound
 from orchestrator_client.resources.runs import Run, find_by_ref, log_lines
 from orchestrator_client.specs import load_spec
-from orchestrator_client.transport import Transport
+from orchestrator_client.transport import Transport, idempotency_headers
 from orchestrator_contract.rest import SweepOut, TrialEventOut, TrialMetricOut, TrialOut
 from orchestrator_contract.states import JobState, TrialState
 
@@ -75,13 +75,21 @@ class Sweeps:
     def _sweep(self, data: Any) -> Sweep:
         return Sweep.bind(data, self._http)
 
-    def submit(self, spec: Spec, project_id: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Sweep:
-        """Start a sweep (a dict, a ``SweepSpec`` or a spec file). Not retried: the service takes no
-        Idempotency-Key for sweeps, so a retry could start two."""
+    def submit(
+        self,
+        spec: Spec,
+        project_id: str | None = None,
+        overrides: list[str] | tuple[str, ...] = (),
+        idempotency_key: str | Literal[False] | None = None,
+    ) -> Sweep:
+        """Start a sweep (a dict, a ``SweepSpec`` or a spec file). An ``Idempotency-Key`` goes with it (a fresh
+        one unless given; ``False`` sends none), so a retried submit never starts two."""
         body = load_spec(spec, overrides)
-        return self._sweep(
-            self._http.request("POST", "/v1/sweeps", json=body, params={"project_id": project_id}).json()
+        headers = idempotency_headers(idempotency_key)
+        response = self._http.request(
+            "POST", "/v1/sweeps", json=body, headers=headers, params={"project_id": project_id}
         )
+        return self._sweep(response.json())
 
     def get(self, ref: str) -> Sweep:
         """A sweep by id, or by a prefix of its name that only one sweep's name starts with."""
