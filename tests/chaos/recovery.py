@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 
+from orchestrator.states.jobs import REQUESTS
 from tests.chaos.harness import Api, ServiceProcess
 
 # The digits job every scenario runs: 2 workers, 8 per worker (global batch 16, 89 steps per epoch),
@@ -134,7 +135,8 @@ class Recovery:
 def read_recovery(svc: ServiceProcess, api: Api, job_id: str, total_steps: int, kills: list[Kill]) -> Recovery:
     job = api.job(job_id)
     metrics = api.metrics(job_id)
-    events = api.events(job_id)
+    # Moves only: a request's row (a lost head's revoked drivers: RUNNING -> RUNNING) is no resume.
+    events = [e for e in api.events(job_id) if e["reason"] not in REQUESTS]
     steps = steps_by_attempt(metrics)
     resumes: dict[int, list[Resume]] = {}
     for attempt in range(1, job["attempt"] + 1):
