@@ -111,3 +111,14 @@ def new_job(sessions) -> str:
         project = projects_repo.ensure_default_project(session)
         spec = JobSpec(workload="digits")
         return jobs_repo.create_job(session, project.id, spec, plan_job(spec), None).id
+
+
+def assert_one_made_and_the_rest_replayed(answers) -> None:
+    """Of concurrent creates with one Idempotency-Key: no error, exactly one 201, every other a 200 marked
+    ``Idempotent-Replayed``, and all of them the one object."""
+    statuses = sorted(answer.status_code for answer in answers)
+    problems = [answer.text for answer in answers if answer.status_code not in (200, 201)]
+    assert not problems, f"statuses {statuses}; first problem: {problems[0]}"
+    assert statuses.count(201) == 1, statuses
+    assert all(answer.headers.get("Idempotent-Replayed") == "true" for answer in answers if answer.status_code == 200)
+    assert len({answer.json()["id"] for answer in answers}) == 1

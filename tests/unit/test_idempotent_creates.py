@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import func, select
 
 from orchestrator.db.models import Deployment, Job, Sweep
-from tests.unit.api_helpers import ADMIN, auth
+from tests.unit.api_helpers import ADMIN, assert_one_made_and_the_rest_replayed, auth
 from tests.unit.live_server import serve
 from tests.unit.test_deployments import finished_job
 
@@ -92,12 +92,7 @@ def test_concurrent_creates_with_one_key_make_one_object(database_url, tmp_path,
         headers = {**auth(ADMIN), "Idempotency-Key": "race"}
         answers = _at_once(lambda client: client.post(route, json=body, headers=headers), live.url)
 
-        statuses = sorted(answer.status_code for answer in answers)
-        problems = [answer.text for answer in answers if answer.status_code not in (200, 201)]
-        assert not problems, f"statuses {statuses}; first problem: {problems[0]}"
-        assert statuses.count(201) == 1, statuses
-        assert all(a.headers.get("Idempotent-Replayed") == "true" for a in answers if a.status_code == 200)
-        assert len({answer.json()["id"] for answer in answers}) == 1
+        assert_one_made_and_the_rest_replayed(answers)
         assert _count(live.app, model, "race") == 1
 
 

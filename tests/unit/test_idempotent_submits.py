@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 from orchestrator.db.engine import make_engine, make_session_factory
 from orchestrator.db.models import Job
 from tests.conftest import free_port
-from tests.unit.api_helpers import auth, make_project
+from tests.unit.api_helpers import assert_one_made_and_the_rest_replayed, auth, make_project
 from tests.unit.live_server import serve
 
 CONCURRENT_POSTS = 100
@@ -44,13 +44,7 @@ def test_concurrent_posts_with_one_idempotency_key_make_one_job(database_url, tm
         with ThreadPoolExecutor(CONCURRENT_POSTS) as pool:
             answers = list(pool.map(post, range(CONCURRENT_POSTS)))
 
-        statuses = sorted(answer.status_code for answer in answers)
-        problems = [answer.text for answer in answers if answer.status_code not in (200, 201)]
-        assert not problems, f"statuses {statuses}; first problem: {problems[0]}"
-        assert statuses.count(201) == 1, statuses
-        replays = [answer for answer in answers if answer.status_code == 200]
-        assert all(answer.headers.get("Idempotent-Replayed") == "true" for answer in replays)
-        assert len({answer.json()["id"] for answer in answers}) == 1
+        assert_one_made_and_the_rest_replayed(answers)
 
         with live.app.state.service.sessions() as session:
             rows = session.scalars(select(Job.id).where(Job.project_id == project_id)).all()
@@ -114,12 +108,7 @@ def test_concurrent_posts_through_two_replicas_make_one_job(database_url, tmp_pa
         with ThreadPoolExecutor(CONCURRENT_POSTS) as pool:
             answers = list(pool.map(post, range(CONCURRENT_POSTS)))
 
-    statuses = sorted(answer.status_code for answer in answers)
-    problems = [answer.text for answer in answers if answer.status_code not in (200, 201)]
-    assert not problems, f"statuses {statuses}; first problem: {problems[0]}"
-    assert statuses.count(201) == 1, statuses
-    assert all(answer.headers.get("Idempotent-Replayed") == "true" for answer in answers if answer.status_code == 200)
-    assert len({answer.json()["id"] for answer in answers}) == 1
+    assert_one_made_and_the_rest_replayed(answers)
 
     engine = make_engine(database_url)
     try:
