@@ -207,6 +207,10 @@ class RetrySpec(_Strict):
     )
 
 
+# The longest deadline a run may set (a year): past that, "no deadline" (null) says what is meant.
+MAX_RUNTIME_S = 366 * 24 * 3600
+
+
 LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY)]
 LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE)]
 
@@ -249,6 +253,14 @@ class JobSpec(_Strict):
         description="May be preempted (checkpointed, stopped and requeued) for a run of higher priority or a "
         "project under its fair share or quota. false: only a cluster-wide admin's key, or any key of a project "
         "that allows it (allow_non_preemptible).",
+    )
+    max_runtime_s: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_RUNTIME_S,
+        description="A deadline: the seconds the job may spend RUNNING, summed over its attempts (time queued, "
+        "starting or restarting is not counted). Past it the job checkpoints, stops and ends FAILED with reason "
+        "deadline_exceeded; its checkpoints are kept. null: no deadline.",
     )
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
     code: CodeSpec | None = Field(

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from orchestrator_contract import workloads
 from orchestrator_contract.base import Strict as _Strict
 from orchestrator_contract.jobs import (
+    MAX_RUNTIME_S,
     METRIC_DESCRIPTION,
     MODE_DESCRIPTION,
     CheckpointMetric,
@@ -218,6 +219,16 @@ class SweepSpec(_Strict):
         "admin's key or a key of a project that allows it (allow_non_preemptible).",
     )
 
+    max_runtime_s: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_RUNTIME_S,
+        description="A deadline for the whole sweep: the seconds it may spend RUNNING, summed over its attempts. "
+        "Past it the running trials checkpoint and stop, and the sweep ends FAILED with reason deadline_exceeded; "
+        "finished trials and every checkpoint are kept. null: no deadline. (Not in base: a deadline per trial is "
+        "not supported.)",
+    )
+
     @property
     def may_be_preempted(self) -> bool:
         """``preemptible: false`` on the sweep or on its base exempts it."""
@@ -243,6 +254,11 @@ class SweepSpec(_Strict):
         return self
 
     def _check_base(self) -> None:
+        if self.base.max_runtime_s is not None:
+            raise ValueError(
+                "base.max_runtime_s: a deadline per trial is not supported; set max_runtime_s on the sweep "
+                "(a deadline for the whole sweep)"
+            )
         checkpoint = self.base.checkpoint
         # One report per epoch is one Tune result: the scheduler's clock and the metric's only source.
         if checkpoint.every_epochs != 1 or checkpoint.every_steps is not None or checkpoint.wait_for_commit:

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.backend import BackendUnavailable, ClusterBackend, RunInfo, RunStatus
 from orchestrator.db.models import JobState, utcnow
 from orchestrator.request_context import log_context
-from orchestrator.services import reported_ends
+from orchestrator.services import deadlines, reported_ends
 from orchestrator.services.launch import Launch, new_driver_claim
 from orchestrator.services.preemption import PREEMPTIBLE_STATES, attempts_used, settle
 from orchestrator.services.runs import KINDS, Run, RunKind
@@ -77,9 +77,11 @@ class Reconciler:
             unconfirmed = reported_ends.drop_unconfirmed(kind.name, run, info)
             if unconfirmed:
                 info = replace(info, message=f"{info.message}\n({unconfirmed})")
+            if not status.finished and deadlines.enforce(session, kind, run):
+                return  # past its deadline, asked to checkpoint and stop: settled below on a later pass
             if run.preempt_requested_at is not None and run.state in PREEMPTIBLE_STATES:
-                # Preempted (orchestrator.services.preemption): its Ray job ending, stopped or lost is the
-                # preemption itself, never a failure; back to QUEUED once it is gone.
+                # Preempted (orchestrator.services.preemption), or stopping at its deadline: its Ray job ending,
+                # stopped or lost is the stop itself, never a failure; back to QUEUED (a deadline: FAILED) once gone.
                 grace_s = self.settings.preemption_grace_s
                 if settle(session, run, status, grace_s, exit_code=info.exit_code, kind=kind):
                     stop_again = run.submission_id

@@ -54,7 +54,7 @@ from orchestrator.admission import RESOURCES
 from orchestrator.backend import RunStatus
 from orchestrator.db.models import Checkpoint, JobState, utcnow
 from orchestrator.services.runs import JOBS, KINDS, Run, RunKind, kind_of, may_be_preempted
-from orchestrator.states.jobs import PREEMPTED, request_preemption
+from orchestrator.states.jobs import DEADLINE, DEADLINE_EXCEEDED, PREEMPTED, request_preemption
 from orchestrator_contract.jobs import DriverExit
 
 log = logging.getLogger(__name__)
@@ -231,6 +231,13 @@ def _resumes(session: Session, kind: RunKind, run: Run) -> str:
     return f"resumes from its checkpoint at step {step}" if step else "starts over (no checkpoint yet)"
 
 
+def _kept(session: Session, kind: RunKind, run: Run) -> str:
+    if kind is not JOBS:
+        return "its finished trials and every checkpoint are kept"
+    step = checkpoint_step(session, run.id)
+    return f"its checkpoints are kept, the latest at step {step}" if step else "it had taken no checkpoint"
+
+
 def settle(
     session: Session,
     run: Run,
@@ -242,13 +249,16 @@ def settle(
 ) -> bool:
     """The reconciler's part, ``run`` (a job, or a sweep with ``kind=SWEEPS``) locked and marked: back to QUEUED
     once its Ray job is gone (its driver's ``exit_code`` says whether it checkpointed first:
-    ``DriverExit.PREEMPTED``). Returns True when its Ray job must be stopped now (STARTING: nothing to
+    ``DriverExit.PREEMPTED``); FAILED ``deadline_exceeded`` instead when it was stopped at its deadline
+    (``services.deadlines``). Returns True when its Ray job must be stopped now (STARTING: nothing to
     checkpoint yet; past the grace: it did not stop by itself)."""
     now = now or utcnow()
+    at_deadline = run.preempt_by == DEADLINE
     if status == RunStatus.SUCCEEDED:
         # Its driver exited 0: the run finished before it heard of the preemption (a preempted driver exits
         # DriverExit.PREEMPTED), and its own "succeeded" report was lost. Done, not requeued.
-        kind.set_state(session, run, S.SUCCEEDED, "completed", "the driver exited successfully before the preemption")
+        before = "its deadline's stop" if at_deadline else "the preemption"
+        kind.set_state(session, run, S.SUCCEEDED, "completed", f"the driver exited successfully before {before}")
         return False
     requested = run.preempt_requested_at
     since = (now - requested).total_seconds() if requested is not None else 0.0
@@ -257,6 +267,15 @@ def settle(
     )
     if gone:
         stopped = "checkpointed and stopped" if exit_code == DriverExit.PREEMPTED else "stopped"
+        if at_deadline:
+            kind.set_state(
+                session,
+                run,
+                S.FAILED,
+                DEADLINE_EXCEEDED,
+                f"past its max_runtime_s: {stopped} {since:.1f} s after it was asked; {_kept(session, kind, run)}",
+            )
+            return False
         kind.set_state(
             session,
             run,

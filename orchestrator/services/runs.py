@@ -40,6 +40,7 @@ class RunKind:
     queued: Callable[[Session], list]
     active: Callable[[Session], list]
     last_transition: Callable[[Session, str], Any]  # the history row of how it entered its state
+    history: Callable[[Session, str], list]  # every history row, oldest first
     max_attempts: Callable[[Any], int]
     demand: Callable[[Any], Demand]
 
@@ -85,6 +86,7 @@ JOBS = RunKind(
     queued=jobs_repo.queued_jobs,
     active=jobs_repo.active_jobs,
     last_transition=jobs_repo.last_transition,
+    history=jobs_repo.list_events,
     max_attempts=lambda job: JobSpec.model_validate(job.spec).retries.max_attempts,
     # The stored spec was validated at submission, defaults filled in: its scaling alone gives the demand.
     demand=lambda job: scaling_demand(ScalingSpec.model_validate(job.spec["scaling"])),
@@ -99,6 +101,7 @@ SWEEPS = RunKind(
     queued=sweeps_repo.queued_sweeps,
     active=sweeps_repo.active_sweeps,
     last_transition=sweeps_repo.last_transition,
+    history=sweeps_repo.list_events,
     # The driver's attempts: the base job's budget (its trials' worker restarts use the rest of retries).
     max_attempts=lambda sweep: SweepSpec.model_validate(sweep.spec).base.retries.max_attempts,
     demand=lambda sweep: sweep_demand(SweepSpec.model_validate(sweep.spec)),

@@ -46,9 +46,14 @@ RULES: tuple[Rule, ...] = (
 PREEMPTED = "preempted"
 PREEMPTING = "preempting"  # the reason of a run asked to checkpoint now and stop (``request_preemption``)
 DRIVER_REVOKED = "driver_revoked"  # the reason of a run whose driver's token and claim were revoked
+# A deadline (``max_runtime_s``, ``orchestrator.services.deadlines``) stops a run the way a preemption does
+# (checkpoint now, then stop), but the run then ends FAILED ``deadline_exceeded`` instead of going back to QUEUED.
+DEADLINE_REACHED = "deadline_reached"  # the reason of a run asked to stop at its deadline
+DEADLINE_EXCEEDED = "deadline_exceeded"  # the reason it ends FAILED with
+DEADLINE = "its deadline (max_runtime_s)"  # the ``preempt_by`` of a run stopping at its deadline
 # The reasons of a run's history rows that record a request, not a transition (``core.record_request``):
 # ``last_transition`` skips them, so the reconciler's clocks and "not heard from" still read the transitions.
-REQUESTS: frozenset[str] = frozenset({PREEMPTING, DRIVER_REVOKED})
+REQUESTS: frozenset[str] = frozenset({PREEMPTING, DRIVER_REVOKED, DEADLINE_REACHED})
 PREEMPTED_RULE: Rule = Rule(frozenset({S.STARTING, S.RUNNING, S.RESTARTING}), frozenset({S.QUEUED}))
 JOB_RULES: tuple[Rule, ...] = (*RULES, PREEMPTED_RULE)
 
@@ -188,6 +193,18 @@ def request_preemption(session: Session, lifecycle: Lifecycle, run: Job, by: str
 
     message = f"preempted by {by[:256]}: asked to checkpoint now and stop"
     record_request(session, lifecycle, run, PREEMPTING, message, ask)
+
+
+def request_deadline_stop(session: Session, lifecycle: Lifecycle, run: Job, message: str) -> None:
+    """Ask ``run`` (a job or a sweep, locked) to checkpoint now and stop because it reached its deadline: the
+    preemption's request (``preempt_requested_at``, ``preempt_by`` = ``DEADLINE``), with a history row of its own
+    (reason ``deadline_reached``). The reconciler ends it FAILED ``deadline_exceeded`` once its Ray job is gone."""
+
+    def ask(_session: Session, change: Change) -> None:
+        run.preempt_requested_at = change.at
+        run.preempt_by = DEADLINE
+
+    record_request(session, lifecycle, run, DEADLINE_REACHED, message, ask)
 
 
 def revoke_driver(session: Session, lifecycle: Lifecycle, run: Job, why: str) -> None:

@@ -1,14 +1,16 @@
 """``orch`` (the real console script, in a subprocess) against the real service on the session's Ray cluster:
 ``jobs submit --follow`` to SUCCEEDED (exit 0), a failing workload (1), a cancel while following (3), Ctrl-C
-(130, the job goes on) and ``--timeout`` (124)."""
+(130, the job goes on) and ``--timeout`` (124), after which the job's deadline (``max_runtime_s``) stops it."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -118,12 +120,36 @@ def test_a_cancel_while_following_exits_3_and_ctrl_c_exits_130_without_cancellin
     assert "CANCELLED" in out
 
 
-def test_timeout_exits_124_and_the_job_goes_on(env, member, tmp_path):
-    spec = _spec(tmp_path, DIGITS.format(name="cli-timeout").replace("epochs: 2", "epochs: 200"))
+def test_timeout_exits_124_and_the_job_goes_on_until_its_deadline(env, member, tmp_path):
+    """The CLI's --timeout leaves the job running; the job's own deadline (max_runtime_s, docs/jobs.md
+    "Deadlines") then stops it on the real cluster: a checkpoint first, then FAILED deadline_exceeded."""
+    deadline = "epochs: 200\nmax_runtime_s: 15"
+    spec = _spec(tmp_path, DIGITS.format(name="cli-timeout").replace("epochs: 2", deadline))
     result = _orch(env, "jobs", "submit", "-f", str(spec), "--follow", "--timeout", "5")
     assert result.returncode == 124, result.stdout[-2000:] + result.stderr[-2000:]
     assert "timed out after 5 s" in result.stderr
     job = _job_named(member, "cli-timeout")
     assert job["state"] not in ("CANCELLED", "CANCELLING", "FAILED")
-    assert _orch(env, "jobs", "cancel", job["id"], "-y").returncode == 0
-    member.wait(job["id"], {"CANCELLED"}, timeout_s=120)
+
+    try:
+        ended = member.wait(job["id"], {"FAILED"}, timeout_s=180)
+    finally:
+        member.http.post(f"/v1/jobs/{job['id']}/cancel")  # a no-op once it ended; else frees the cluster
+    assert ended["reason"] == "deadline_exceeded", ended
+    assert "past its max_runtime_s: checkpointed and stopped" in ended["message"], ended["message"]
+    events = member.http.get(f"/v1/jobs/{job['id']}/events").json()
+    asked = [e for e in events if e["reason"] == "deadline_reached"]
+    assert len(asked) == 1 and asked[0]["to_state"] == "RUNNING", events
+    # A checkpoint taken after the ask (its report may land just after the end), and the step the message names
+    # is one of the job's checkpoints.
+    asked_at = datetime.fromisoformat(asked[0]["created_at"])
+    give_up = time.monotonic() + 30
+    while True:
+        checkpoints = member.http.get(f"/v1/jobs/{job['id']}/checkpoints", params={"envelope": "true"}).json()["items"]
+        after = [c for c in checkpoints if datetime.fromisoformat(c["created_at"]) >= asked_at]
+        if after or time.monotonic() > give_up:
+            break
+        time.sleep(1)
+    assert after, (asked, checkpoints)
+    named = re.search(r"the latest at step (\d+)", ended["message"])
+    assert named and int(named.group(1)) in {c["step"] for c in checkpoints}, (ended["message"], checkpoints)

@@ -1,0 +1,65 @@
+"""Deadlines (``max_runtime_s`` on a job or a sweep; docs/jobs.md "Deadlines").
+
+A run's runtime is the time it spent RUNNING, summed over its attempts, read from its state history: time
+queued (a preemption included), starting or restarting is not counted, so neither the scheduler nor a lost
+node eats a user's deadline. The reconciler calls ``enforce`` on every active run it looks at; a run past its
+deadline is asked to checkpoint now and stop, the way a preemption asks (``states.jobs.request_deadline_stop``),
+and ``services.preemption.settle`` ends it FAILED ``deadline_exceeded`` once its Ray job is gone (a run that
+does not stop within ``preemption_grace_s`` has its Ray job stopped, as a preempted one does).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from orchestrator.db.models import JobState, utcnow
+from orchestrator.services.runs import Run, RunKind
+from orchestrator.states.jobs import request_deadline_stop
+
+log = logging.getLogger(__name__)
+
+COUNTED = frozenset({JobState.RUNNING})  # the states whose time a deadline counts
+
+
+def max_runtime_s(run: Run) -> float | None:
+    """The run's deadline as its stored spec gives it (a spec stored before deadlines existed has none)."""
+    value = (run.spec or {}).get("max_runtime_s")
+    return None if value is None else float(value)
+
+
+def seconds_in(history: Iterable, states: frozenset, now: datetime) -> float:
+    """Seconds spent in ``states`` by the history rows' account (oldest first; each row's ``to_state`` holds from
+    its ``created_at`` until the next row's). A request's row (from = to) changes nothing."""
+    total = 0.0
+    entered: datetime | None = None
+    for row in history:
+        if entered is not None:
+            total += (row.created_at - entered).total_seconds()
+        entered = row.created_at if row.to_state in states else None
+    if entered is not None:
+        total += (now - entered).total_seconds()
+    return max(total, 0.0)
+
+
+def enforce(session: Session, kind: RunKind, run: Run, now: datetime | None = None) -> bool:
+    """In the caller's transaction, ``run`` locked: ask it to checkpoint and stop if it is RUNNING past its
+    deadline. True when it was asked now. A run already being stopped (a preemption, an earlier ask) is left
+    alone: a preempted run comes back RUNNING later, and is asked then."""
+    limit = max_runtime_s(run)
+    if limit is None or run.state != JobState.RUNNING or run.preempt_requested_at is not None:
+        return False
+    used = seconds_in(kind.history(session, run.id), COUNTED, now or utcnow())
+    if used < limit:
+        return False
+    request_deadline_stop(
+        session,
+        kind.lifecycle,
+        run,
+        f"ran {used:.0f} s, its max_runtime_s is {limit:g} s: asked to checkpoint now and stop",
+    )
+    log.info("%s %s: past its deadline (%.0f s of %g s): asked to checkpoint and stop", kind.name, run.id, used, limit)
+    return True
