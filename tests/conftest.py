@@ -18,10 +18,6 @@ import pytest
 # every rolling update waited those 30 s (serve.shutdown() gave up at its own 30 s timeout). Every Ray node
 # the tests start inherits this process's environment; a production cluster keeps Ray's default.
 os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "3")
-# Ray fails every new task and object once its temp disk is 95 % full. The test machines share a disk whose
-# free space swings by tens of GiB, and these tests write little: refuse only past 99 % (2.5 GiB of 252).
-RAY_DISK_THRESHOLD = "RAY_local_fs_capacity_threshold"  # Ray's own spelling (its config names are lower case)
-os.environ.setdefault(RAY_DISK_THRESHOLD, "0.99")
 
 PG_ADMIN_URL = os.environ.get("ORCHESTRATOR_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -57,22 +53,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.skip(reason=reason))
 
 
+def _read(path: str) -> str:
+    try:
+        with open(path) as file:
+            return file.read().strip()
+    except OSError:
+        return "?"
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     """What the machine had at the start, printed at the top of every suite's output: when a CI run fails on
-    a machine no one can log in to, this says whether the disk, memory or CPUs were short."""
+    a machine no one can log in to, this says whether the disk, memory or CPUs were short (the cgroup's
+    limits too: Ray's memory monitor kills workers by them)."""
     tmp = shutil.disk_usage(tempfile.gettempdir())
-    used = 1 - tmp.free / tmp.total
-    available_kib = 0
-    if os.path.exists("/proc/meminfo"):
-        with open("/proc/meminfo") as meminfo:
-            available_kib = next((int(line.split()[1]) for line in meminfo if line.startswith("MemAvailable:")), 0)
+    meminfo = _read("/proc/meminfo").splitlines()
+    available_kib = next((int(line.split()[1]) for line in meminfo if line.startswith("MemAvailable:")), 0)
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    threshold = float(os.environ.get(RAY_DISK_THRESHOLD, "0.95"))
-    warning = f"  << Ray refuses new tasks above {threshold:.0%}" if used > threshold - 0.02 else ""
     return [
         f"machine: {os.cpu_count()} CPUs, load {load}; {available_kib / 2**20:.1f} GiB memory available; "
-        f"{tempfile.gettempdir()} {tmp.free / 2**30:.1f} GiB free of {tmp.total / 2**30:.0f} GiB "
-        f"({used:.0%} used){warning}"
+        f"{tempfile.gettempdir()} {tmp.free / 2**30:.1f} GiB free of {tmp.total / 2**30:.0f} GiB; "
+        f"cgroup memory.max {_read('/sys/fs/cgroup/memory.max')}, cpu.max {_read('/sys/fs/cgroup/cpu.max')}"
     ]
 
 

@@ -32,9 +32,39 @@ def ray_cluster(tmp_path_factory) -> Iterator[LocalRayCluster]:
     )
     cluster.start()
     try:
+        _check_it_runs_a_task(cluster)
         yield cluster
     finally:
         cluster.stop()
+
+
+# A Ray job that runs a task and passes 1 MiB through the object store: what every test here needs of the cluster.
+CANARY = (
+    "python -c 'import ray; ray.init(); big = ray.put(bytes(2**20)); "
+    'print("canary", ray.get(ray.remote(lambda b: len(b) // 2**14 - 22).remote(big)))\''
+)
+
+
+def _check_it_runs_a_task(cluster: LocalRayCluster, timeout_s: float = 120) -> None:
+    """Stop the whole suite at once, with Ray's own words, when the fresh cluster cannot run a task (no memory,
+    a broken install): otherwise every test fails only after its own wait, with no cause."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    client = JobSubmissionClient(cluster.dashboard_url, headers={"Authorization": f"Bearer {cluster.token()}"})
+    submission_id = client.submit_job(entrypoint=CANARY)
+    deadline = time.monotonic() + timeout_s
+    while (status := client.get_job_status(submission_id)) not in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+        if time.monotonic() > deadline or status == JobStatus.STOPPED:
+            break
+        time.sleep(0.5)
+    logs = client.get_job_logs(submission_id)
+    if status != JobStatus.SUCCEEDED or "canary 42" not in logs:
+        info = client.get_job_info(submission_id)
+        pytest.exit(
+            f"the tests' Ray cluster cannot run a task: its canary job is {status} after at most {timeout_s:.0f} s "
+            f"({info.message}); its output ends:\n{logs[-3000:]}",
+            returncode=3,
+        )
 
 
 class Api:

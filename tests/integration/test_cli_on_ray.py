@@ -123,7 +123,7 @@ def test_a_cancel_while_following_exits_3_and_ctrl_c_exits_130_without_cancellin
 def test_timeout_exits_124_and_the_job_goes_on_until_its_deadline(env, member, tmp_path):
     """The CLI's --timeout leaves the job running; the job's own deadline (max_runtime_s, docs/jobs.md
     "Deadlines") then stops it on the real cluster: a checkpoint first, then FAILED deadline_exceeded."""
-    deadline = "epochs: 200\nmax_runtime_s: 15"
+    deadline = "epochs: 200\nmax_runtime_s: 10"
     spec = _spec(tmp_path, DIGITS.format(name="cli-timeout").replace("epochs: 2", deadline))
     result = _orch(env, "jobs", "submit", "-f", str(spec), "--follow", "--timeout", "5")
     assert result.returncode == 124, result.stdout[-2000:] + result.stderr[-2000:]
