@@ -182,29 +182,29 @@ def record_job_created(session: Session, job: Job) -> None:
     record_creation(session, JOB_LIFECYCLE, job, "submitted")
 
 
-def request_preemption(session: Session, lifecycle: Lifecycle, run: Job, by: str) -> None:
-    """Ask ``run`` (a job, or a sweep with its lifecycle; locked) to checkpoint now and stop, ``by`` naming the
-    preemptor: ``preempt_requested_at``/``preempt_by`` set, a history row (reason ``preempting``). The reconciler
-    moves it back to QUEUED (``preempted``) once its Ray job is gone; ``preemption_after`` forgets the request."""
+def _ask_to_stop(session: Session, lifecycle: Lifecycle, run: Job, by: str, reason: str, message: str) -> None:
+    """``run`` (locked) is asked to checkpoint now and stop: ``preempt_requested_at``/``preempt_by`` set, and a
+    history row with ``reason`` (one of ``REQUESTS``)."""
 
     def ask(_session: Session, change: Change) -> None:
         run.preempt_requested_at = change.at
         run.preempt_by = by[:256]
 
-    message = f"preempted by {by[:256]}: asked to checkpoint now and stop"
-    record_request(session, lifecycle, run, PREEMPTING, message, ask)
+    record_request(session, lifecycle, run, reason, message, ask)
+
+
+def request_preemption(session: Session, lifecycle: Lifecycle, run: Job, by: str) -> None:
+    """Ask ``run`` (a job, or a sweep with its lifecycle; locked) to checkpoint now and stop, ``by`` naming the
+    preemptor: ``preempt_requested_at``/``preempt_by`` set, a history row (reason ``preempting``). The reconciler
+    moves it back to QUEUED (``preempted``) once its Ray job is gone; ``preemption_after`` forgets the request."""
+    _ask_to_stop(session, lifecycle, run, by, PREEMPTING, f"preempted by {by[:256]}: asked to checkpoint now and stop")
 
 
 def request_deadline_stop(session: Session, lifecycle: Lifecycle, run: Job, message: str) -> None:
     """Ask ``run`` (a job or a sweep, locked) to checkpoint now and stop because it reached its deadline: the
-    preemption's request (``preempt_requested_at``, ``preempt_by`` = ``DEADLINE``), with a history row of its own
-    (reason ``deadline_reached``). The reconciler ends it FAILED ``deadline_exceeded`` once its Ray job is gone."""
-
-    def ask(_session: Session, change: Change) -> None:
-        run.preempt_requested_at = change.at
-        run.preempt_by = DEADLINE
-
-    record_request(session, lifecycle, run, DEADLINE_REACHED, message, ask)
+    preemption's request with ``preempt_by`` = ``DEADLINE`` and a history row of its own (reason
+    ``deadline_reached``). The reconciler ends it FAILED ``deadline_exceeded`` once its Ray job is gone."""
+    _ask_to_stop(session, lifecycle, run, DEADLINE, DEADLINE_REACHED, message)
 
 
 def revoke_driver(session: Session, lifecycle: Lifecycle, run: Job, why: str) -> None:
