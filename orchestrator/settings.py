@@ -163,6 +163,26 @@ class Settings(BaseSettings):
         description="How often a running job's rank 0 asks the control plane whether to checkpoint now and "
         "stop (ORCHESTRATOR_CONTROL_POLL_S in its environment).",
     )
+    # --- hang detection (docs/jobs.md#hangs) ---
+    hang_timeout_floor_s: float = Field(
+        300.0,
+        gt=0,
+        description='The least a job\'s "auto" failure.hang_timeout_s can be: seconds of RUNNING without progress '
+        "before it is judged hung, however fast its steps are.",
+    )
+    hang_stacks_wait_s: float = Field(
+        30.0,
+        gt=0,
+        description="How long a job judged hung waits for every rank's stack before its attempt is ended all the "
+        "same (a rank that never answers is named as such).",
+    )
+    hang_stacks_poll_s: float = Field(
+        5.0,
+        gt=0,
+        le=60,
+        description="How often each rank but rank 0 (which polls every preemption_poll_s) asks the control plane "
+        "whether its stack is wanted (ORCHESTRATOR_STACKS_POLL_S in its environment).",
+    )
     # --- operations: metrics and logs (docs/deploy.md#metrics-and-logs-for-operators) ---
     metrics: Literal["off", "open", "admin"] = Field(
         "admin",

@@ -18,7 +18,7 @@ from orchestrator.control_plane import ControlPlane
 from orchestrator.db.models import Job, Sweep
 from orchestrator.errors import Conflict
 from orchestrator.limits import OverLimit, check_job_batch, check_sweep_batch
-from orchestrator.services import reported_ends, run_claims
+from orchestrator.services import hangs, reported_ends, run_claims
 from orchestrator.services.job_events import RefusedEvent, apply_events
 from orchestrator.services.runs import JOBS, SWEEPS, RunKind
 from orchestrator.services.sweep_events import apply_sweep_events
@@ -75,10 +75,13 @@ def assignment(job_id: str, job: JobCaller, attempt: int, service: ControlPlaneD
 
 @router.get("/{job_id}/control", summary="What the control plane asks of a running job (internal)")
 def control(job_id: str, job: JobCaller, attempt: int) -> ControlSignal:
-    """For the job's own rank 0 (its run token), polled while it trains: ``checkpoint_now`` when the job is
-    being preempted (``orchestrator.services.preemption``). A stale attempt is 409."""
+    """For the job's own ranks (its run token), polled while they train: ``checkpoint_now`` when the job is
+    being preempted (``orchestrator.services.preemption``), ``stacks_wanted`` when it is suspected hung
+    (``orchestrator.services.hangs``). A stale attempt is 409."""
     _current_attempt(job, attempt)
-    return ControlSignal(checkpoint_now=job.preempt_requested_at is not None)
+    return ControlSignal(
+        checkpoint_now=job.preempt_requested_at is not None, stacks_wanted=hangs.stacks_request_id(job)
+    )
 
 
 @router.post("/{job_id}/events", summary="Report a job's events (internal)")

@@ -17,6 +17,7 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     Field,
+    Strict,
     StringConstraints,
     ValidationInfo,
     WithJsonSchema,
@@ -211,6 +212,28 @@ class RetrySpec(_Strict):
 MAX_RUNTIME_S = 366 * 24 * 3600
 
 
+class FailureSpec(_Strict):
+    """Failures that do not crash anything (docs/jobs.md "Hangs")."""
+
+    hang_timeout_s: Annotated[float, Strict()] | Literal["auto"] | None = Field(
+        "auto",
+        description="A job whose reported progress (its metrics' steps, its checkpoints) has not advanced for this "
+        "many seconds of RUNNING is hung: every rank's Python stack is taken (the attempt's log, the job's events) "
+        "and the attempt ends with reason hung, then resumes from the latest checkpoint while retries.max_attempts "
+        'last. "auto": max(ORCHESTRATOR_HANG_TIMEOUT_FLOOR_S, 20x the median time between its reports, 2x the '
+        "longest it took so far); null: never.",
+    )
+
+    @field_validator("hang_timeout_s")
+    @classmethod
+    def _positive(cls, value: float | str | None) -> float | str | None:
+        if isinstance(value, float) and not 0 < value <= MAX_RUNTIME_S:
+            raise ValueError(
+                f'hang_timeout_s {value:g}: give seconds in (0, {MAX_RUNTIME_S}], "auto" (the default) or null (off)'
+            )
+        return value
+
+
 LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY)]
 LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE)]
 
@@ -247,6 +270,7 @@ class JobSpec(_Strict):
     metrics_every_steps: int = Field(10, ge=1, description="Stream step metrics every N optimizer steps.")
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     retries: RetrySpec = Field(default_factory=RetrySpec)
+    failure: FailureSpec = Field(default_factory=FailureSpec)
     priority: int = Field(0, ge=-1000, le=1000, description="Higher runs first; ties go oldest first.")
     preemptible: bool = Field(
         True,
@@ -385,6 +409,11 @@ class ControlSignal(BaseModel):
     checkpoint_now: bool = Field(
         False, description="Preempted: write a checkpoint at the next step, outside the schedule, and stop."
     )
+    stacks_wanted: str | None = Field(
+        None,
+        description='Suspected hung (docs/jobs.md "Hangs"): every rank sends its Python stack once per value '
+        "(a StacksEvent). Polled by every rank of a job.",
+    )
 
 
 # --- events the cluster reports back ----------------------------------------------------------------
@@ -414,7 +443,21 @@ class CheckpointEvent(_Strict):
     metrics: dict[str, float] = Field(default_factory=dict)
 
 
-Event = Annotated[StateEvent | MetricsEvent | CheckpointEvent, Field(discriminator="type")]
+class StacksEvent(_Strict):
+    """One rank's answer to ``ControlSignal.stacks_wanted``: its threads' Python stacks, and where its main thread
+    was (``workers.runtime.stacks``)."""
+
+    type: Literal["stacks"] = "stacks"
+    request: str = Field(min_length=1, max_length=64, description="The stacks_wanted value it answers.")
+    rank: int = Field(ge=0, le=100_000)
+    node: str = Field("", max_length=256)
+    pid: int = Field(0, ge=0)
+    in_collective: bool = Field(description="The main thread was in torch.distributed or a backward pass.")
+    where: str = Field("", max_length=500, description="The main thread's innermost frame outside torch.")
+    stacks: str = Field("", max_length=64_000)
+
+
+Event = Annotated[StateEvent | MetricsEvent | CheckpointEvent | StacksEvent, Field(discriminator="type")]
 
 
 class EventBatch(_Strict):

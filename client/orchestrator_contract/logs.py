@@ -18,8 +18,15 @@ import re
 # "[rank 0/2] training worker started (pid 9728, host node-a)"
 RANK_MARKER = re.compile(r"\[rank (?P<rank>\d+)/(?P<world_size>\d+)\] training worker started \(pid (?P<pid>\d+)")
 
-DEDUP_ALLOW = r"\[rank \d+/\d+\] training worker started \(pid \d+"
+# And every line of a rank's stacks (hang detection, ``workers.runtime.stacks``): many are alike within a rank and
+# across ranks, and each must reach the log.
+DEDUP_ALLOW = r"\[rank \d+/\d+\] training worker started \(pid \d+|\[rank \d+ stacks\] "
 
 
 def rank_marker(rank: int, world_size: int, pid: int, host: str) -> str:
     return f"[rank {rank}/{world_size}] training worker started (pid {pid}, host {host})"
+
+
+def stacks_line_prefix(rank: int) -> str:
+    """What starts each line of rank ``rank``'s stacks in the attempt's log."""
+    return f"[rank {rank} stacks] "

@@ -259,6 +259,11 @@ class SweepSpec(_Strict):
                 "base.max_runtime_s: a deadline per trial is not supported; set max_runtime_s on the sweep "
                 "(a deadline for the whole sweep)"
             )
+        if self.base.failure.hang_timeout_s not in ("auto", None):
+            raise ValueError(
+                "base.failure.hang_timeout_s: hang detection watches jobs, not a sweep's trials yet; leave it out "
+                "(a hung trial ends at the sweep's max_runtime_s)"
+            )
         checkpoint = self.base.checkpoint
         # One report per epoch is one Tune result: the scheduler's clock and the metric's only source.
         if checkpoint.every_epochs != 1 or checkpoint.every_steps is not None or checkpoint.wait_for_commit:

@@ -164,6 +164,10 @@ class Job(Base):
     # kept after its reason moves on to what it waits for now; null and "" if it never was.
     last_preempted_at: Mapped[datetime | None] = mapped_column(default=None)
     last_preempted_by: Mapped[str] = mapped_column(String(256), default="", server_default="")
+    # Hang detection (orchestrator/services/hangs.py): when the current attempt was found without progress and
+    # every rank asked for its stack (None: not suspected), and the ranks' answers so far, by rank.
+    stacks_requested_at: Mapped[datetime | None] = mapped_column(default=None)
+    stacks: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
 
     labels: Mapped[list[JobLabel]] = relationship(
         cascade="all, delete-orphan", lazy="selectin", order_by="JobLabel.key"

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.backend import BackendUnavailable, ClusterBackend, RunInfo, RunStatus
 from orchestrator.db.models import JobState, utcnow
 from orchestrator.request_context import log_context
-from orchestrator.services import deadlines, reported_ends
+from orchestrator.services import deadlines, hangs, reported_ends
 from orchestrator.services.launch import Launch, new_driver_claim
 from orchestrator.services.preemption import PREEMPTIBLE_STATES, attempts_used, settle
 from orchestrator.services.runs import KINDS, Run, RunKind
@@ -79,7 +79,13 @@ class Reconciler:
                 info = replace(info, message=f"{info.message}\n({unconfirmed})")
             if not status.finished and deadlines.enforce(session, kind, run):
                 return  # past its deadline, asked to checkpoint and stop: settled below on a later pass
-            if run.preempt_requested_at is not None and run.state in PREEMPTIBLE_STATES:
+            hung = hangs.watch(session, run, self.settings) if kind.name == "job" and not status.finished else None
+            if hung is not None:
+                # Its Ray job is stopped (the hung ranks with it) and the next attempt resumes from the latest
+                # checkpoint, as after a lost driver: the same budget (retries.max_attempts), then FAILED hung.
+                stop_again = run.submission_id
+                resubmit = _next_attempt(session, kind, run, hung.reason, hung.message)
+            elif run.preempt_requested_at is not None and run.state in PREEMPTIBLE_STATES:
                 # Preempted (orchestrator.services.preemption), or stopping at its deadline: its Ray job ending,
                 # stopped or lost is the stop itself, never a failure; back to QUEUED (a deadline: FAILED) once gone.
                 grace_s = self.settings.preemption_grace_s

@@ -131,6 +131,25 @@ def list_metrics(session: Session, job_id: str) -> list[JobMetric]:
     )
 
 
+def progress_of_attempt(session: Session, job_id: str, attempt: int, limit: int = 50) -> list[datetime]:
+    """When the attempt's latest metric points (at most ``limit``, by step) and its latest committed checkpoint
+    arrived, oldest first: hang detection's evidence of progress. Both read through their (job, attempt, step)
+    and (job, step) indexes."""
+    metrics = session.scalars(
+        select(JobMetric.created_at)
+        .where(JobMetric.job_id == job_id, JobMetric.attempt == attempt)
+        .order_by(JobMetric.step.desc())
+        .limit(limit)
+    ).all()
+    checkpoint = session.scalars(
+        select(Checkpoint.created_at)
+        .where(Checkpoint.job_id == job_id, Checkpoint.attempt == attempt)
+        .order_by(Checkpoint.step.desc())
+        .limit(1)
+    ).all()
+    return sorted([*metrics, *checkpoint])
+
+
 def page_events(session: Session, job_id: str, cursor: str | None, limit: int) -> tuple[list[JobEvent], str | None]:
     return fetch_page(session, select(JobEvent).where(JobEvent.job_id == job_id), (JobEvent.id,), cursor, limit)
 

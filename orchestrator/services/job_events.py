@@ -9,11 +9,11 @@ from sqlalchemy.orm import Session
 from orchestrator.db.models import Job, JobState, Sweep
 from orchestrator.errors import Refused
 from orchestrator.repositories import jobs as jobs_repo
-from orchestrator.services import reported_ends
+from orchestrator.services import hangs, reported_ends
 from orchestrator.states.core import IllegalTransition
 from orchestrator.states.jobs import set_job_state
 from orchestrator.storage import CheckpointStorage
-from orchestrator_contract.jobs import CheckpointEvent, EventBatch, MetricsEvent, StateEvent
+from orchestrator_contract.jobs import CheckpointEvent, EventBatch, MetricsEvent, StacksEvent, StateEvent
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,8 @@ def apply_events(session: Session, job: Job, batch: EventBatch, storage: Checkpo
             applied += 1
         elif isinstance(event, StateEvent):
             applied += _apply_state(session, job, event)
+        elif isinstance(event, StacksEvent):  # a rank's answer to a hang suspicion (services.hangs)
+            applied += hangs.record_stacks(job, event.model_dump())
     return applied
 
 

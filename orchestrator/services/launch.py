@@ -182,6 +182,8 @@ def driver_env(claim_code: str, settings: Settings) -> dict[str, str]:
         # Ray Train's print patch sends a worker's print() to its logger and, as Ray's workers' stdout is not
         # sys.__stdout__, to stdout as well: every printed line reached the job's log twice. Off, print is print.
         "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
-        # How often rank 0 asks whether it is preempted (workers.runtime.control).
+        # How often rank 0 asks whether it is preempted, and the other ranks whether their stacks are wanted
+        # (workers.runtime.control).
         "ORCHESTRATOR_CONTROL_POLL_S": str(settings.preemption_poll_s),
+        "ORCHESTRATOR_STACKS_POLL_S": str(settings.hang_stacks_poll_s),
     }

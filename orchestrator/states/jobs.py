@@ -51,9 +51,14 @@ DRIVER_REVOKED = "driver_revoked"  # the reason of a run whose driver's token an
 DEADLINE_REACHED = "deadline_reached"  # the reason of a run asked to stop at its deadline
 DEADLINE_EXCEEDED = "deadline_exceeded"  # the reason it ends FAILED with
 DEADLINE = "its deadline (max_runtime_s)"  # the ``preempt_by`` of a run stopping at its deadline
+# Hang detection (``orchestrator.services.hangs``, jobs only): a RUNNING job without progress is asked for every
+# rank's stack (a request row), then ends its attempt ``hung``; progress meanwhile clears the suspicion (a row too).
+HANG_SUSPECTED = "hang_suspected"
+PROGRESS_RESUMED = "progress_resumed"
+HUNG = "hung"
 # The reasons of a run's history rows that record a request, not a transition (``core.record_request``):
 # ``last_transition`` skips them, so the reconciler's clocks and "not heard from" still read the transitions.
-REQUESTS: frozenset[str] = frozenset({PREEMPTING, DRIVER_REVOKED, DEADLINE_REACHED})
+REQUESTS: frozenset[str] = frozenset({PREEMPTING, DRIVER_REVOKED, DEADLINE_REACHED, HANG_SUSPECTED, PROGRESS_RESUMED})
 PREEMPTED_RULE: Rule = Rule(frozenset({S.STARTING, S.RUNNING, S.RESTARTING}), frozenset({S.QUEUED}))
 JOB_RULES: tuple[Rule, ...] = (*RULES, PREEMPTED_RULE)
 
@@ -126,6 +131,14 @@ def preemption_after(_session: Session, change: Change) -> None:
         job.preempt_by = ""
 
 
+def stacks_forgotten(_session: Session, change: Change) -> None:
+    """Any move out of RUNNING ends a hang suspicion: the stacks asked for belong to the attempt that was hung."""
+    job = change.row
+    if change.to_state != S.RUNNING:
+        job.stacks_requested_at = None
+        job.stacks = None
+
+
 def _job_history(_session: Session, change: Change) -> JobEvent:
     job = change.row
     return JobEvent(
@@ -146,7 +159,16 @@ JOB_LIFECYCLE = Lifecycle(
     history=_job_history,
     before=(attempt_before, requeue_before),
     # count_change last: it reads the times lifecycle_times sets.
-    after=(attempt_after, lifecycle_times, queued_since, preempted_record, preemption_after, count_change, job_usage),
+    after=(
+        attempt_after,
+        lifecycle_times,
+        queued_since,
+        preempted_record,
+        preemption_after,
+        stacks_forgotten,
+        count_change,
+        job_usage,
+    ),
     on_create=(queued_since, count_submitted),
     attempts=True,
 )
@@ -205,6 +227,28 @@ def request_deadline_stop(session: Session, lifecycle: Lifecycle, run: Job, mess
     preemption's request with ``preempt_by`` = ``DEADLINE`` and a history row of its own (reason
     ``deadline_reached``). The reconciler ends it FAILED ``deadline_exceeded`` once its Ray job is gone."""
     _ask_to_stop(session, lifecycle, run, DEADLINE, DEADLINE_REACHED, message)
+
+
+def request_stacks(session: Session, job: Job, message: str) -> None:
+    """Ask every rank of ``job`` (locked, RUNNING) for its Python stack: ``stacks_requested_at`` set (the
+    control signal's ``stacks_wanted``), the answers so far emptied, a history row (reason ``hang_suspected``)."""
+
+    def ask(_session: Session, change: Change) -> None:
+        job.stacks_requested_at = change.at
+        job.stacks = {}
+
+    record_request(session, JOB_LIFECYCLE, job, HANG_SUSPECTED, message, ask)
+
+
+def clear_hang_suspicion(session: Session, job: Job, message: str) -> None:
+    """``job`` (locked) made progress after its stacks were asked for: not hung after all (a history row, reason
+    ``progress_resumed``)."""
+
+    def clear(_session: Session, _change: Change) -> None:
+        job.stacks_requested_at = None
+        job.stacks = None
+
+    record_request(session, JOB_LIFECYCLE, job, PROGRESS_RESUMED, message, clear)
 
 
 def revoke_driver(session: Session, lifecycle: Lifecycle, run: Job, why: str) -> None:

@@ -88,14 +88,20 @@ def test_a_job_past_its_deadline_checkpoints_stops_and_fails_deadline_exceeded(a
     job, token = running(app, client, backend, max_runtime_s=60, preemptible=False)  # a deadline stops it anyway
     control = f"/internal/v1/jobs/{job}/control"
     reconcile(app)  # a few ms in: nothing asked
-    assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {"checkpoint_now": False}
+    assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {
+        "checkpoint_now": False,
+        "stacks_wanted": None,
+    }
 
     age_history(app, JobEvent, JobEvent.job_id, job, 61)
     reconcile(app)
     body = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
     assert (body["state"], body["reason"]) == ("RUNNING", "deadline_reached"), body
     assert "its max_runtime_s is 60 s" in body["message"]
-    assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {"checkpoint_now": True}
+    assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {
+        "checkpoint_now": True,
+        "stacks_wanted": None,
+    }
     # The stop's own failure, reported by the driver, is not the job's failure.
     failed = {"attempt": 1, "events": [{"type": "state", "state": "failed", "reason": "worker_died"}]}
     assert client.post(f"/internal/v1/jobs/{job}/events", json=failed, headers=auth(token)).json()["applied"] == 0
@@ -172,7 +178,10 @@ def test_a_sweep_past_its_deadline_fails_deadline_exceeded(app, client, backend)
     body = client.get(f"/v1/sweeps/{sweep}", headers=auth(ADMIN)).json()
     assert (body["state"], body["reason"]) == ("RUNNING", "deadline_reached"), body
     control = f"/internal/v1/sweeps/{sweep}/control"
-    assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {"checkpoint_now": True}
+    assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {
+        "checkpoint_now": True,
+        "stacks_wanted": None,
+    }
     backend.runs[f"{sweep}-1"] = RunStatus.FAILED
     backend.exit_codes[f"{sweep}-1"] = DriverExit.PREEMPTED
     reconcile(app)

@@ -326,10 +326,16 @@ def test_preemption_flow_over_the_api(app, client, backend):
     run = {"attempt": 1, "events": [{"type": "state", "state": "running"}]}
     assert client.post(f"/internal/v1/jobs/{job}/events", json=run, headers=auth(token)).status_code == 200
     control = f"/internal/v1/jobs/{job}/control"
-    assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {"checkpoint_now": False}
+    assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {
+        "checkpoint_now": False,
+        "stacks_wanted": None,
+    }
 
     assert preempt(service.sessions, job, "job hi (priority 9)", "priority")
-    assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {"checkpoint_now": True}
+    assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {
+        "checkpoint_now": True,
+        "stacks_wanted": None,
+    }
     assert client.get(control, params={"attempt": 1}).status_code == 401  # the run's own token only
     assert client.get(control, params={"attempt": 1}, headers=auth(ADMIN)).status_code == 401
     assert client.get(control, params={"attempt": 2}, headers=auth(token)).status_code == 409
@@ -420,12 +426,18 @@ def test_a_higher_priority_job_preempts_a_sweep_over_the_api(app, client, backen
     control = f"/internal/v1/sweeps/{sweep}/control"
     running = {"attempt": 1, "events": [{"type": "state", "state": "running"}]}
     assert client.post(f"/internal/v1/sweeps/{sweep}/events", json=running, headers=auth(token)).status_code == 200
-    assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {"checkpoint_now": False}
+    assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {
+        "checkpoint_now": False,
+        "stacks_wanted": None,
+    }
 
     high = submit(client, keys["member"], scaling={"num_workers": 1, "cpus_per_worker": 1}, priority=10).json()["id"]
     tick(app)
     assert client.get(f"/v1/jobs/{high}", headers=auth(ADMIN)).json()["reason"] == "preempting"
-    assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {"checkpoint_now": True}
+    assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {
+        "checkpoint_now": True,
+        "stacks_wanted": None,
+    }
     assert client.get(control, params={"attempt": 1}, headers=auth(ADMIN)).status_code == 401
     assert client.get(control, params={"attempt": 2}, headers=auth(token)).status_code == 409
     failed = {"attempt": 1, "events": [{"type": "state", "state": "failed", "reason": "sweep_error"}]}

@@ -14,6 +14,7 @@ import workers.runtime.train_loop as train_loop
 from orchestrator_contract.jobs import MetricsEvent
 from tests.unit.harness import RecordingReporter, assert_same_state, job_config, model_state, run_on_ranks
 from workers.runtime.context import LocalContext
+from workers.runtime.control import control_poller
 from workers.runtime.distributed import is_distributed
 from workers.runtime.train_loop import PREEMPTED_KEY, run_training
 
@@ -118,14 +119,22 @@ def test_the_last_step_of_the_run_just_finishes(tmp_path, monkeypatch):
 
 
 def test_a_job_that_is_not_preemptible_or_has_no_control_plane_never_asks(tmp_path, monkeypatch):
-    asked = []
-    monkeypatch.setattr(train_loop, "control_poller", lambda c, r: asked.append(r))
+    """No control plane: no poller at all. Not preemptible: rank 0's poller only answers requests for stacks
+    (hang detection), it never hears a preemption."""
+    made = []
+
+    def recording(config, rank):
+        poller = control_poller(config, rank)
+        made.append(None if poller is None else poller._preemption)
+        return poller
+
+    monkeypatch.setattr(train_loop, "control_poller", recording)
     exempt = {**config(1, "http://x.invalid"), "spec": {**config(1)["spec"], "preemptible": False}}
     for i, built in enumerate((config(1), exempt)):
         run_training(
             {**built, "spec": {**built["spec"], "epochs": 1}}, LocalContext(tmp_path / str(i)), RecordingReporter()
         )
-    assert asked == []
+    assert made == [None, False]
 
 
 def test_two_ranks_stop_at_the_same_step_and_resume_exactly(tmp_path):

@@ -6,6 +6,10 @@ blocks training: the loop only reads the flag, and every rank learns rank 0's an
 step (``workers.runtime.train_loop``). An unreachable control plane, or any answer but a 2xx, just means
 "no news": a preempted job that never hears of it is stopped all the same after the grace.
 
+The same poll answers hang detection (docs/jobs.md "Hangs"): every rank of a job polls (rank 0 as above, the
+others every ``ORCHESTRATOR_STACKS_POLL_S``, default 5) and, when the control plane found no progress and sets
+``stacks_wanted``, prints its threads' stacks to the attempt's log and posts them (``workers.runtime.stacks``).
+
 A sweep trial's rank 0 polls its sweep's ``/internal/v1/sweeps/{sweep_id}/control`` with the sweep's token
 (``sweep_control`` in its config, set by ``workers.tune``), and so does the sweep driver
 (``workers.tune.preemption``): a trial reports to no control plane of its own, but stops as a job does.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 
 import httpx
@@ -27,23 +32,35 @@ import torch
 import torch.distributed as dist
 
 from orchestrator_contract.jobs import ControlSignal
+from orchestrator_contract.logs import stacks_line_prefix
+from workers.runtime import stacks
 from workers.runtime.claim import RunToken, bearer
 
 log = logging.getLogger(__name__)
 
 DEFAULT_POLL_S = 1.0
+DEFAULT_STACKS_POLL_S = 5.0
 REQUEST_TIMEOUT_S = 5.0
 
 
-def poll_interval_s() -> float:
+def poll_interval_s(variable: str = "ORCHESTRATOR_CONTROL_POLL_S", default: float = DEFAULT_POLL_S) -> float:
     try:
-        return max(0.05, float(os.environ.get("ORCHESTRATOR_CONTROL_POLL_S", DEFAULT_POLL_S)))
+        return max(0.05, float(os.environ.get(variable, default)))
     except ValueError:
-        return DEFAULT_POLL_S
+        return default
+
+
+def stacks_poll_interval_s() -> float:
+    """How often a rank but rank 0 asks whether its stacks are wanted (rank 0 asks with its preemption poll)."""
+    return poll_interval_s("ORCHESTRATOR_STACKS_POLL_S", DEFAULT_STACKS_POLL_S)
 
 
 class ControlPoller:
-    """``checkpoint_now`` becomes True (and stays) once the control plane asks for it."""
+    """Asks the control plane what it wants of this attempt, every ``interval_s``: with ``preemption``,
+    ``checkpoint_now`` becomes True (and stays) once it is asked for; with ``stacks_rank``, each new
+    ``stacks_wanted`` is answered once with this rank's stacks (``workers.runtime.stacks``), printed to the attempt's
+    log and posted as a ``StacksEvent``. Made on the training thread: its stack is the one that says where the rank
+    is."""
 
     def __init__(
         self,
@@ -53,11 +70,19 @@ class ControlPoller:
         token: RunToken | str,
         interval_s: float | None = None,
         collection: str = "jobs",
+        *,
+        preemption: bool = True,
+        stacks_rank: int | None = None,
     ) -> None:
-        self._endpoint = f"{url.rstrip('/')}/internal/v1/{collection}/{job_id}/control"
-        self._params = {"attempt": attempt}
+        base = f"{url.rstrip('/')}/internal/v1/{collection}/{job_id}"
+        self._endpoint, self._events = f"{base}/control", f"{base}/events"
+        self._attempt = attempt
         self._headers = bearer(token)
         self._interval_s = interval_s if interval_s is not None else poll_interval_s()
+        self._preemption = preemption
+        self._stacks_rank = stacks_rank
+        self._training = threading.get_ident()
+        self._answered: set[str] = set()
         self._requested = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"control-poller-{job_id}", daemon=True)
@@ -74,20 +99,49 @@ class ControlPoller:
     def _run(self) -> None:
         with httpx.Client(headers=self._headers, timeout=REQUEST_TIMEOUT_S) as client:
             while not self._stop.wait(self._interval_s):
-                try:
-                    response = client.get(self._endpoint, params=self._params)
-                except httpx.HTTPError:
+                signal = self._ask(client)
+                if signal is None:
                     continue
-                if not response.is_success:
-                    continue
-                try:
-                    signal = ControlSignal.model_validate(response.json())
-                except ValueError:
-                    continue
-                if signal.checkpoint_now:
+                if self._preemption and signal.checkpoint_now and not self._requested.is_set():
                     log.info("the control plane preempted this run: checkpointing at the next step, then stopping")
                     self._requested.set()
-                    return
+                    if self._stacks_rank is None:
+                        return
+                wanted = signal.stacks_wanted
+                if self._stacks_rank is not None and wanted and wanted not in self._answered:
+                    self._answer_stacks(client, wanted)
+
+    def _ask(self, client: httpx.Client) -> ControlSignal | None:
+        """The control plane's answer; None for "no news" (unreachable, not a 2xx, not a signal)."""
+        try:
+            response = client.get(self._endpoint, params={"attempt": self._attempt})
+        except httpx.HTTPError:
+            return None
+        if not response.is_success:
+            return None
+        try:
+            return ControlSignal.model_validate(response.json())
+        except ValueError:
+            return None
+
+    def _answer_stacks(self, client: httpx.Client, request: str) -> None:
+        """Print this rank's stacks to the attempt's log and post them; answered once, or again at the next poll
+        if the post did not get through."""
+        answer = stacks.answer(request, self._stacks_rank, self._training)
+        prefix = stacks_line_prefix(self._stacks_rank)  # Ray's log dedup lets these through (DEDUP_ALLOW)
+        header = (
+            f"the control plane found no progress and asked for this rank's stacks (rank {self._stacks_rank}, "
+            f"pid {answer['pid']}, node {answer['node']}, "
+            f"{'in a collective' if answer['in_collective'] else 'not in a collective'}):"
+        )
+        lines = [header, *answer["stacks"].splitlines()]
+        print("\n".join(prefix + line for line in lines), file=sys.stderr, flush=True)
+        try:
+            response = client.post(self._events, json={"attempt": self._attempt, "events": [answer]})
+        except httpx.HTTPError:
+            return
+        if response.is_success:
+            self._answered.add(request)
 
 
 def control_target(config: dict) -> tuple[str, str, str, int, RunToken | str] | None:
@@ -99,20 +153,40 @@ def control_target(config: dict) -> tuple[str, str, str, int, RunToken | str] | 
     sweep = config.get("sweep_control")
     if sweep:
         return sweep["url"], "sweeps", sweep["sweep_id"], int(sweep["attempt"]), sweep["token"]
+    return _own_control(config)
+
+
+def _own_control(config: dict) -> tuple[str, str, str, int, RunToken | str] | None:
+    """A job's own control endpoint when it reports to a control plane (not a sweep's trial, not a script)."""
     url, token = config.get("control_plane_url"), config.get("token")
-    if url and token:
+    if url and token and not config.get("sweep_control"):
         return url, "jobs", config["job_id"], int(config["attempt"]), token
     return None
 
 
 def control_poller(config: dict, rank: int) -> ControlPoller | None:
-    """Rank 0's poller for a run that can be preempted (``control_target``); None elsewhere (other ranks,
-    scripts)."""
-    target = control_target(config)
-    if rank != 0 or target is None:
+    """This rank's poller, made on its training thread: rank 0's hears a preemption (``control_target``) every
+    ``ORCHESTRATOR_CONTROL_POLL_S``; every rank of a job answers a request for its stacks (rank 0 at that
+    interval, the others every ``ORCHESTRATOR_STACKS_POLL_S``). None where nothing is polled (a rank of a
+    trial but rank 0, scripts)."""
+    preemption = control_target(config) if rank == 0 else None
+    own = _own_control(config)
+    target = preemption or own
+    if target is None:
         return None
     url, collection, run_id, attempt, token = target
-    return ControlPoller(url, run_id, attempt, token, collection=collection)
+    interval = None if rank == 0 else stacks_poll_interval_s()
+    stacks_rank = rank if own is not None else None
+    return ControlPoller(
+        url,
+        run_id,
+        attempt,
+        token,
+        interval,
+        collection=collection,
+        preemption=preemption is not None,
+        stacks_rank=stacks_rank,
+    )
 
 
 class SharedFlag:

@@ -65,7 +65,7 @@ def run_function(config: dict, ctx: LoopContext, reporter: Reporter | None = Non
     seed_everything(spec.seed)  # the same on every rank: the same initial weights, unless main reseeds
     main = load_entrypoint(spec.entrypoint)
     # Rank 0 listens for a preemption (a job reporting to a control plane, preemptible); the others learn its
-    # answer through should_preempt's SharedFlag.
+    # answer through should_preempt's SharedFlag. Every rank of a job answers a request for its stacks.
     poller = control_poller(config, ctx.rank)
     with rank0_reporter(config, ctx.rank, reporter) as reporter, ctx.resume_dir() as resume_dir:
         # Chosen before main runs, on every rank together (rank 0 verifies, all take its choice), and kept

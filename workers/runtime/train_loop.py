@@ -81,7 +81,7 @@ def run_training(config: dict, ctx: LoopContext, reporter: Reporter | None = Non
         with ctx.resume_dir() as resume_dir:
             if resume_dir:  # last: the RNG states it restores are the next ones drawn
                 loop.resume(resume_dir)
-        poller = control_poller(config, ctx.rank) if watched else None
+        poller = control_poller(config, ctx.rank)  # every rank's: a preemption (rank 0), a request for stacks
         loop.watch(watched, poller)
         try:
             result = loop.run()
@@ -143,7 +143,7 @@ class _Loop:
         self.epoch_throughput: list[tuple[int, float]] = []  # (samples, seconds) per epoch run here
         self.metric_names: list[str] | None = None  # the workload's, checked at the first validation
         self.flag: SharedFlag | None = None  # set on every rank when rank 0 listens for a preemption
-        self.poller = None  # rank 0's ControlPoller
+        self.poller = None  # this rank's ControlPoller (rank 0's hears a preemption)
         self.stop_after_epoch = False  # preempted at an epoch's last step: checkpoint at its end, then stop
 
     def watch(self, watched: bool, poller) -> None:

@@ -1,0 +1,144 @@
+"""Hang detection (``failure.hang_timeout_s`` on a job; docs/jobs.md "Hangs").
+
+A RUNNING job whose reported progress (a metric point, a committed checkpoint of its current attempt) has not
+advanced for its hang timeout is suspected hung. The reconciler calls ``watch`` on every active job it looks at:
+
+1. suspected: every rank is asked for its Python stack (``states.jobs.request_stacks``; the ranks' control poll
+   sees ``stacks_wanted`` and answers with a ``StacksEvent``, printed in the attempt's log as well);
+2. every rank answered, or ``hang_stacks_wait_s`` passed: ``watch`` returns the verdict, and the reconciler stops
+   the attempt's Ray job and ends the attempt ``hung``: a new attempt from the latest checkpoint while
+   ``retries.max_attempts`` last, FAILED ``hung`` after;
+3. progress arrived meanwhile: not hung after all, the suspicion is cleared (a ``progress_resumed`` row).
+
+The clock is the control plane's own: the arrival of the run's reports, never a time the run claims.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import statistics
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from orchestrator.db.models import Job, JobState, utcnow
+from orchestrator.repositories import jobs as jobs_repo
+from orchestrator.settings import Settings
+from orchestrator.states.jobs import HUNG, clear_hang_suspicion, request_stacks
+
+log = logging.getLogger(__name__)
+
+MEDIAN_FACTOR = 20  # "auto": this many median report intervals ...
+LONGEST_FACTOR = 2  # ... or twice the longest one so far (start-up, a checkpoint's write) ...
+STARTUP_FACTOR = 3  # ... and before an attempt's first report (no median yet), this many floors
+MAX_STACK_CHARS = 4000  # of each rank's stacks kept on the job (the attempt's log has them whole)
+
+
+def timeout_s(job: Job, progress: list[datetime], running_since: datetime, floor_s: float) -> float | None:
+    """The job's hang timeout: its spec's seconds, None when off, or "auto" (the default, also for a spec stored
+    before hang detection) from the arrival times of this attempt's reports."""
+    value = ((job.spec or {}).get("failure") or {}).get("hang_timeout_s", "auto")
+    if value != "auto":
+        return None if value is None else float(value)
+    if not progress:
+        return STARTUP_FACTOR * floor_s
+    times = [running_since, *progress]
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
+    between_reports = gaps[1:]  # the first gap is the attempt's start-up
+    median = statistics.median(between_reports) if between_reports else 0.0
+    return max(floor_s, MEDIAN_FACTOR * median, LONGEST_FACTOR * max(gaps))
+
+
+@dataclass(frozen=True)
+class Hung:
+    """The verdict: the attempt is hung; ``message`` names the ranks in a collective, elsewhere and silent."""
+
+    reason: str
+    message: str
+
+
+def watch(session: Session, job: Job, settings: Settings, now: datetime | None = None) -> Hung | None:
+    """In the caller's transaction, ``job`` locked: suspect it, clear it or judge it (see the module). A job that
+    is not RUNNING, or is being stopped (a preemption, its deadline), is left alone."""
+    if job.state != JobState.RUNNING or job.preempt_requested_at is not None:
+        return None
+    now = now or utcnow()
+    running_since = jobs_repo.last_transition(session, job.id).created_at  # entered RUNNING
+    progress = jobs_repo.progress_of_attempt(session, job.id, job.attempt)
+    last = max([running_since, *progress])
+    if job.stacks_requested_at is not None:
+        if last > job.stacks_requested_at:
+            clear_hang_suspicion(session, job, "progress again after its stacks were asked for: not hung")
+            log.info("job %s: progress again, not hung", job.id)
+            return None
+        answered = job.stacks or {}
+        waited = (now - job.stacks_requested_at).total_seconds()
+        if len(answered) < _world_size(job) and waited < settings.hang_stacks_wait_s:
+            return None
+        return Hung(HUNG, verdict(job, answered, (now - last).total_seconds()))
+    limit = timeout_s(job, progress, running_since, settings.hang_timeout_floor_s)
+    idle = (now - last).total_seconds()
+    if limit is None or idle < limit:
+        return None
+    request_stacks(
+        session,
+        job,
+        f"no progress for {idle:.0f} s (its hang timeout is {limit:g} s): asked every rank for its Python stack",
+    )
+    log.warning(
+        "job %s: no progress for %.0f s (hang timeout %g s): asking every rank for its stack", job.id, idle, limit
+    )
+    return None
+
+
+def record_stacks(job: Job, answer: dict) -> bool:
+    """Keep one rank's answer (a ``StacksEvent`` as a dict) if it answers the request still open from a rank the
+    job has; True if kept. Each rank's stacks are kept to their last ``MAX_STACK_CHARS`` (the log has them whole),
+    so a row holds at most world size x that."""
+    if job.stacks_requested_at is None or answer.get("request") != stacks_request_id(job):
+        return False
+    if not 0 <= answer["rank"] < _world_size(job):
+        return False
+    answered = dict(job.stacks or {})
+    kept = {key: answer[key] for key in ("node", "pid", "in_collective", "where")}
+    answered[str(answer["rank"])] = {**kept, "stacks": answer["stacks"][-MAX_STACK_CHARS:]}
+    job.stacks = answered  # a new dict: the JSON column sees the change
+    return True
+
+
+def stacks_request_id(job: Job) -> str | None:
+    """The control signal's ``stacks_wanted``: the open request's time (a new request, a new value)."""
+    return None if job.stacks_requested_at is None else job.stacks_requested_at.isoformat()
+
+
+def verdict(job: Job, answered: dict, idle_s: float) -> str:
+    """What the hung attempt's end says: how long without progress, and each rank's place."""
+    world = _world_size(job)
+    collective = [_rank_at(r, a) for r, a in _by_rank(answered) if a.get("in_collective")]
+    elsewhere = [(r, a) for r, a in _by_rank(answered) if not a.get("in_collective")]
+    silent = [str(r) for r in range(world) if str(r) not in answered]
+    step = (job.latest_metrics or {}).get("step")
+    lines = [f"hung: no progress for {idle_s:.0f} s" + (f" (last reported step {step})" if step is not None else "")]
+    if collective:
+        lines.append(f"in a collective (waiting for the others): {', '.join(collective)}")
+    if elsewhere:
+        lines.append("elsewhere: " + "; ".join(f"{_rank_at(r, a)} at {a.get('where') or '?'}" for r, a in elsewhere))
+    if silent:
+        lines.append(f"no stack from rank {', '.join(silent)} (its process is gone, or holds the GIL)")
+    for rank, answer in elsewhere[:2]:  # the likely culprits' stacks; every rank's is in the attempt's log
+        lines.append(f"--- rank {rank}'s stack ---\n{answer.get('stacks') or ''}")
+    return "\n".join(lines)
+
+
+def _rank_at(rank: int, answer: dict) -> str:
+    return f"rank {rank} (node {answer.get('node') or '?'}, pid {answer.get('pid') or '?'})"
+
+
+def _by_rank(answered: dict) -> list[tuple[int, dict]]:
+    return sorted((int(rank), answer) for rank, answer in answered.items())
+
+
+def _world_size(job: Job) -> int:
+    return int(((job.spec or {}).get("scaling") or {}).get("num_workers", 1))

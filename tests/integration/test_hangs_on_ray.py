@@ -1,0 +1,117 @@
+"""Hang detection on the real cluster (docs/jobs.md "Hangs"): a 2-worker training function whose rank 0 sleeps
+after a few steps while rank 1 waits for it in an all-reduce. The control plane sees no progress for
+``failure.hang_timeout_s``, asks both ranks for their stacks (printed in the attempt's log, summed up in the
+attempt's end: rank 1 in a collective, rank 0 at its ``time.sleep``), ends the attempt ``hung`` and resumes from
+the latest checkpoint: a hang that happens once, the job then succeeds; a hang that repeats, it fails ``hung``
+when its attempts run out. Both jobs run side by side (half a CPU per worker)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.integration.conftest import TERMINAL
+from tests.integration.test_train_function_on_ray import _zip, upload
+
+pytestmark = pytest.mark.integration
+
+HANGS = '''
+import os
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main(ctx):
+    """One all-reduce and one report a step, a checkpoint every 2 steps; rank 0 sleeps at step hang_at (once
+    only, when a marker file says it already did, unless "always")."""
+    steps, hang_at, marker = ctx.config["steps"], ctx.config["hang_at"], ctx.config["marker"]
+    start = 0
+    if (folder := ctx.restore()) is not None:
+        with open(os.path.join(folder, "step.txt")) as saved:
+            start = int(saved.read())
+    for step in range(start + 1, steps + 1):
+        total = torch.tensor([float(step)])
+        dist.all_reduce(total)
+        if ctx.rank == 0 and step == hang_at and (ctx.config["always"] or not os.path.exists(marker)):
+            open(marker, "w").close()
+            time.sleep(3600)
+        time.sleep(0.2)
+        if step % 2 == 0:
+            with tempfile.TemporaryDirectory() as checkpoint:
+                with open(os.path.join(checkpoint, "step.txt"), "w") as out:
+                    out.write(str(step))
+                ctx.report({"total": total.item()}, checkpoint_dir=checkpoint, step=step)
+        else:
+            ctx.report({"total": total.item()}, step=step)
+'''
+STEPS, HANG_AT = 8, 5
+
+
+def _spec(code_id: str, name: str, marker: str, always: bool) -> dict:
+    return {
+        "name": name,
+        "entrypoint": "hangs:main",
+        "code": {"id": code_id},
+        "config": {"steps": STEPS, "hang_at": HANG_AT, "marker": marker, "always": always},
+        "scaling": {"num_workers": 2, "cpus_per_worker": 0.5},
+        "retries": {"max_attempts": 2},
+        "failure": {"hang_timeout_s": 8},
+    }
+
+
+def _logs(member, job_id: str, attempt: int) -> str:
+    response = member.http.get(f"/v1/jobs/{job_id}/logs", params={"attempt": attempt})
+    assert response.status_code == 200, response.text
+    return response.text
+
+
+def _wait(member, job_ids: list[str], timeout_s: float) -> dict[str, dict]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        jobs = {job_id: member.job(job_id) for job_id in job_ids}
+        if all(job["state"] in TERMINAL for job in jobs.values()):
+            return jobs
+        if time.monotonic() > deadline:
+            pytest.fail(f"not ended in {timeout_s} s: {[(j['state'], j['message'][-500:]) for j in jobs.values()]}")
+        time.sleep(1)
+
+
+def test_a_hung_function_is_found_its_stacks_taken_and_it_resumes_or_fails_hung(
+    member, service_settings, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(service_settings, "hang_stacks_poll_s", 1.0)  # rank 1 answers within a second
+    code_id = upload(member, _zip({"hangs.py": HANGS}))
+    once = member.http.post("/v1/jobs", json=_spec(code_id, "hangs-once", str(tmp_path / "once"), False))
+    always = member.http.post("/v1/jobs", json=_spec(code_id, "hangs-always", str(tmp_path / "always"), True))
+    assert once.status_code == always.status_code == 201, (once.text, always.text)
+    once_id, always_id = once.json()["id"], always.json()["id"]
+
+    jobs = _wait(member, [once_id, always_id], timeout_s=420)
+
+    # Once: attempt 1 hung at step 5, its end says where each rank was, attempt 2 resumed from step 4.
+    done = jobs[once_id]
+    assert (done["state"], done["attempt"]) == ("SUCCEEDED", 2), done
+    events = member.http.get(f"/v1/jobs/{once_id}/events").json()
+    reasons = [e["reason"] for e in events]
+    assert "hang_suspected" in reasons, reasons
+    (hung,) = [e for e in events if e["reason"] == "hung"]
+    assert hung["to_state"] == "RESTARTING" and hung["attempt"] == 1, hung
+    message = hung["message"]
+    assert "in a collective (waiting for the others): rank 1" in message, message
+    assert "elsewhere: rank 0" in message and "time.sleep(3600)" in message, message
+    assert "starting attempt 2 of 2 from the latest checkpoint" in message, message
+    points = [(m["attempt"], m["step"]) for m in member.http.get(f"/v1/jobs/{once_id}/metrics").json()]
+    assert points == [(1, s) for s in range(1, HANG_AT)] + [(2, s) for s in range(HANG_AT, STEPS + 1)], points
+    log = _logs(member, once_id, 1)
+    for rank in (0, 1):
+        assert f"[rank {rank} stacks] the control plane found no progress" in log, log[-3000:]
+    assert "[rank 0 stacks]     time.sleep(3600)" in log, log[-3000:]
+
+    # Always: both attempts hung; the second used up the attempts, and the job failed hung.
+    failed = jobs[always_id]
+    assert (failed["state"], failed["reason"], failed["attempt"]) == ("FAILED", "hung", 2), failed
+    assert "elsewhere: rank 0" in failed["message"] and "attempt 2 of 2: none left" in failed["message"], failed
