@@ -40,7 +40,12 @@ def training_thread_place(training: int) -> tuple[bool, str]:
     library's: the user's line, or the loop's, that called into them), and it is in a collective when the library
     frames inside that one are a collective's (torch.distributed, a backward pass, Ray Train's report)."""
     frame: FrameType | None = sys._current_frames().get(training)
-    summary = traceback.extract_stack(frame) if frame is not None else []
+    return place(traceback.extract_stack(frame) if frame is not None else [])
+
+
+def place(stack: list[traceback.FrameSummary]) -> tuple[bool, str]:
+    """``training_thread_place`` of a stack (outermost frame first)."""
+    summary = list(stack)
     inner: list[traceback.FrameSummary] = []
     while summary and _is_library(summary[-1].filename):
         inner.append(summary.pop())
