@@ -50,7 +50,7 @@
         `<span class="when">${App.escapeHtml(e.created_at.replace("T", " ").slice(0, 19))}</span> ${badge(e.to_state)} ` +
         (e.attempt ? `<span class="muted">attempt ${e.attempt}</span> ` : "") +
         (e.reason ? `<code>${App.escapeHtml(e.reason)}</code> ` : "") +
-        App.escapeHtml(e.message);
+        `<span class="message">${App.escapeHtml(e.message)}</span>`;
       list.appendChild(li);
     }
   }
