@@ -43,6 +43,8 @@ class Reconciler:
         self.sessions = sessions
         self.backend = backend
         self.settings = settings
+        # Hang detection counts silence from here at the earliest: while no control plane ran, reports waited.
+        self.started_at = utcnow()
 
     def tick(self) -> None:
         with self.sessions() as session:
@@ -79,7 +81,8 @@ class Reconciler:
                 info = replace(info, message=f"{info.message}\n({unconfirmed})")
             if not status.finished and deadlines.enforce(session, kind, run):
                 return  # past its deadline, asked to checkpoint and stop: settled below on a later pass
-            hung = hangs.watch(session, run, self.settings) if kind.name == "job" and not status.finished else None
+            watched = kind.name == "job" and not status.finished
+            hung = hangs.watch(session, run, self.settings, self.started_at) if watched else None
             if hung is not None:
                 # Its Ray job is stopped (the hung ranks with it) and the next attempt resumes from the latest
                 # checkpoint, as after a lost driver: the same budget (retries.max_attempts), then FAILED hung.

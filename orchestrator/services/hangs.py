@@ -59,15 +59,19 @@ class Hung:
     message: str
 
 
-def watch(session: Session, job: Job, settings: Settings, now: datetime | None = None) -> Hung | None:
+def watch(
+    session: Session, job: Job, settings: Settings, watching_since: datetime, now: datetime | None = None
+) -> Hung | None:
     """In the caller's transaction, ``job`` locked: suspect it, clear it or judge it (see the module). A job that
-    is not RUNNING, or is being stopped (a preemption, its deadline), is left alone."""
+    is not RUNNING, or is being stopped (a preemption, its deadline), is left alone. ``watching_since``: when
+    this control plane started; no job is judged on a silence that began before (its reports may have waited
+    for the control plane to come back)."""
     if job.state != JobState.RUNNING or job.preempt_requested_at is not None:
         return None
     now = now or utcnow()
     running_since = jobs_repo.last_transition(session, job.id).created_at  # entered RUNNING
     progress = jobs_repo.progress_of_attempt(session, job.id, job.attempt)
-    last = max([running_since, *progress])
+    last = max([running_since, *progress, watching_since])
     if job.stacks_requested_at is not None:
         if last > job.stacks_requested_at:
             clear_hang_suspicion(session, job, "progress again after its stacks were asked for: not hung")

@@ -20,7 +20,9 @@ from sqlalchemy import select
 from orchestrator.backend import RunStatus
 from orchestrator.db.models import Job, JobEvent, JobMetric
 from orchestrator.services.hangs import STARTUP_FACTOR, timeout_s
-from tests.unit.api_helpers import ADMIN, auth, reconcile, run_token, submit
+from orchestrator.loops.reconciler import Reconciler
+from tests.unit.api_helpers import ADMIN, auth, run_token, submit
+from tests.unit.api_helpers import reconcile as reconcile_just_started
 from tests.unit.test_deadlines import job_events, running
 from workers.runtime import stacks
 from workers.runtime.control import ControlPoller
@@ -62,6 +64,14 @@ def settings_overrides() -> dict:
 
 
 HUNG_SPEC = {"failure": {"hang_timeout_s": 10}, "retries": {"max_attempts": 2}, "scaling": {"num_workers": 2}}
+
+
+def reconcile(app) -> None:
+    """A reconciler of a control plane that has run for a day: silence counts from before this test's ``age``."""
+    service = app.state.service
+    reconciler = Reconciler(service.sessions, service.backend, service.settings)
+    reconciler.started_at -= timedelta(days=1)
+    reconciler.tick()
 
 
 def age(app, job_id: str, seconds: float) -> None:
@@ -171,6 +181,18 @@ def test_progress_after_the_request_clears_the_suspicion(app, client, backend):
     body = job(client, job_id)
     assert (body["state"], body["reason"], body["attempt"]) == ("RUNNING", "progress_resumed", 1), body
     assert wanted(client, job_id, token, 1) is None and backend.stopped == []
+
+
+def test_a_control_plane_just_started_counts_silence_from_its_start(app, client, backend):
+    """While no control plane ran, the ranks' reports waited in their buffers: a control plane that comes back
+    does not judge a job on the silence before it started."""
+    job_id, token = running(app, client, backend, **HUNG_SPEC)
+    post(client, job_id, token, 1, metric(1))
+    age(app, job_id, 3600)
+    reconcile_just_started(app)
+    assert (job(client, job_id)["reason"], wanted(client, job_id, token, 1)) == ("training_started", None)
+    reconcile(app)  # the same silence, seen by a control plane that was running all along
+    assert job(client, job_id)["reason"] == "hang_suspected"
 
 
 def test_null_turns_it_off(app, client, backend):
