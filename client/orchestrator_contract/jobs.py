@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    ConfigDict,
     Field,
     Strict,
     StringConstraints,
@@ -168,6 +169,9 @@ class KeepBestSpec(_Strict):
 
 
 class CheckpointSpec(_Strict):
+    # "async" is a Python keyword: the field is async_, its name in JSON (in and out) "async".
+    model_config = ConfigDict(extra="forbid", serialize_by_alias=True)
+
     every_epochs: int | None = Field(1, ge=1, le=10_000, description="Checkpoint every N epochs.")
     every_steps: int | None = Field(None, ge=1, description="Checkpoint every N optimizer steps.")
     keep: int = Field(
@@ -187,6 +191,15 @@ class CheckpointSpec(_Strict):
         "controller registers it (up to ORCHESTRATOR_TRAIN_POLL_INTERVAL_S later), so a failure in that window "
         "repeats up to two checkpoint intervals. On: at most one, for up to one poll interval of waiting per "
         "checkpoint.",
+    )
+    async_: bool = Field(
+        True,
+        alias="async",
+        description="Upload checkpoints in the background: training goes on once every rank has written its "
+        "part to local disk, while Ray Train copies it to storage and registers it (one upload at a time; the "
+        "next checkpoint waits for the one before). A crash meanwhile resumes from the checkpoint before. The "
+        "run's last checkpoint, a preemption's and a deadline's are written synchronously. false: every "
+        "checkpoint blocks training until it is registered in storage.",
     )
 
 

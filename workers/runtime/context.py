@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,8 +32,10 @@ class LoopContext(Protocol):
         """A local folder holding the checkpoint to resume from (None on a fresh start); only a checkpoint
         that verifies (``workers.runtime.manifest``), the same one on every rank."""
 
-    def report(self, metrics: dict[str, Any], checkpoint_dir: str) -> None:
-        """Commit a checkpoint: every rank calls it with its own folder; together they are one checkpoint."""
+    def report(self, metrics: dict[str, Any], checkpoint_dir: str, *, asynchronous: bool = False) -> None:
+        """Commit a checkpoint: every rank calls it with its own folder; together they are one checkpoint.
+        ``asynchronous`` (``checkpoint.async``): return before it is committed; the folder is then the context's,
+        deleted once committed, and a checkpoint reported before that waits for it first (one in flight)."""
 
     def wait_committed(self, metrics: dict[str, Any]) -> None:
         """Return once the checkpoint just reported is committed (``checkpoint.wait_for_commit``)."""
@@ -61,6 +64,7 @@ class LocalContext:
         # A training function's ``should_preempt()`` on this context: no control plane asks here; set it (rank
         # 0's counts, as its poller's would) to play a preemption in a test.
         self.preempt_requested = False
+        self._copying: threading.Thread | None = None  # an asynchronous report's copy in flight
 
     @contextlib.contextmanager
     def resume_dir(self) -> Iterator[str | None]:
@@ -72,15 +76,40 @@ class LocalContext:
         yield rank0_choice(chosen)
 
     def wait_committed(self, metrics: dict[str, Any]) -> None:
-        pass  # report() copies and waits for every rank: committed when it returns
+        # A synchronous report() copies and waits for every rank: committed when it returns. An asynchronous one
+        # is committed once its copy is done on every rank.
+        self._join_copy()
 
-    def report(self, metrics: dict[str, Any], checkpoint_dir: str) -> None:
+    def report(self, metrics: dict[str, Any], checkpoint_dir: str, *, asynchronous: bool = False) -> None:
+        self._join_copy()  # one in flight: the one before is committed first
         target = self.checkpoint_root / f"{CHECKPOINT_PREFIX}{int(metrics['step']):09d}"
-        shutil.copytree(checkpoint_dir, target, dirs_exist_ok=True)
-        if is_distributed():
-            dist.barrier()  # the checkpoint is whole only once every rank has copied its part
+        if not asynchronous:
+            self._copy(checkpoint_dir, target, metrics)
+            if is_distributed():
+                dist.barrier()  # the checkpoint is whole only once every rank has copied its part
+            return
+        # As Ray Train's background upload: the copy in a thread, the folder deleted after it.
+        self._copying = threading.Thread(
+            target=self._copy, args=(checkpoint_dir, target, metrics, True), name="checkpoint-copy", daemon=True
+        )
+        self._copying.start()
+
+    def _copy(self, source: str, target: Path, metrics: dict[str, Any], owned: bool = False) -> None:
+        shutil.copytree(source, target, dirs_exist_ok=True)
+        if owned:
+            shutil.rmtree(source, ignore_errors=True)
         self.reported.append(dict(metrics))
         self.checkpoints.append(target)
+
+    def _join_copy(self) -> None:
+        """Wait for an asynchronous report's copy on this rank, then on every rank (every rank reports and waits
+        at the same points, so every rank has one in flight or none)."""
+        copying, self._copying = self._copying, None
+        if copying is None:
+            return
+        copying.join()
+        if is_distributed():
+            dist.barrier()
 
 
 def latest_checkpoint(checkpoint_root: str | os.PathLike) -> Path | None:

@@ -28,6 +28,8 @@ import json
 import logging
 import math
 import numbers
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -113,6 +115,7 @@ class TrainContext:
         self._names: set[str] = set()
         self._last: dict[str, float] = {}
         self._poller = poller
+        self._in_flight: dict[str, Any] | None = None  # the metrics of an asynchronous checkpoint not yet committed
         # Made on every rank (on NCCL a gloo group of its own: a collective), used only when main asks.
         self._flag = SharedFlag(self.world_size)
         self.preempted = False  # should_preempt() said True: main is expected to checkpoint and return
@@ -192,9 +195,19 @@ class TrainContext:
             (folder / CONTEXT_FILE).write_text(json.dumps({"epoch": self.epoch, "step": self.step}))
         write_manifest(folder, rank=self.rank, world_size=self.world_size)  # last: it lists the files above
         reported = {**values, "epoch": self.epoch, "step": self.step}
-        self._loop.report(reported, str(folder))
         # The preemption's checkpoint is the one the next attempt resumes from: registered before main returns.
-        if self.spec.checkpoint.wait_for_commit or self.preempted:
+        wait = self.spec.checkpoint.wait_for_commit or self.preempted
+        if self.spec.checkpoint.async_ and not wait:
+            # The folder is the caller's again when report returns (a TemporaryDirectory, most often): a local
+            # copy is uploaded in the background, and deleted after (checkpoint.async).
+            copy = tempfile.mkdtemp(prefix="checkpoint-")
+            shutil.copytree(folder, copy, dirs_exist_ok=True)
+            self._loop.report(reported, copy, asynchronous=True)
+            self._in_flight = reported
+            return
+        self._loop.report(reported, str(folder))
+        self._in_flight = None
+        if wait:
             self._loop.wait_committed(reported)
 
     def should_preempt(self) -> bool:
@@ -212,8 +225,12 @@ class TrainContext:
         return self.preempted
 
     def close(self) -> None:
-        """After main returned on every rank: wait for should_preempt's exchange still in flight."""
+        """After main returned on every rank: wait for should_preempt's exchange still in flight, and for the last
+        checkpoint's upload (the run's result names it)."""
         self._flag.close()
+        if self._in_flight is not None:
+            self._loop.wait_committed(self._in_flight)
+            self._in_flight = None
 
     def restore(self) -> str | None:
         """A local folder holding the latest committed checkpoint (that verifies), or None on a fresh start.

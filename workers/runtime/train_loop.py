@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -340,9 +341,15 @@ class _Loop:
 
     def _checkpoint(self, metrics: dict[str, float], committed: bool = False) -> None:
         # Every rank writes its part into its own folder and reports it (Ray Train's report is a barrier).
-        with tempfile.TemporaryDirectory(prefix="checkpoint-", ignore_cleanup_errors=True) as tmp:
+        # Asynchronous (checkpoint.async): the context uploads it in the background and deletes the folder after;
+        # the run's last checkpoint, one it must wait for (a preemption's, wait_for_commit) are synchronous.
+        final = self.position.epoch >= self.spec.epochs and self.position.epoch_steps >= self.batches.steps_per_epoch
+        wait = committed or self.spec.checkpoint.wait_for_commit
+        asynchronous = self.spec.checkpoint.async_ and not (wait or final)
+        folder = tempfile.mkdtemp(prefix="checkpoint-")
+        try:
             save_checkpoint(
-                tmp,
+                folder,
                 rank=self.ctx.rank,
                 world_size=self.ctx.world_size,
                 strategy=self.plan.strategy,
@@ -351,9 +358,12 @@ class _Loop:
                 epoch_loss=self.epoch_loss,
             )
             reported = {**metrics, "epoch": self.position.epoch, "step": self.position.step}
-            self.ctx.report(reported, tmp)
-            if committed or self.spec.checkpoint.wait_for_commit:
+            self.ctx.report(reported, folder, asynchronous=asynchronous)
+            if wait:
                 self.ctx.wait_committed(reported)
+        finally:
+            if not asynchronous:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def _zeros(self, size: int) -> torch.Tensor:
         # Sums stay on the device: no host sync per step.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,8 @@ from workers.runtime.context import rank0_choice
 from workers.runtime.function import run_function
 from workers.runtime.manifest import choose_resume_checkpoint, resolve
 from workers.runtime.train_loop import PREEMPTED_KEY, run_training
+
+UPLOAD_POLL_S = 0.05  # how often a checkpoint waiting for the one before looks whether its upload is done
 
 
 def train_loop_per_worker(config: dict) -> dict[str, float] | None:
@@ -44,6 +47,7 @@ class RayContext:
         self.world_size = train_context.get_world_size()
         self.device = ray.train.torch.get_device()
         self.start_from = start_from
+        self._uploading: str | None = None  # the folder of this rank's asynchronous upload in flight
 
     @contextlib.contextmanager
     def resume_dir(self) -> Iterator[str | None]:
@@ -72,6 +76,20 @@ class RayContext:
         # after the first was taken, so when it returns the checkpoint has been handed to the controller.
         ray.train.report(metrics)
 
-    def report(self, metrics: dict[str, Any], checkpoint_dir: str) -> None:
-        # Ray Train merges the folders every rank reports into one checkpoint.
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(checkpoint_dir))
+    def report(self, metrics: dict[str, Any], checkpoint_dir: str, *, asynchronous: bool = False) -> None:
+        # Ray Train merges the folders every rank reports into one checkpoint. Asynchronous: its one upload thread
+        # copies the folder to storage, deletes it, then registers the checkpoint; the folder's going is how this
+        # rank knows its upload is done, and the next checkpoint waits for it (one in flight, bounded disk).
+        self._wait_for_upload()
+        mode = ray.train.CheckpointUploadMode.ASYNC if asynchronous else ray.train.CheckpointUploadMode.SYNC
+        ray.train.report(
+            metrics, checkpoint=ray.train.Checkpoint.from_directory(checkpoint_dir), checkpoint_upload_mode=mode
+        )
+        self._uploading = checkpoint_dir if asynchronous else None
+
+    def _wait_for_upload(self) -> None:
+        """Until this rank's asynchronous upload is done. A failed upload fails the worker group (Ray Train
+        raises it in the training thread), which ends this wait with the worker."""
+        while self._uploading is not None and os.path.exists(self._uploading):
+            time.sleep(UPLOAD_POLL_S)
+        self._uploading = None

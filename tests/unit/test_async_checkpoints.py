@@ -1,0 +1,94 @@
+"""Asynchronous checkpoints (``checkpoint.async``, docs/jobs.md "Asynchronous checkpoints"): on 2 gloo ranks, the
+same run with async on and off writes byte-equal checkpoints (model, optimizer, scheduler, position, each rank's
+RNG and loss sums), and a run resumed from an asynchronous mid-epoch checkpoint ends with exactly the parameters of
+the synchronous run. ``LocalContext`` copies an asynchronous checkpoint in a background thread as Ray Train uploads
+one (tests/unit/test_training_function.py and the Ray suites run the same loop on ``RayContext``)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.unit.harness import MLP, assert_same_state, job_config, model_state, run_on_ranks, train
+from workers.runtime.context import LocalContext
+
+MID_EPOCH = "checkpoint_000000006"  # epoch 2, 2 of its 4 steps done
+
+
+def config(asynchronous: bool) -> dict:
+    return job_config(
+        MLP,
+        config={"dropout": 0.3},
+        batch={"per_worker": 4, "accumulation_steps": 2},
+        lr={"base": 0.2, "warmup_steps": 3},
+        epochs=4,
+        grad_clip_norm=1.0,
+        checkpoint={"every_epochs": 1, "every_steps": 3, "keep": 100, "async": asynchronous},
+    )
+
+
+def files_of(checkpoint: str | Path) -> dict[str, bytes]:
+    root = Path(checkpoint)
+    return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, dict]:
+    work = tmp_path_factory.mktemp("async-checkpoints")
+    tasks = [
+        (train, {"config": config(False), "root": work / "sync"}),
+        (train, {"config": config(True), "root": work / "async"}),
+        (train, {"config": config(True), "root": work / "resumed", "resume_from": work / "async" / MID_EPOCH}),
+    ]
+    sync, asynchronous, resumed = run_on_ranks(tasks, work)[0]
+    return {"sync": sync, "async": asynchronous, "resumed": resumed}
+
+
+def test_async_and_sync_checkpoints_are_byte_equal(runs):
+    sync, asynchronous = runs["sync"]["checkpoints"], runs["async"]["checkpoints"]
+    assert [Path(c).name for c in sync] == [Path(c).name for c in asynchronous]
+    assert len(sync) == 8  # steps 3, 6, 9 and 15 (12 is an epoch end), and the 4 epoch ends
+    for a, b in zip(sync, asynchronous, strict=True):
+        sync_files, async_files = files_of(a), files_of(b)
+        assert sync_files.keys() == async_files.keys(), (a, b)
+        assert {"model.pt", "train_state.pt", "ranks/rank-00000.pt", "ranks/rank-00001.pt"} <= sync_files.keys()
+        different = [name for name in sync_files if sync_files[name] != async_files[name]]
+        assert not different, f"{Path(a).name}: {different}"
+
+
+def test_a_run_resumed_from_an_async_checkpoint_ends_exactly_where_the_sync_run_does(runs):
+    assert runs["resumed"]["checkpoints"][0].endswith("checkpoint_000000008")  # the next after step 6
+    assert_same_state(model_state(runs["sync"]["checkpoints"][-1]), model_state(runs["resumed"]["checkpoints"][-1]))
+    assert runs["resumed"]["metrics"]["train_loss"] == runs["sync"]["metrics"]["train_loss"]
+
+
+def test_one_in_flight_the_next_waits_and_the_folder_becomes_the_contexts(tmp_path, monkeypatch):
+    """A copy held back: the second report waits for it; the reported folder is deleted once copied; a
+    synchronous report leaves its folder alone."""
+    ctx = LocalContext(tmp_path / "root")
+    release, copying = threading.Event(), []
+    real_copy = ctx._copy
+
+    def slow_copy(*args, **kwargs):
+        copying.append(args[0])
+        release.wait(10)
+        real_copy(*args, **kwargs)
+
+    monkeypatch.setattr(ctx, "_copy", slow_copy)
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder in (first, second):
+        folder.mkdir()
+        (folder / "state.pt").write_bytes(folder.name.encode())
+    ctx.report({"step": 1}, str(first), asynchronous=True)  # returns at once, the copy held
+    assert ctx.checkpoints == [] and first.exists()
+    second_report = threading.Thread(target=ctx.report, args=({"step": 2}, str(second)), kwargs={"asynchronous": False})
+    second_report.start()
+    second_report.join(0.3)
+    assert second_report.is_alive() and copying == [str(first)]  # waits for the first
+    release.set()
+    second_report.join(10)
+    assert [p.name for p in ctx.checkpoints] == ["checkpoint_000000001", "checkpoint_000000002"]
+    assert not first.exists() and second.exists()
+    assert (ctx.checkpoints[0] / "state.pt").read_bytes() == b"first"
