@@ -19,8 +19,8 @@ from sqlalchemy import select
 
 from orchestrator.backend import RunStatus
 from orchestrator.db.models import Job, JobEvent, JobMetric
-from orchestrator.services.hangs import STARTUP_FACTOR, timeout_s
 from orchestrator.loops.reconciler import Reconciler
+from orchestrator.services.hangs import STARTUP_FACTOR, timeout_s
 from tests.unit.api_helpers import ADMIN, auth, run_token, submit
 from tests.unit.api_helpers import reconcile as reconcile_just_started
 from tests.unit.test_deadlines import job_events, running
