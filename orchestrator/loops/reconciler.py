@@ -44,7 +44,7 @@ class Reconciler:
         self.backend = backend
         self.settings = settings
         # Hang detection counts silence from here at the earliest: while no control plane ran, reports waited.
-        self.started_at = utcnow()
+        self.watching_since = utcnow()
 
     def tick(self) -> None:
         with self.sessions() as session:
@@ -82,7 +82,7 @@ class Reconciler:
             if not status.finished and deadlines.enforce(session, kind, run):
                 return  # past its deadline, asked to checkpoint and stop: settled below on a later pass
             watched = kind.name == "job" and not status.finished
-            hung = hangs.watch(session, run, self.settings, self.started_at) if watched else None
+            hung = hangs.watch(session, run, self.settings, self.watching_since) if watched else None
             if hung is not None:
                 # Its Ray job is stopped (the hung ranks with it) and the next attempt resumes from the latest
                 # checkpoint, as after a lost driver: the same budget (retries.max_attempts), then FAILED hung.

@@ -70,7 +70,7 @@ def reconcile(app) -> None:
     """A reconciler of a control plane that has run for a day: silence counts from before this test's ``age``."""
     service = app.state.service
     reconciler = Reconciler(service.sessions, service.backend, service.settings)
-    reconciler.started_at -= timedelta(days=1)
+    reconciler.watching_since -= timedelta(days=1)
     reconciler.tick()
 
 
