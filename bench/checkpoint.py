@@ -85,7 +85,9 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-checkpoint-") as tmp:
         work = Path(tmp)
-        ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+        ray.init(
+            address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}}
+        )
         try:
             results = {mode: run(mode == "async", args, work) for mode in ("sync", "async")}
         finally:
