@@ -167,13 +167,14 @@ def test_no_control_plane_secret_reaches_a_worker(member, ray_cluster):
             assert ADMIN not in text and member_key not in text
             assert "orchestrator.db" not in text and "sqlite://" not in text  # the service's database URL
             assert not any(name in env for name in ("ORCHESTRATOR_ADMIN_TOKEN", "ORCHESTRATOR_DATABASE_URL"))
-            # Where to report, the attempt's claim code (exchanged by the driver at its start), and how often rank 0
-            # asks whether it is preempted: nothing else. No run token is in a worker's environment: rank 0 gets
-            # its own from the driver, in Train's loop config.
+            # Where to report, the attempt's claim code (exchanged by the driver at its start), and how often the
+            # ranks ask what the control plane wants (a preemption, their stacks): nothing else. No run token is in a
+            # worker's environment: the ranks get it from the driver, in Train's loop config.
             assert {k for k in env if k.startswith("ORCHESTRATOR_")} <= {
                 "ORCHESTRATOR_URL",
                 "ORCHESTRATOR_CLAIM_CODE",
                 "ORCHESTRATOR_CONTROL_POLL_S",
+                "ORCHESTRATOR_STACKS_POLL_S",
             }
             assert not re.findall(r"jtk_[\w-]+", text)
 
