@@ -12,11 +12,12 @@ from orchestrator.auth import Principal
 from orchestrator.db.models import Job, JobState
 from orchestrator.errors import Invalid, NotFound
 from orchestrator.repositories import jobs as jobs_repo
+from orchestrator.services.goodput import goodput_of
 from orchestrator.services.log_lines import view
 from orchestrator.services.logs import last_lines, read_logs
 from orchestrator.use_cases.jobs import cancel_job, submit_job
 from orchestrator_contract.jobs import JobSpec
-from orchestrator_contract.rest import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut, Paged
+from orchestrator_contract.rest import CheckpointOut, GoodputOut, JobEventOut, JobOut, JobPage, MetricOut, Paged
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -106,6 +107,14 @@ def metrics(
     return page.answer(
         [MetricOut.model_validate(m) for m in page.fetch(lambda c, n: jobs_repo.page_metrics(session, job_id, c, n))]
     )
+
+
+@router.get("/{job_id}/goodput", summary="A job's goodput: kept training time over held time, and the rest by cause")
+def goodput(job_id: str, session: SessionDep, principal: CurrentKey) -> GoodputOut:
+    """From its state history, its checkpoints and when its reports arrived (docs/jobs.md "Goodput"); an active
+    job's counts up to now."""
+    _job_or_404(session, job_id, principal)
+    return goodput_of(session, job_id)
 
 
 @router.get("/{job_id}/checkpoints", summary="A job's checkpoints")

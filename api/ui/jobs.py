@@ -18,6 +18,7 @@ from orchestrator.db.models import Job, JobState
 from orchestrator.errors import NotFound
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.services.downsample import DEFAULT_POINTS
+from orchestrator.services.goodput import goodput_of
 from orchestrator.services.logs import read_logs
 from orchestrator.use_cases.deployments import deploy_checkpoint
 from orchestrator.use_cases.jobs import cancel_job
@@ -98,6 +99,7 @@ def job_page(request: Request, job_id: str, session: SessionDep, user: UiUserDep
         attempts=list(range(job.attempt, 0, -1)),
         page={"id": job.id, "attempt": job.attempt, "points": DEFAULT_POINTS, "can_write": user.can_write},
         default_deployment=deployment_name(job),
+        goodput=goodput_of(session, job.id),
     )
 
 

@@ -309,6 +309,8 @@ def test_the_page_of_a_job_with_restarts_shows_every_event(app, client):
     timeline = page[page.index('id="timeline"') : page.index("</ol>", page.index('id="timeline"'))]
     assert timeline.count("<li>") == 5 and "worker_died" in timeline and "rank 1 was killed" in timeline
     assert '<option value="2">2</option>' in page  # the logs of both attempts
+    goodput = page[page.index('id="goodput"') : page.index("</dd>", page.index('id="goodput"'))]
+    assert "%</strong>" in goodput and "lost:" in goodput and "restarts" in goodput, goodput
 
 
 def test_static_files_and_the_vendored_chart_library_are_served(client):

@@ -10,7 +10,16 @@ from orchestrator_contract.rest.cluster import ClusterStatus, QueuedJobOut, WhoA
 from orchestrator_contract.rest.code import CodeFileOut, CodePackageOut, CodeUploaded
 from orchestrator_contract.rest.deployments import DeploymentEventOut, DeploymentOut, DeploymentVersionOut, ReplicaOut
 from orchestrator_contract.rest.errors import ErrorMessage, FieldError, FieldErrors
-from orchestrator_contract.rest.jobs import CheckpointOut, JobEventOut, JobOut, JobPage, MetricOut, RunOut
+from orchestrator_contract.rest.jobs import (
+    CheckpointOut,
+    GoodputOut,
+    JobEventOut,
+    JobOut,
+    JobPage,
+    LostTime,
+    MetricOut,
+    RunOut,
+)
 from orchestrator_contract.rest.paging import Paged
 from orchestrator_contract.rest.plan import BytesPerParam, PlanRequest, PlanResponse, StrategyFit
 from orchestrator_contract.rest.projects import (
@@ -39,12 +48,14 @@ __all__ = [
     "ErrorMessage",
     "FieldError",
     "FieldErrors",
+    "GoodputOut",
     "JobEventOut",
     "JobOut",
     "JobPage",
     "KeyCreate",
     "KeyCreated",
     "KeyOut",
+    "LostTime",
     "MetricOut",
     "Paged",
     "PlanRequest",

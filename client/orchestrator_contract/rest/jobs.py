@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
 from orchestrator_contract.base import FromAttributes
 from orchestrator_contract.states import JobState
@@ -114,3 +114,26 @@ class CheckpointOut(FromAttributes):
     size_bytes: int = Field(description="Its size on storage.")
     metrics: dict[str, Any] = Field(description="The metrics reported with it.")
     created_at: datetime = Field(description="When it was committed (UTC).")
+
+
+class LostTime(BaseModel):
+    """Where the held time that was not kept training went, in seconds (docs/jobs.md "Goodput")."""
+
+    start_up_s: float = Field(description="STARTING: the Ray job submitted, its workers placed, its code set up.")
+    restarts_s: float = Field(description="RESTARTING: a worker group or a driver being replaced.")
+    hangs_s: float = Field(description="Attempts ended hung: from their last report to their end.")
+    recomputed_s: float = Field(
+        description="Training after the last committed checkpoint of a stretch that ended short (a restart, a "
+        "preemption, a failure): redone by the next attempt, or lost."
+    )
+    preemption_s: float = Field(description="From a preemption's (or a deadline's) ask to the stop.")
+
+
+class GoodputOut(BaseModel):
+    """``GET /v1/jobs/{id}/goodput``: kept training time over the time the job held its workers."""
+
+    goodput: float | None = Field(description="kept_s / held_s; null before it held anything.")
+    held_s: float = Field(description="Seconds STARTING, RUNNING, RESTARTING or CANCELLING (an active job: until now).")
+    running_s: float = Field(description="Seconds RUNNING.")
+    kept_s: float = Field(description="RUNNING less hangs, recomputed and preemption.")
+    lost: LostTime

@@ -1,0 +1,138 @@
+"""Goodput (docs/jobs.md "Goodput"): the share of the time a job held its workers that ended up as kept training,
+and where the rest went, read from its state history, its checkpoints and when its reports arrived.
+
+- held: time STARTING, RUNNING, RESTARTING or CANCELLING (from each admission to its end; QUEUED holds nothing);
+- lost, by cause:
+  - start_up: STARTING (a Ray job submitted, its workers placed, the code set up);
+  - restarts: RESTARTING (a worker group or a driver replaced);
+  - hangs: an attempt ended ``hung``, from its last report to its end;
+  - recomputed: a RUNNING stretch that ended short (a restart, a preemption, a failure), from its last committed
+    checkpoint (or its start) to its end, less its hang: training the next attempt redoes, or that is lost;
+  - preemption: from a preemption's (or a deadline's) ask to the stop (the checkpoint it writes on the way out);
+- kept: RUNNING time less hangs, recomputed and preemption; goodput = kept / held.
+
+Not measured yet: the time a checkpoint blocks training (inside RUNNING, so counted as kept).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from orchestrator.db.models import JobState, utcnow
+from orchestrator.repositories import jobs as jobs_repo
+from orchestrator.states.jobs import DEADLINE_REACHED, HUNG, PREEMPTING, REQUESTS
+from orchestrator_contract.rest.jobs import GoodputOut, LostTime
+
+S = JobState
+HELD = frozenset({S.STARTING, S.RUNNING, S.RESTARTING, S.CANCELLING})
+ENDS_SHORT = frozenset({S.RESTARTING, S.QUEUED, S.FAILED, S.CANCELLING, S.CANCELLED})
+STOP_ASKED = frozenset({PREEMPTING, DEADLINE_REACHED})  # requests to checkpoint now and stop
+
+
+@dataclass
+class Goodput:
+    held_s: float = 0.0
+    running_s: float = 0.0
+    start_up_s: float = 0.0
+    restarts_s: float = 0.0
+    hangs_s: float = 0.0
+    recomputed_s: float = 0.0
+    preemption_s: float = 0.0
+
+    @property
+    def kept_s(self) -> float:
+        return max(self.running_s - self.hangs_s - self.recomputed_s - self.preemption_s, 0.0)
+
+    @property
+    def goodput(self) -> float | None:
+        return None if self.held_s <= 0 else self.kept_s / self.held_s
+
+
+def measure(
+    history: Iterable,
+    checkpoints_at: Iterable[datetime],
+    last_report_of_attempt: dict[int, datetime],
+    now: datetime,
+) -> Goodput:
+    """``history``: the job's rows oldest first (``to_state``, ``reason``, ``attempt``, ``created_at``), requests
+    included; ``checkpoints_at``: when each committed checkpoint arrived; ``last_report_of_attempt``: when each
+    attempt's last report (metric point or checkpoint) arrived. A job still active counts up to ``now``."""
+    rows = list(history)
+    checkpoints = sorted(checkpoints_at)
+    result = Goodput()
+    state, since, attempt = None, None, 0
+    stop_asked: datetime | None = None
+    for row in [*rows, None]:
+        at = now if row is None else row.created_at
+        if row is not None and row.reason in REQUESTS and row.to_state == state:
+            if row.reason in STOP_ASKED and stop_asked is None:
+                stop_asked = row.created_at
+            continue  # a request: no new stretch
+        if state is not None and since is not None:
+            seconds = max((at - since).total_seconds(), 0.0)
+            if state in HELD:
+                result.held_s += seconds
+            if state == S.STARTING:
+                result.start_up_s += seconds
+            elif state == S.RESTARTING:
+                result.restarts_s += seconds
+            elif state == S.RUNNING:
+                result.running_s += seconds
+                if row is not None and row.to_state in ENDS_SHORT:
+                    _stretch_ended_short(
+                        result, since, at, row, attempt, checkpoints, last_report_of_attempt, stop_asked
+                    )
+        if row is None:
+            break
+        if row.to_state != S.RUNNING:
+            stop_asked = None
+        state, since, attempt = row.to_state, row.created_at, row.attempt
+    return result
+
+
+def _stretch_ended_short(
+    result: Goodput,
+    start: datetime,
+    end: datetime,
+    row,
+    attempt: int,
+    checkpoints: list[datetime],
+    last_report_of_attempt: dict[int, datetime],
+    stop_asked: datetime | None,
+) -> None:
+    """A RUNNING stretch from ``start`` to ``end`` that ``row`` ended short: its hang (from its last report), its
+    stop when it was asked to (a preemption, a deadline: from the ask), and the training before those since its
+    last checkpoint (a stop's own checkpoint, written after the ask, leaves none)."""
+    trained_until = end
+    if row.reason == HUNG:
+        last = min(max(start, last_report_of_attempt.get(attempt, start)), end)
+        result.hangs_s += (end - last).total_seconds()
+        trained_until = last
+    if stop_asked is not None and start <= stop_asked <= end:
+        result.preemption_s += (end - stop_asked).total_seconds()
+        trained_until = min(trained_until, stop_asked)
+    kept_until = max([start, *(at for at in checkpoints if start <= at <= end)])
+    result.recomputed_s += max((trained_until - kept_until).total_seconds(), 0.0)
+
+
+def goodput_of(session: Session, job_id: str, now: datetime | None = None) -> GoodputOut:
+    """The job's goodput as ``GET /v1/jobs/{id}/goodput`` answers it."""
+    checkpoints, last_reports = jobs_repo.goodput_evidence(session, job_id)
+    measured = measure(jobs_repo.list_events(session, job_id), checkpoints, last_reports, now or utcnow())
+    return GoodputOut(
+        goodput=measured.goodput,
+        held_s=measured.held_s,
+        running_s=measured.running_s,
+        kept_s=measured.kept_s,
+        lost=LostTime(
+            start_up_s=measured.start_up_s,
+            restarts_s=measured.restarts_s,
+            hangs_s=measured.hangs_s,
+            recomputed_s=measured.recomputed_s,
+            preemption_s=measured.preemption_s,
+        ),
+    )
