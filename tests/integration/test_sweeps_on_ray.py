@@ -95,14 +95,20 @@ def _deploy_and_check(api, cluster, name: str, trial: dict) -> dict:
 
 
 def wait_cluster_idle(cluster, timeout_s: float = 90) -> None:
-    """Until no live actor holds CPUs (Train workers, trial actors, Serve replicas of earlier tests): a test
-    whose trials must run side by side needs the whole cluster. Fails naming what still holds CPUs."""
+    """Until no live actor holds CPUs (Train workers, trial actors, Serve replicas of earlier tests) and no
+    placement group reserves them (a cancelled trial's worker group is reserved until Ray removes its group, after
+    its workers are gone): a test whose trials must run side by side needs the whole cluster. Fails naming what
+    still holds CPUs."""
     deadline = time.monotonic() + timeout_s
     while True:
         holders = [
             f"{a.get('class_name')} {a.get('required_resources')}"
             for a in state_api(cluster.dashboard_url, cluster.token(), "actors", state="ALIVE")
             if (a.get("required_resources") or {}).get("CPU", 0) > 0
+        ] + [
+            f"placement group {g.get('placement_group_id')} {g.get('name')!r} {g.get('bundles')}"
+            for g in state_api(cluster.dashboard_url, cluster.token(), "placement_groups", state="CREATED")
+            if any((b.get("unit_resources") or {}).get("CPU", 0) > 0 for b in g.get("bundles") or [])
         ]
         if not holders:
             return
@@ -294,7 +300,8 @@ def test_a_seeded_random_sweep_samples_the_same_configs_again_and_cancel_stops_e
     assert admin.http.post(f"/v1/sweeps/{again['id']}/cancel").status_code == 409
 
 
-def test_an_optuna_sweep_runs_tpe_over_the_space(admin):
+def test_an_optuna_sweep_runs_tpe_over_the_space(admin, ray_cluster):
+    wait_cluster_idle(ray_cluster)  # a sweep cancelled just before may still hold its trials' worker groups
     sweep = _submit(
         admin,
         base=_base(scaling=SEARCH_TRIAL_SCALING),
