@@ -183,6 +183,13 @@ class Settings(BaseSettings):
         description="How often each rank but rank 0 (which polls every preemption_poll_s) asks the control plane "
         "whether its stack is wanted (ORCHESTRATOR_STACKS_POLL_S in its environment).",
     )
+    straggler_windows: int = Field(
+        3,
+        ge=1,
+        le=1000,
+        description="How many metric windows in a row a rank must be slower than failure.straggler_factor times the "
+        "other ranks' median to be a straggler (docs/jobs.md#stragglers).",
+    )
     # --- operations: metrics and logs (docs/deploy.md#metrics-and-logs-for-operators) ---
     metrics: Literal["off", "open", "admin"] = Field(
         "admin",

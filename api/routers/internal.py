@@ -96,7 +96,7 @@ def post_events(
     applied = _refusing_foreign(
         lambda: (
             check_job_batch(job, batch, service.settings)
-            or apply_events(session, job, batch, service.checkpoints.storage)
+            or apply_events(session, job, batch, service.checkpoints.storage, service.settings.straggler_windows)
         ),
         session,
         job_id,

@@ -226,7 +226,7 @@ MAX_RUNTIME_S = 366 * 24 * 3600
 
 
 class FailureSpec(_Strict):
-    """Failures that do not crash anything (docs/jobs.md "Hangs")."""
+    """Failures that do not crash anything (docs/jobs.md "Hangs" and "Stragglers")."""
 
     hang_timeout_s: Annotated[float, Strict()] | Literal["auto"] | None = Field(
         "auto",
@@ -244,6 +244,28 @@ class FailureSpec(_Strict):
             raise ValueError(
                 f'hang_timeout_s {value:g}: give seconds in (0, {MAX_RUNTIME_S}], "auto" (the default) or null (off)'
             )
+        return value
+
+    straggler_factor: float = Field(
+        1.5,
+        gt=1,
+        le=100,
+        description="A rank whose own time per step (its data and its forward pass, before the backward pass makes "
+        "every rank wait for the slowest) is more than this many times the other ranks' median for "
+        "ORCHESTRATOR_STRAGGLER_WINDOWS metric windows in a row is a straggler: a history row and the job's "
+        "stragglers. More than 1.",
+    )
+    on_straggler: Literal["warn"] = Field(
+        "warn",
+        description='What a straggler does to the run: "warn" (a history row, the job\'s stragglers, the job page). '
+        '"restart" (end the attempt at the next checkpoint, place the next one without that node) is not built yet.',
+    )
+
+    @field_validator("on_straggler", mode="before")
+    @classmethod
+    def _not_yet(cls, value: Any) -> Any:
+        if value == "restart":
+            raise ValueError('on_straggler "restart" is not built yet: use "warn" (the default)')
         return value
 
 
@@ -445,6 +467,12 @@ class MetricsEvent(_Strict):
     epoch: int = Field(ge=0)
     step: int = Field(ge=0)
     values: dict[str, float]
+    rank_step_s: list[Annotated[float, Field(ge=0)]] | None = Field(
+        None,
+        max_length=1024,
+        description="Each rank's own seconds per step over the window ending here (its data and its forward pass), "
+        'by rank, gathered by rank 0 (docs/jobs.md "Stragglers").',
+    )
 
 
 class CheckpointEvent(_Strict):

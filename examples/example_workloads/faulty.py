@@ -8,6 +8,8 @@ Submit it as ``"workload": "example_workloads.faulty:build"`` with the spirals c
 - ``"fail_once_marker": "/path"``: fail only while this file does not exist, and create it when failing,
   so the first failure is followed by a clean run (a transient error)
 - ``"stall_s": S``: sleep S seconds while building, before training starts (a job stuck in STARTING)
+- ``"slow_rank": R, "slow_s": S``: rank R sleeps S seconds for every training sample it loads (a straggler: a
+  slow node, a slow disk)
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from torch.utils.data import Dataset
 from example_workloads import spirals
 from workers.workloads.base import Workload
 
-FAULT_KEYS = {"fail_after_samples", "error", "fail_once_marker", "stall_s"}
+FAULT_KEYS = {"fail_after_samples", "error", "fail_once_marker", "stall_s", "slow_rank", "slow_s"}
 ERRORS = {
     "value": lambda: ValueError("faulty workload: a bug in the training code"),
     "oom": lambda: torch.OutOfMemoryError("faulty workload: CUDA out of memory. Tried to allocate 20.00 GiB"),
@@ -45,6 +47,22 @@ class FailingDataset(Dataset):
         return self.inner[index]
 
 
+class SlowDataset(Dataset):
+    """Every sample costs ``seconds`` more on ``rank`` (the torch.distributed rank; 0 outside a group)."""
+
+    def __init__(self, inner: Dataset, rank: int, seconds: float):
+        self.inner, self.rank, self.seconds = inner, rank, seconds
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, index: int):
+        here = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        if here == self.rank:
+            time.sleep(self.seconds)
+        return self.inner[index]
+
+
 def build(config: dict, seed: int) -> Workload:
     faults = {key: config[key] for key in FAULT_KEYS if key in config}
     workload = spirals.build({k: v for k, v in config.items() if k not in FAULT_KEYS}, seed)
@@ -57,5 +75,9 @@ def build(config: dict, seed: int) -> Workload:
             int(faults["fail_after_samples"]),
             faults.get("error", "value"),
             faults.get("fail_once_marker"),
+        )
+    if "slow_rank" in faults:
+        workload.train_dataset = SlowDataset(
+            workload.train_dataset, int(faults["slow_rank"]), float(faults.get("slow_s", 0.01))
         )
     return workload

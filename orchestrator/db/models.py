@@ -168,6 +168,10 @@ class Job(Base):
     # every rank asked for its stack (None: not suspected), and the ranks' answers so far, by rank.
     stacks_requested_at: Mapped[datetime | None] = mapped_column(default=None)
     stacks: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    # Straggler detection (orchestrator/services/stragglers.py) in the current attempt: the ranks found slow, and
+    # each rank's count of slow metric windows in a row.
+    stragglers: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, default=None)
+    straggler_windows: Mapped[dict[str, int] | None] = mapped_column(JSON, default=None)
 
     labels: Mapped[list[JobLabel]] = relationship(
         cascade="all, delete-orphan", lazy="selectin", order_by="JobLabel.key"

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db.models import Job, JobState, Sweep
 from orchestrator.errors import Refused
 from orchestrator.repositories import jobs as jobs_repo
-from orchestrator.services import hangs, reported_ends
+from orchestrator.services import hangs, reported_ends, stragglers
 from orchestrator.states.core import IllegalTransition
 from orchestrator.states.jobs import set_job_state
 from orchestrator.storage import CheckpointStorage
@@ -50,7 +50,13 @@ def check_checkpoint_paths(job: Job, batch: EventBatch, storage: CheckpointStora
                 )
 
 
-def apply_events(session: Session, job: Job, batch: EventBatch, storage: CheckpointStorage) -> int:
+def apply_events(
+    session: Session,
+    job: Job,
+    batch: EventBatch,
+    storage: CheckpointStorage,
+    straggler_windows: int = stragglers.DEFAULT_WINDOWS,
+) -> int:
     """Apply a batch to a locked job; returns how many events changed something. RefusedEvent, before
     anything is applied, for a checkpoint outside the job's own run folder.
 
@@ -63,6 +69,8 @@ def apply_events(session: Session, job: Job, batch: EventBatch, storage: Checkpo
     for event in batch.events:
         if isinstance(event, MetricsEvent):
             jobs_repo.record_metrics(session, job, batch.attempt, event.epoch, event.step, event.values)
+            if event.rank_step_s:  # each rank's own time per step in the window (services.stragglers)
+                stragglers.observe(session, job, event.step, event.rank_step_s, straggler_windows)
             applied += 1
         elif isinstance(event, CheckpointEvent):
             # Only recorded here: retention deletes what it drops after the commit, storage first and

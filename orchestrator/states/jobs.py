@@ -56,9 +56,12 @@ DEADLINE = "its deadline (max_runtime_s)"  # the ``preempt_by`` of a run stoppin
 HANG_SUSPECTED = "hang_suspected"
 PROGRESS_RESUMED = "progress_resumed"
 HUNG = "hung"
+STRAGGLER = "straggler"  # a request row: a rank found slower than the others (``orchestrator.services.stragglers``)
 # The reasons of a run's history rows that record a request, not a transition (``core.record_request``):
 # ``last_transition`` skips them, so the reconciler's clocks and "not heard from" still read the transitions.
-REQUESTS: frozenset[str] = frozenset({PREEMPTING, DRIVER_REVOKED, DEADLINE_REACHED, HANG_SUSPECTED, PROGRESS_RESUMED})
+REQUESTS: frozenset[str] = frozenset(
+    {PREEMPTING, DRIVER_REVOKED, DEADLINE_REACHED, HANG_SUSPECTED, PROGRESS_RESUMED, STRAGGLER}
+)
 PREEMPTED_RULE: Rule = Rule(frozenset({S.STARTING, S.RUNNING, S.RESTARTING}), frozenset({S.QUEUED}))
 JOB_RULES: tuple[Rule, ...] = (*RULES, PREEMPTED_RULE)
 
@@ -132,11 +135,15 @@ def preemption_after(_session: Session, change: Change) -> None:
 
 
 def stacks_forgotten(_session: Session, change: Change) -> None:
-    """Any move out of RUNNING ends a hang suspicion: the stacks asked for belong to the attempt that was hung."""
+    """Any move out of RUNNING ends a hang suspicion (the stacks asked for belong to the attempt that was hung);
+    a new attempt starts with no stragglers (its workers may be placed elsewhere)."""
     job = change.row
     if change.to_state != S.RUNNING:
         job.stacks_requested_at = None
         job.stacks = None
+    if change.new_attempt or change.to_state == S.QUEUED:
+        job.stragglers = None
+        job.straggler_windows = None
 
 
 def _job_history(_session: Session, change: Change) -> JobEvent:
@@ -249,6 +256,16 @@ def clear_hang_suspicion(session: Session, job: Job, message: str) -> None:
         job.stacks = None
 
     record_request(session, JOB_LIFECYCLE, job, PROGRESS_RESUMED, message, clear)
+
+
+def record_straggler(session: Session, job: Job, entry: dict, message: str) -> None:
+    """``job`` (locked) has a straggler: ``entry`` (rank, ratio, step...) added to its ``stragglers``, a history row
+    (reason ``straggler``)."""
+
+    def add(_session: Session, _change: Change) -> None:
+        job.stragglers = [*(job.stragglers or []), entry]  # a new list: the JSON column sees the change
+
+    record_request(session, JOB_LIFECYCLE, job, STRAGGLER, message, add)
 
 
 def revoke_driver(session: Session, lifecycle: Lifecycle, run: Job, why: str) -> None:

@@ -111,7 +111,7 @@ def test_the_goodput_route_of_a_job_that_hung(app, client, backend):
     answer = client.get(f"/v1/jobs/{job_id}/goodput", headers=auth(ADMIN))
     assert answer.status_code == 200, answer.text
     body = answer.json()
-    assert body["lost"]["hangs_s"] == pytest.approx(30.0, abs=2.0), body
+    assert body["lost"]["hangs_s"] == pytest.approx(30.0, abs=5.0), body  # 30 s ago, and a moment more
     assert body["lost"]["recomputed_s"] == pytest.approx(0.0, abs=0.5), body  # it ran ~0 s before its report
     assert 0.0 <= body["goodput"] < 0.1 and body["held_s"] >= body["running_s"] >= 30.0, body
     assert set(body["lost"]) == {"start_up_s", "restarts_s", "hangs_s", "recomputed_s", "preemption_s"}

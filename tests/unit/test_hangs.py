@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import threading
 import time
 import traceback
@@ -130,7 +131,8 @@ def test_a_job_without_progress_gives_its_stacks_restarts_hung_then_fails_hung(a
     reconcile(app)
     body = job(client, job_id)
     assert (body["state"], body["reason"]) == ("RUNNING", "hang_suspected"), body
-    assert "no progress for 11 s (its hang timeout is 10 s)" in body["message"], body["message"]
+    # 11 s ago, and a moment more on a busy machine
+    assert re.search(r"no progress for 1[1-4] s \(its hang timeout is 10 s\)", body["message"]), body["message"]
     request = wanted(client, job_id, token, 1)
     assert request
     # A stale request's answer, and a rank the job does not have, are not kept.
@@ -146,7 +148,7 @@ def test_a_job_without_progress_gives_its_stacks_restarts_hung_then_fails_hung(a
     assert (body["state"], body["reason"], body["attempt"]) == ("RESTARTING", "hung", 2), body
     assert backend.stopped == [f"{job_id}-1"] and backend.submitted[-1][0] == f"{job_id}-2"
     message = body["message"]
-    assert "hung: no progress for 11 s (last reported step 1)" in message, message
+    assert re.search(r"hung: no progress for 1[1-4] s \(last reported step 1\)", message), message
     assert "in a collective (waiting for the others): rank 1 (node node-1, pid 101)" in message, message
     assert "elsewhere: rank 0 (node node-0, pid 100) at train.py:9 in main: time.sleep(3600)" in message, message
     assert "--- rank 0's stack ---" in message and "starting attempt 2 of 2" in message, message

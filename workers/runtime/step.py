@@ -14,6 +14,7 @@ from torch import nn
 from orchestrator_contract.jobs import JobSpec, OptimizerSpec, TrainingPlan
 from workers.runtime.data import Batch
 from workers.runtime.distributed import grad_sync, wrap_model
+from workers.runtime.stragglers import OwnTime
 from workers.runtime.sync_batchnorm import convert_sync_batchnorm
 from workers.workloads.base import Workload
 
@@ -99,9 +100,10 @@ def optimizer_step(
     device: torch.device,
     precision: str,
     grad_clip_norm: float | None,
+    own_time: OwnTime | None = None,
 ) -> torch.Tensor:
     """One optimizer step over ``micro_batches`` (model in train mode); returns their mean loss (on the
-    device: no host sync)."""
+    device: no host sync). ``own_time`` times the forward passes (straggler detection)."""
     model, scaler = state.model, state.scaler
     count = len(micro_batches)
     total = torch.zeros((), device=device)
@@ -109,8 +111,12 @@ def optimizer_step(
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         # Gradients are all-reduced once per step, on the last micro-batch.
         with grad_sync(model, enabled=index == count - 1):
+            if own_time is not None:
+                own_time.forward_begin()
             with autocast(precision, device):
                 loss = loss_fn(model(x), y) / count  # the step's gradient is the mean over micro-batches
+            if own_time is not None:
+                own_time.forward_end()
             scaler.scale(loss).backward()
         total += loss.detach().float()
     if grad_clip_norm is not None:

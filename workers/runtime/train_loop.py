@@ -29,6 +29,7 @@ from workers.runtime.distributed import all_reduce_sum, unwrap
 from workers.runtime.reporter import EventReporter
 from workers.runtime.rng import rank_seed, seed_everything
 from workers.runtime.step import TrainState, adopt_lr, autocast, build_train_state, optimizer_step
+from workers.runtime.stragglers import OwnTime
 from workers.runtime.validation import metric_names, weighted_sums
 from workers.workloads import Workload, load_workload
 from workers.workloads.base import flat_accuracy
@@ -146,6 +147,7 @@ class _Loop:
         self.flag: SharedFlag | None = None  # set on every rank when rank 0 listens for a preemption
         self.poller = None  # this rank's ControlPoller (rank 0's hears a preemption)
         self.stop_after_epoch = False  # preempted at an epoch's last step: checkpoint at its end, then stop
+        self.own_time = OwnTime(ctx.device)  # this rank's own time in the metric window (stragglers)
 
     def watch(self, watched: bool, poller) -> None:
         self.poller = poller
@@ -245,7 +247,9 @@ class _Loop:
         paused = 0.0  # seconds spent in mid-epoch checkpoints, not training
         steps_run = 0
         self.state.model.train()
+        waiting_since = time.perf_counter()  # for this rank's next batch: its own time (stragglers)
         for micro_batches in self.batches.epoch(epoch, skip_steps=self.position.epoch_steps):
+            self.own_time.add(time.perf_counter() - waiting_since)
             loss = optimizer_step(
                 self.state,
                 micro_batches,
@@ -253,6 +257,7 @@ class _Loop:
                 device=ctx.device,
                 precision=spec.precision,
                 grad_clip_norm=spec.grad_clip_norm,
+                own_time=self.own_time,
             )
             steps_run += 1
             self.position = Position(epoch, self.position.epoch_steps + 1, self.position.step + 1)
@@ -272,14 +277,18 @@ class _Loop:
                 if self.position.epoch_steps < self.batches.steps_per_epoch:
                     self._preemption_checkpoint({})
                 self.stop_after_epoch = True  # the epoch's last step: its metrics and checkpoint come first
+            waiting_since = time.perf_counter()
         if ctx.device.type == "cuda":
             torch.cuda.synchronize(ctx.device)  # the clock stops when the work is done, not queued
         seconds = time.perf_counter() - epoch_start - paused
         self.epoch_throughput.append((steps_run * self.samples_per_step, seconds))
 
     def _step_metrics(self, window: torch.Tensor, seconds: float) -> None:
-        # A collective every N steps on every rank: the loss is the mean over all ranks.
-        loss_sum, steps = all_reduce_sum(window.clone()).tolist()
+        # A collective every N steps on every rank: the loss is the mean over all ranks, and each rank's own time
+        # in its slot (every other rank adds 0 there).
+        own = self._zeros(self.ctx.world_size)
+        own[self.ctx.rank] = self.own_time.take()
+        loss_sum, steps, *own_s = all_reduce_sum(torch.cat([window, own])).tolist()
         samples_per_s = steps / self.ctx.world_size * self.samples_per_step / max(seconds, 1e-9)
         values = {
             "train_loss": loss_sum / steps,
@@ -289,7 +298,11 @@ class _Loop:
         if self.workload.targets_per_sample > 1:
             values["tokens_per_s"] = samples_per_s * self.workload.targets_per_sample
         if self.reporter is not None:
-            self.reporter.emit(MetricsEvent(epoch=self.position.epoch, step=self.position.step, values=values))
+            per_step = [seconds / max(steps / self.ctx.world_size, 1) for seconds in own_s]
+            rank_step_s = per_step if self.ctx.world_size > 1 else None
+            self.reporter.emit(
+                MetricsEvent(epoch=self.position.epoch, step=self.position.step, values=values, rank_step_s=rank_step_s)
+            )
 
     def _epoch_metrics(self) -> dict[str, float]:
         # One collective for everything: the same length and order on every rank (names are sorted).

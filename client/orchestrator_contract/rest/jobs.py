@@ -62,6 +62,11 @@ class JobOut(RunOut):
         description="Strategy that runs (auto resolved, with the reason), global batch, scaled LR."
     )
     latest_metrics: dict[str, Any] | None = Field(description="The last metrics reported (with epoch and step).")
+    stragglers: list[dict[str, Any]] | None = Field(
+        None,
+        description="Ranks of the current attempt found slower than the others (rank, ratio to the median, their "
+        "time and the median's per step, the step): docs/jobs.md, Stragglers. Null: none.",
+    )
     result: dict[str, Any] | None = Field(
         description="What the driver reported with its final state (final metrics, checkpoint); null until then."
     )
