@@ -3,7 +3,8 @@ after a few steps while rank 1 waits for it in an all-reduce. The control plane 
 ``failure.hang_timeout_s``, asks both ranks for their stacks (printed in the attempt's log, summed up in the
 attempt's end: rank 1 in a collective, rank 0 at its ``time.sleep``), ends the attempt ``hung`` and resumes from
 the latest checkpoint: a hang that happens once, the job then succeeds; a hang that repeats, it fails ``hung``
-when its attempts run out. Both jobs run side by side (half a CPU per worker)."""
+when its attempts run out. Both jobs run side by side (half a CPU per worker). And a straggler: a built-in
+workload whose rank 1 loads its data slowly is named in the job's stragglers while it trains on."""
 
 from __future__ import annotations
 
@@ -115,3 +116,27 @@ def test_a_hung_function_is_found_its_stacks_taken_and_it_resumes_or_fails_hung(
     failed = jobs[always_id]
     assert (failed["state"], failed["reason"], failed["attempt"]) == ("FAILED", "hung", 2), failed
     assert "elsewhere: rank 0" in failed["message"] and "attempt 2 of 2: none left" in failed["message"], failed
+
+
+def test_a_rank_that_loads_its_data_slowly_is_flagged_a_straggler(member):
+    spec = {
+        "name": "straggler",
+        "workload": "example_workloads.faulty:build",
+        "config": {"slow_rank": 1, "slow_s": 0.004, "points": 800},  # 32 samples: about 0.13 s a step more
+        "scaling": {"num_workers": 2, "cpus_per_worker": 0.5},
+        "batch": {"per_worker": 32},
+        "epochs": 2,
+        "metrics_every_steps": 2,
+    }
+    response = member.http.post("/v1/jobs", json=spec)
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    done = member.wait(job_id, {"SUCCEEDED"}, timeout_s=300)
+
+    (straggler,) = done["stragglers"]
+    assert straggler["rank"] == 1 and straggler["ratio"] > 1.5, straggler
+    events = member.http.get(f"/v1/jobs/{job_id}/events").json()
+    (row,) = [e for e in events if e["reason"] == "straggler"]
+    assert row["to_state"] == "RUNNING" and "rank 1 is a straggler" in row["message"], row
+    windows = [m for m in member.http.get(f"/v1/jobs/{job_id}/metrics").json() if "lr" in m["values"]]
+    assert len(windows) >= 3, windows
