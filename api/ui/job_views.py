@@ -116,6 +116,7 @@ def job_summary(job: Job, events: list, checkpoints: list[Checkpoint]) -> dict[s
             "latest_metrics": latest,
             "result": result,
             "samples_per_s": latest.get("samples_per_s", (result.get("metrics") or result).get("samples_per_s")),
+            "stragglers": out.stragglers or [],
         },
         "events": [JobEventOut.model_validate(e).model_dump(mode="json") for e in events],
         "checkpoints": [

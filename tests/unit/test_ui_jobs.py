@@ -313,6 +313,23 @@ def test_the_page_of_a_job_with_restarts_shows_every_event(app, client):
     assert "%</strong>" in goodput and "lost:" in goodput and "restarts" in goodput, goodput
 
 
+def test_the_page_names_the_stragglers_of_the_attempt(app, client):
+    from orchestrator.states.jobs import lock_job, record_straggler
+
+    project, keys = make_project(client, "a")
+    job = job_in(app, project)
+    move_job(app, job, S.STARTING, S.RUNNING)
+    signed_in(client, keys["viewer"])
+    assert 'id="stragglers"' not in client.get(f"/ui/jobs/{job}").text
+    with app.state.service.sessions.begin() as session:
+        row = lock_job(session, job)
+        record_straggler(session, row, {"rank": 1, "ratio": 3.1, "step": 60}, "rank 1 is a straggler")
+    page = client.get(f"/ui/jobs/{job}").text
+    stragglers = page[page.index('id="stragglers"') : page.index("</dd>", page.index('id="stragglers"'))]
+    assert "rank 1: 3.1x from step 60" in stragglers, stragglers
+    assert client.get(f"/ui/api/jobs/{job}").json()["job"]["stragglers"][0]["rank"] == 1
+
+
 def test_static_files_and_the_vendored_chart_library_are_served(client):
     for path in ("/ui/static/app.js", "/ui/static/live.js", "/ui/static/charts.js", "/ui/static/job.js"):
         assert client.get(path).status_code == 200
