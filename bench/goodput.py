@@ -16,57 +16,22 @@ Goodput of the faulty run against the clean one: clean wall / faulty wall. Not i
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import signal
 import sys
 import tempfile
 import time
-import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.chaos.harness import ServiceProcess  # noqa: E402
-
-FUNCTION = """
-import os
-import tempfile
-import time
-
-import torch
-import torch.distributed as dist
-
-
-def main(ctx):
-    c = ctx.config
-    start = 0
-    if (folder := ctx.restore()) is not None:
-        with open(os.path.join(folder, "step.txt")) as saved:
-            start = int(saved.read())
-    for step in range(start + 1, c["steps"] + 1):
-        total = torch.tensor([float(step)])
-        dist.all_reduce(total)
-        if c["hang_at"] and step == c["hang_at"] and ctx.rank == 0 and not os.path.exists(c["marker"]):
-            open(c["marker"], "w").close()
-            time.sleep(3600)
-        time.sleep(c["step_s"])
-        if step % c["checkpoint_every"] == 0:
-            with tempfile.TemporaryDirectory() as checkpoint:
-                with open(os.path.join(checkpoint, "step.txt"), "w") as out:
-                    out.write(str(step))
-                ctx.report({"total": total.item()}, checkpoint_dir=checkpoint, step=step)
-        else:
-            ctx.report({"total": total.item()}, step=step)
-"""
+from tests.hanging_function import ENTRYPOINT, code_zip  # noqa: E402
 
 
 def upload(api) -> str:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("goodput_bench.py", FUNCTION)
-    response = api.http.post("/v1/code", files={"file": ("code.zip", buffer.getvalue())})
+    response = api.http.post("/v1/code", files={"file": ("code.zip", code_zip())})
     response.raise_for_status()
     return response.json()["id"]
 
@@ -82,7 +47,7 @@ def run_job(svc: ServiceProcess, code_id: str, args, name: str, faults: bool, wo
     }
     spec = {
         "name": name,
-        "entrypoint": "goodput_bench:main",
+        "entrypoint": ENTRYPOINT,
         "code": {"id": code_id},
         "config": config,
         "scaling": {"num_workers": 2},

@@ -12,50 +12,19 @@ import time
 
 import pytest
 
+from tests.hanging_function import ENTRYPOINT, code_zip
 from tests.integration.conftest import TERMINAL
-from tests.integration.test_train_function_on_ray import _zip, upload
+from tests.integration.test_train_function_on_ray import upload
 
 pytestmark = pytest.mark.integration
 
-HANGS = '''
-import os
-import tempfile
-import time
-
-import torch
-import torch.distributed as dist
-
-
-def main(ctx):
-    """One all-reduce and one report a step, a checkpoint every 2 steps; rank 0 sleeps at step hang_at (once
-    only, when a marker file says it already did, unless "always")."""
-    steps, hang_at, marker = ctx.config["steps"], ctx.config["hang_at"], ctx.config["marker"]
-    start = 0
-    if (folder := ctx.restore()) is not None:
-        with open(os.path.join(folder, "step.txt")) as saved:
-            start = int(saved.read())
-    for step in range(start + 1, steps + 1):
-        total = torch.tensor([float(step)])
-        dist.all_reduce(total)
-        if ctx.rank == 0 and step == hang_at and (ctx.config["always"] or not os.path.exists(marker)):
-            open(marker, "w").close()
-            time.sleep(3600)
-        time.sleep(0.2)
-        if step % 2 == 0:
-            with tempfile.TemporaryDirectory() as checkpoint:
-                with open(os.path.join(checkpoint, "step.txt"), "w") as out:
-                    out.write(str(step))
-                ctx.report({"total": total.item()}, checkpoint_dir=checkpoint, step=step)
-        else:
-            ctx.report({"total": total.item()}, step=step)
-'''
 STEPS, HANG_AT = 8, 5
 
 
 def _spec(code_id: str, name: str, marker: str, always: bool) -> dict:
     return {
         "name": name,
-        "entrypoint": "hangs:main",
+        "entrypoint": ENTRYPOINT,
         "code": {"id": code_id},
         "config": {"steps": STEPS, "hang_at": HANG_AT, "marker": marker, "always": always},
         "scaling": {"num_workers": 2, "cpus_per_worker": 0.5},
@@ -85,7 +54,7 @@ def test_a_hung_function_is_found_its_stacks_taken_and_it_resumes_or_fails_hung(
     member, service_settings, tmp_path, monkeypatch
 ):
     monkeypatch.setattr(service_settings, "hang_stacks_poll_s", 1.0)  # rank 1 answers within a second
-    code_id = upload(member, _zip({"hangs.py": HANGS}))
+    code_id = upload(member, code_zip())
     once = member.http.post("/v1/jobs", json=_spec(code_id, "hangs-once", str(tmp_path / "once"), False))
     always = member.http.post("/v1/jobs", json=_spec(code_id, "hangs-always", str(tmp_path / "always"), True))
     assert once.status_code == always.status_code == 201, (once.text, always.text)

@@ -1,0 +1,52 @@
+"""A training function that hangs on purpose (rank 0 sleeps at a chosen step), uploaded as a job's own code by the
+hang tests (tests/integration/test_hangs_on_ray.py) and bench/goodput.py. Its module is ``hangs`` (``hangs:main``).
+
+Config: ``steps``; ``hang_at`` (0: never); ``marker``, a file that says it already hung (once only, unless
+``always``); ``step_s``, seconds of "training" a step; ``checkpoint_every`` steps."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+SOURCE = '''
+import os
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main(ctx):
+    """One all-reduce and one report a step, a checkpoint every checkpoint_every steps; rank 0 sleeps at step
+    hang_at (once only, when a marker file says it already did, unless "always")."""
+    c = ctx.config
+    start = 0
+    if (folder := ctx.restore()) is not None:
+        with open(os.path.join(folder, "step.txt")) as saved:
+            start = int(saved.read())
+    for step in range(start + 1, c["steps"] + 1):
+        total = torch.tensor([float(step)])
+        dist.all_reduce(total)
+        if ctx.rank == 0 and step == c["hang_at"] and (c.get("always") or not os.path.exists(c["marker"])):
+            open(c["marker"], "w").close()
+            time.sleep(3600)
+        time.sleep(c.get("step_s", 0.2))
+        if step % c.get("checkpoint_every", 2) == 0:
+            with tempfile.TemporaryDirectory() as checkpoint:
+                with open(os.path.join(checkpoint, "step.txt"), "w") as out:
+                    out.write(str(step))
+                ctx.report({"total": total.item()}, checkpoint_dir=checkpoint, step=step)
+        else:
+            ctx.report({"total": total.item()}, step=step)
+'''
+ENTRYPOINT = "hangs:main"
+
+
+def code_zip() -> bytes:
+    """The function as a code package (POST /v1/code)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("hangs.py", SOURCE)
+    return buffer.getvalue()
