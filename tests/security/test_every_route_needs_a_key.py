@@ -156,6 +156,7 @@ ROUTES: dict[tuple[str, str], Expect] = {
     ("GET", "/v1/jobs/{job_id}/events"): key(NOT_FOUND),
     ("GET", "/v1/jobs/{job_id}/metrics"): key(NOT_FOUND),
     ("GET", "/v1/jobs/{job_id}/checkpoints"): key(NOT_FOUND),
+    ("GET", "/v1/jobs/{job_id}/goodput"): key(NOT_FOUND),
     ("GET", "/v1/jobs/{job_id}/logs"): key(NOT_FOUND),
     ("POST", "/v1/code"): key(CREATES_OWN, send=_b_code, read_back="/v1/code/{id}"),
     ("GET", "/v1/code"): key(OWN_ONLY),
