@@ -152,20 +152,19 @@ def progress_of_attempt(session: Session, job_id: str, attempt: int, limit: int 
 
 def goodput_evidence(session: Session, job_id: str) -> tuple[list[datetime], dict[int, datetime]]:
     """When each committed checkpoint arrived, and each attempt's last report (metric point or checkpoint)."""
-    checkpoints = list(session.scalars(select(Checkpoint.created_at).where(Checkpoint.job_id == job_id)))
-    last: dict[int, datetime] = {}
-    rows = session.execute(
+    checkpoints = list(
+        session.execute(select(Checkpoint.attempt, Checkpoint.created_at).where(Checkpoint.job_id == job_id))
+    )
+    last_metrics = session.execute(
         select(JobMetric.attempt, func.max(JobMetric.created_at))
         .where(JobMetric.job_id == job_id)
         .group_by(JobMetric.attempt)
     )
-    for attempt, at in [
-        *rows,
-        *session.execute(select(Checkpoint.attempt, Checkpoint.created_at).where(Checkpoint.job_id == job_id)),
-    ]:
+    last: dict[int, datetime] = {}
+    for attempt, at in [*last_metrics, *checkpoints]:
         if at is not None and (attempt not in last or at > last[attempt]):
             last[attempt] = at
-    return checkpoints, last
+    return [at for _attempt, at in checkpoints], last
 
 
 def page_events(session: Session, job_id: str, cursor: str | None, limit: int) -> tuple[list[JobEvent], str | None]:

@@ -79,7 +79,7 @@ def watch(
             return None
         answered = job.stacks or {}
         waited = (now - job.stacks_requested_at).total_seconds()
-        if len(answered) < _world_size(job) and waited < settings.hang_stacks_wait_s:
+        if len(answered) < world_size(job) and waited < settings.hang_stacks_wait_s:
             return None
         return Hung(HUNG, verdict(job, answered, (now - last).total_seconds()))
     limit = timeout_s(job, progress, running_since, settings.hang_timeout_floor_s)
@@ -103,7 +103,7 @@ def record_stacks(job: Job, answer: dict) -> bool:
     so a row holds at most world size x that."""
     if job.stacks_requested_at is None or answer.get("request") != stacks_request_id(job):
         return False
-    if not 0 <= answer["rank"] < _world_size(job):
+    if not 0 <= answer["rank"] < world_size(job):
         return False
     answered = dict(job.stacks or {})
     kept = {key: answer[key] for key in ("node", "pid", "in_collective", "where")}
@@ -119,10 +119,10 @@ def stacks_request_id(job: Job) -> str | None:
 
 def verdict(job: Job, answered: dict, idle_s: float) -> str:
     """What the hung attempt's end says: how long without progress, and each rank's place."""
-    world = _world_size(job)
-    collective = [_rank_at(r, a) for r, a in _by_rank(answered) if a.get("in_collective")]
-    elsewhere = [(r, a) for r, a in _by_rank(answered) if not a.get("in_collective")]
-    silent = [str(r) for r in range(world) if str(r) not in answered]
+    ranks = _by_rank(answered)
+    collective = [_rank_at(r, a) for r, a in ranks if a.get("in_collective")]
+    elsewhere = [(r, a) for r, a in ranks if not a.get("in_collective")]
+    silent = [str(r) for r in range(world_size(job)) if str(r) not in answered]
     step = (job.latest_metrics or {}).get("step")
     lines = [f"hung: no progress for {idle_s:.0f} s" + (f" (last reported step {step})" if step is not None else "")]
     if collective:
@@ -144,5 +144,6 @@ def _by_rank(answered: dict) -> list[tuple[int, dict]]:
     return sorted((int(rank), answer) for rank, answer in answered.items())
 
 
-def _world_size(job: Job) -> int:
+def world_size(job: Job) -> int:
+    """The job's number of ranks, as its stored spec (defaults filled in) gives it."""
     return int(((job.spec or {}).get("scaling") or {}).get("num_workers", 1))

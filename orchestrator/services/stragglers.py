@@ -15,6 +15,7 @@ import statistics
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import Job, JobState
+from orchestrator.services.hangs import world_size
 from orchestrator.states.jobs import record_straggler
 
 log = logging.getLogger(__name__)
@@ -28,8 +29,7 @@ def observe(session: Session, job: Job, step: int, rank_step_s: list[float], win
     slow for ``windows`` windows in a row."""
     if job.state != JobState.RUNNING or len(rank_step_s) < 2:
         return
-    world = int(((job.spec or {}).get("scaling") or {}).get("num_workers", 1))
-    times = rank_step_s[:world]
+    times = rank_step_s[: world_size(job)]
     factor = float(((job.spec or {}).get("failure") or {}).get("straggler_factor", DEFAULT_FACTOR))
     counts = dict(job.straggler_windows or {})
     flagged = {entry["rank"] for entry in job.stragglers or []}
