@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import String, any_, bindparam, select
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import Deployment, Job, JobLabel, Project, Sweep, UsageInterval, utcnow
 from orchestrator.errors import Invalid
+from orchestrator.repositories.by_ids import rows_for_ids
+from orchestrator.services.goodput import as_out, measure_jobs
 from orchestrator_contract.rest.usage import LABEL_KEY, UsageAmounts, UsageAttempt, UsageReport, UsageRow, UsageTrial
 
 GROUP_BY_MODES = ("project", "job", "label:<key>", "day")
@@ -56,6 +57,7 @@ class _Sum:
 @dataclass
 class _Group:
     total: _Sum = field(default_factory=_Sum)
+    jobs: set[tuple[str, datetime, datetime]] = field(default_factory=set)  # (job id, window): for its goodput
     attempts: dict[int, tuple[_Sum, list[str]]] = field(default_factory=dict)
     trials: dict[str, _Sum] = field(default_factory=dict)
 
@@ -134,17 +136,8 @@ def load_intervals(session: Session, project_id: str | None, start: datetime, en
 
 
 def _by_ids(session: Session, columns: tuple, id_column, ids: list[str]) -> list[Any]:
-    """Rows whose ``id_column`` is one of ``ids``, by primary key: on PostgreSQL one ``= ANY(array)`` (one
-    parameter however many ids), elsewhere IN lists of 500."""
-    if not ids:
-        return []
-    if session.get_bind().dialect.name == "postgresql":
-        array = bindparam("ids", ids, type_=ARRAY(String))
-        return list(session.execute(select(*columns).where(id_column == any_(array))))
-    out: list[Any] = []
-    for i in range(0, len(ids), 500):
-        out.extend(session.execute(select(*columns).where(id_column.in_(ids[i : i + 500]))))
-    return out
+    """Rows whose ``id_column`` is one of ``ids``, by primary key."""
+    return rows_for_ids(session, lambda condition: select(*columns).where(condition), id_column, ids)
 
 
 def _overlap(a: datetime, b: datetime, start: datetime, end: datetime) -> float:
@@ -178,6 +171,7 @@ def usage_report(
     labels = _labels(session, intervals, label_key) if mode == "label" else {}
     groups: dict[tuple[str, str], _Group] = defaultdict(_Group)
     total = _Sum()
+    total_jobs: set[tuple[str, datetime, datetime]] = set()
     for row in intervals:
         ended = row.ended_at or now
         pieces = _days(max(row.started_at, start), min(ended, end)) if mode == "day" else [("", start, end)]
@@ -199,13 +193,16 @@ def usage_report(
             group = groups[key]
             group.total.add(row, held, wasted)
             total.add(row, held, wasted)
+            if row.kind == "job":
+                group.jobs.add((row.subject_id, lo, hi))
+                total_jobs.add((row.subject_id, start, end))
             if mode == "job":
                 attempt = group.attempts.setdefault(row.attempt, (_Sum(), ["", ""]))
                 attempt[0].add(row, held, wasted)
                 attempt[1][:] = [row.end_state, row.end_reason]
                 if row.kind == "trial":
                     group.trials.setdefault(row.subject_id, _Sum()).add(row, held, wasted)
-    rows = _rows(session, mode, groups)
+    rows = _rows(session, mode, groups, now)
     return UsageReport(
         from_=start,
         to=end,
@@ -214,7 +211,15 @@ def usage_report(
         generated_at=now,
         rows=rows,
         total=UsageAmounts(**total.amounts()),
+        goodput=_goodput(session, total_jobs, now),
     )
+
+
+def _goodput(session: Session, jobs: set[tuple[str, datetime, datetime]], now: datetime):
+    """The jobs' goodput, each clipped to its window; None without a job (sweeps and deployments have none)."""
+    if not jobs:
+        return None
+    return as_out(measure_jobs(session, ((job_id, (lo, hi)) for job_id, lo, hi in sorted(jobs)), now))
 
 
 def _labels(session: Session, intervals: list[Any], key: str | None) -> dict[str, str]:
@@ -233,7 +238,7 @@ def _names(session: Session, model, ids: list[str]) -> dict[str, tuple[str, str]
     }
 
 
-def _rows(session: Session, mode: str, groups: dict[tuple[str, str], _Group]) -> list[UsageRow]:
+def _rows(session: Session, mode: str, groups: dict[tuple[str, str], _Group], now: datetime) -> list[UsageRow]:
     names: dict[str, tuple[str, str]] = {}
     if mode == "project":
         names = _names(session, Project, [key for _, key in groups])
@@ -245,7 +250,14 @@ def _rows(session: Session, mode: str, groups: dict[tuple[str, str], _Group]) ->
         name, project_id = names.get(key, ("", None))
         if mode == "project":
             project_id = key
-        row = UsageRow(key=key, kind=kind, name=name, project_id=project_id, **group.total.amounts())
+        row = UsageRow(
+            key=key,
+            kind=kind,
+            name=name,
+            project_id=project_id,
+            goodput=_goodput(session, group.jobs, now),
+            **group.total.amounts(),
+        )
         if mode == "job":
             row.attempts = [
                 UsageAttempt(attempt=number, ended=ended[0], reason=ended[1], **amounts.amounts())

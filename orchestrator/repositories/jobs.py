@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -7,6 +8,7 @@ from sqlalchemy import delete, func, or_, select
 from sqlalchemy.orm import Session, load_only, raiseload
 
 from orchestrator.db.models import Checkpoint, Job, JobEvent, JobLabel, JobMetric, JobState
+from orchestrator.repositories.by_ids import rows_for_ids
 from orchestrator.repositories.names import name_starts_with
 from orchestrator.repositories.paging import fetch_page
 from orchestrator.states.jobs import ACTIVE, REQUESTS, record_job_created
@@ -150,21 +152,51 @@ def progress_of_attempt(session: Session, job_id: str, attempt: int, limit: int 
     return sorted([*metrics, *checkpoint])
 
 
-def goodput_evidence(session: Session, job_id: str) -> tuple[list[datetime], dict[int, datetime]]:
-    """When each committed checkpoint arrived, and each attempt's last report (metric point or checkpoint)."""
-    checkpoints = list(
-        session.execute(select(Checkpoint.attempt, Checkpoint.created_at).where(Checkpoint.job_id == job_id))
+@dataclass
+class GoodputEvidence:
+    """A job's evidence for ``orchestrator.services.goodput``: its history (oldest first, requests included),
+    when each committed checkpoint arrived, and each attempt's last report (metric point or checkpoint)."""
+
+    history: list[JobEvent] = field(default_factory=list)
+    checkpoints: list[datetime] = field(default_factory=list)
+    last_report_of_attempt: dict[int, datetime] = field(default_factory=dict)
+
+
+def goodput_evidence(session: Session, job_ids: list[str]) -> dict[str, GoodputEvidence]:
+    """Each job's ``GoodputEvidence``, in three queries whatever the number of jobs (through the history's,
+    the checkpoints' and the metric points' job indexes)."""
+    found = {job_id: GoodputEvidence() for job_id in job_ids}
+    events = rows_for_ids(
+        session,
+        lambda condition: select(JobEvent).where(condition).order_by(JobEvent.job_id, JobEvent.id),
+        JobEvent.job_id,
+        job_ids,
     )
-    last_metrics = session.execute(
-        select(JobMetric.attempt, func.max(JobMetric.created_at))
-        .where(JobMetric.job_id == job_id)
-        .group_by(JobMetric.attempt)
+    for (event,) in events:
+        found[event.job_id].history.append(event)
+    checkpoints = rows_for_ids(
+        session,
+        lambda condition: select(Checkpoint.job_id, Checkpoint.attempt, Checkpoint.created_at).where(condition),
+        Checkpoint.job_id,
+        job_ids,
     )
-    last: dict[int, datetime] = {}
-    for attempt, at in [*last_metrics, *checkpoints]:
+    last_metrics = rows_for_ids(
+        session,
+        lambda condition: (
+            select(JobMetric.job_id, JobMetric.attempt, func.max(JobMetric.created_at))
+            .where(condition)
+            .group_by(JobMetric.job_id, JobMetric.attempt)
+        ),
+        JobMetric.job_id,
+        job_ids,
+    )
+    for job_id, _attempt, at in checkpoints:
+        found[job_id].checkpoints.append(at)
+    for job_id, attempt, at in [*last_metrics, *checkpoints]:
+        last = found[job_id].last_report_of_attempt
         if at is not None and (attempt not in last or at > last[attempt]):
             last[attempt] = at
-    return [at for _attempt, at in checkpoints], last
+    return found
 
 
 def page_events(session: Session, job_id: str, cursor: str | None, limit: int) -> tuple[list[JobEvent], str | None]:

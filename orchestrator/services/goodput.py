@@ -11,13 +11,16 @@ and where the rest went, read from its state history, its checkpoints and when i
   - preemption: from a preemption's (or a deadline's) ask to the stop (the checkpoint it writes on the way out);
 - kept: RUNNING time less hangs, recomputed and preemption; goodput = kept / held.
 
+A window [start, end) clips every stretch (``GET /v1/usage`` sums the jobs of a project, a label or a day this
+way); without one the whole life counts.
+
 Not measured yet: the time a checkpoint blocks training (inside RUNNING, so counted as kept).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 
 from sqlalchemy.orm import Session
@@ -51,16 +54,33 @@ class Goodput:
     def goodput(self) -> float | None:
         return None if self.held_s <= 0 else self.kept_s / self.held_s
 
+    def add(self, other: Goodput) -> None:
+        """Sum ``other`` into this one (jobs' goodput adds up by their seconds)."""
+        for part in fields(self):
+            setattr(self, part.name, getattr(self, part.name) + getattr(other, part.name))
+
+
+Window = tuple[datetime, datetime] | None  # [start, end): what counts; None: everything
+
+
+def _seconds(a: datetime, b: datetime, window: Window) -> float:
+    """The seconds of [a, b] inside ``window``."""
+    if window is not None:
+        a, b = max(a, window[0]), min(b, window[1])
+    return max((b - a).total_seconds(), 0.0)
+
 
 def measure(
     history: Iterable,
     checkpoints_at: Iterable[datetime],
     last_report_of_attempt: dict[int, datetime],
     now: datetime,
+    window: Window = None,
 ) -> Goodput:
     """``history``: the job's rows oldest first (``to_state``, ``reason``, ``attempt``, ``created_at``), requests
     included; ``checkpoints_at``: when each committed checkpoint arrived; ``last_report_of_attempt``: when each
-    attempt's last report (metric point or checkpoint) arrived. A job still active counts up to ``now``."""
+    attempt's last report (metric point or checkpoint) arrived. A job still active counts up to ``now``; only
+    what lies in ``window`` counts."""
     rows = list(history)
     checkpoints = sorted(checkpoints_at)
     result = Goodput()
@@ -73,7 +93,7 @@ def measure(
                 stop_asked = row.created_at
             continue  # a request: no new stretch
         if state is not None and since is not None:
-            seconds = max((at - since).total_seconds(), 0.0)
+            seconds = _seconds(since, at, window)
             if state in HELD:
                 result.held_s += seconds
             if state == S.STARTING:
@@ -84,7 +104,7 @@ def measure(
                 result.running_s += seconds
                 if row is not None and row.to_state in ENDS_SHORT:
                     _stretch_ended_short(
-                        result, since, at, row, attempt, checkpoints, last_report_of_attempt, stop_asked
+                        result, since, at, row, attempt, checkpoints, last_report_of_attempt, stop_asked, window
                     )
         if row is None:
             break
@@ -103,6 +123,7 @@ def _stretch_ended_short(
     checkpoints: list[datetime],
     last_report_of_attempt: dict[int, datetime],
     stop_asked: datetime | None,
+    window: Window,
 ) -> None:
     """A RUNNING stretch from ``start`` to ``end`` that ``row`` ended short: its hang (from its last report), its
     stop when it was asked to (a preemption, a deadline: from the ask), and the training before those since its
@@ -110,19 +131,33 @@ def _stretch_ended_short(
     trained_until = end
     if row.reason == HUNG:
         last = min(max(start, last_report_of_attempt.get(attempt, start)), end)
-        result.hangs_s += (end - last).total_seconds()
+        result.hangs_s += _seconds(last, end, window)
         trained_until = last
     if stop_asked is not None and start <= stop_asked <= end:
-        result.preemption_s += (end - stop_asked).total_seconds()
+        result.preemption_s += _seconds(stop_asked, end, window)
         trained_until = min(trained_until, stop_asked)
     kept_until = max([start, *(at for at in checkpoints if start <= at <= end)])
-    result.recomputed_s += max((trained_until - kept_until).total_seconds(), 0.0)
+    result.recomputed_s += _seconds(kept_until, trained_until, window)
 
 
 def goodput_of(session: Session, job_id: str, now: datetime | None = None) -> GoodputOut:
     """The job's goodput as ``GET /v1/jobs/{id}/goodput`` answers it."""
-    checkpoints, last_reports = jobs_repo.goodput_evidence(session, job_id)
-    measured = measure(jobs_repo.list_events(session, job_id), checkpoints, last_reports, now or utcnow())
+    return as_out(measure_jobs(session, [(job_id, None)], now or utcnow()))
+
+
+def measure_jobs(session: Session, jobs: Iterable[tuple[str, Window]], now: datetime) -> Goodput:
+    """The sum of jobs' goodput, each clipped to its window: ``(job id, window)`` pairs (a job may come more
+    than once, e.g. once a day). Three queries for them all."""
+    jobs = list(jobs)
+    evidence = jobs_repo.goodput_evidence(session, sorted({job_id for job_id, _ in jobs}))
+    total = Goodput()
+    for job_id, window in jobs:
+        found = evidence[job_id]
+        total.add(measure(found.history, found.checkpoints, found.last_report_of_attempt, now, window))
+    return total
+
+
+def as_out(measured: Goodput) -> GoodputOut:
     return GoodputOut(
         goodput=measured.goodput,
         held_s=measured.held_s,

@@ -237,18 +237,32 @@ def test_usage_reads_its_ledger_through_an_index(engine, sessions):
     start = NEWEST - timedelta(days=30)
     with sessions() as session:
         project_id = session.scalar(select(Job.project_id).order_by(Job.id).limit(1))
-        with captured(engine) as statements:
-            for scope in (project_id, None):
+        plans = {}
+        for scope in (project_id, None):
+            with captured(engine) as statements:
                 for group_by in ("project", "job", "label:team", "day"):
                     report = usage_report(session, project_id=scope, start=start, end=NEWEST, group_by=group_by)
-                    assert report.rows and report.total.cpu_seconds > 0
-    plans = plans_of(engine, statements)
-    ledger = [(s, p) for s, p in plans if "FROM usage_intervals" in s]
+                    assert report.rows and report.total.cpu_seconds > 0 and report.goodput is not None
+            plans[scope] = plans_of(engine, statements)
+    ledger = [(s, p) for scoped in plans.values() for s, p in scoped if "FROM usage_intervals" in s]
     assert len(ledger) == 16  # two range reads per report
-    sequential = [(s, p) for s, p in plans if any(n == "Seq Scan" and t in WATCHED | {"usage_intervals"} for n, t in p)]
-    assert sequential == [], "sequential scans:\n" + "\n\n".join(f"{s}\n  -> {p}" for s, p in sequential)
     indexed = ("Index Scan", "Index Only Scan", "Bitmap Heap Scan")  # a bitmap heap scan reads what an index found
     assert all(any(n in indexed and t == "usage_intervals" for n, t in p) for _, p in ledger), ledger
+
+    def sequential(scoped):
+        return [(s, p) for s, p in scoped if any(n == "Seq Scan" and t in WATCHED | {"usage_intervals"} for n, t in p)]
+
+    # A project's reports read nothing whole: the ledger by range, names and labels by primary key, its jobs'
+    # history, checkpoints and last reports (their goodput) by job id.
+    assert sequential(plans[project_id]) == [], "sequential scans:\n" + "\n\n".join(
+        f"{s}\n  -> {p}" for s, p in sequential(plans[project_id])
+    )
+    # Every project's: the jobs of 30 days are a twelfth of a year's history, and PostgreSQL reads that share of the
+    # (small) history and checkpoint tables whole rather than by index. Only those two goodput reads may, never the
+    # ledger, the names or the metric points.
+    whole = sequential(plans[None])
+    assert {t for _, p in whole for n, t in p if n == "Seq Scan"} <= {"job_events", "checkpoints"}, whole
+    assert all("= ANY" in s for s, _ in whole), whole
 
 
 def test_a_new_leader_seeds_fair_share_from_the_ledger_through_an_index(engine, sessions):

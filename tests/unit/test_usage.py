@@ -202,6 +202,37 @@ def test_csv_has_the_columns_a_line_per_row_and_the_total(client, world):
     assert float(rows["total"]["cpu_seconds"]) == 940 and float(rows["total"]["wasted_seconds"]) == 130
 
 
+def test_goodput_is_summed_per_group_and_clipped_to_the_window(client, world):
+    """docs/jobs.md "Goodput": held is STARTING + RUNNING + RESTARTING (usage's seconds count RUNNING only).
+    a: held 0-300 (start-up 10, restart 20), its 10-100 stretch ended by a worker's death 30 s after its checkpoint
+    at 70: kept 240. b: held 50-160, failed with no checkpoint: kept 0. d: held -110 to 100, kept 200."""
+    window = {"from": iso(-3600), "to": iso(3600)}
+    jobs = by_key(usage(client, group_by="job", **window))
+    a = jobs[world["a"]]["goodput"]
+    assert (a["held_s"], a["kept_s"], a["goodput"]) == (300, 240, pytest.approx(0.8))
+    assert a["lost"] == {"start_up_s": 10, "restarts_s": 20, "hangs_s": 0, "recomputed_s": 30, "preemption_s": 0}
+    assert (jobs[world["b"]]["goodput"]["kept_s"], jobs[world["b"]]["goodput"]["lost"]["recomputed_s"]) == (0, 100)
+
+    projects = by_key(usage(client, group_by="project", **window))
+    vision = projects[world["vision"]]["goodput"]  # a and b
+    assert (vision["held_s"], vision["kept_s"], vision["goodput"]) == (410, 240, pytest.approx(240 / 410))
+    assert projects[world["nlp"]]["goodput"]["kept_s"] == 200
+    report = usage(client, group_by="project", **window)
+    assert (report["goodput"]["held_s"], report["goodput"]["kept_s"]) == (620, 440)
+
+    # [50, 150): a held 50-100 and 120-150 RUNNING, 100-120 RESTARTING; its 70-100 is redone
+    clipped = by_key(usage(client, group_by="job", **{"from": iso(50), "to": iso(150)}))[world["a"]]["goodput"]
+    assert (clipped["held_s"], clipped["running_s"], clipped["kept_s"]) == (100, 80, 50)
+    assert (clipped["lost"]["restarts_s"], clipped["lost"]["recomputed_s"], clipped["lost"]["start_up_s"]) == (
+        20,
+        30,
+        0,
+    )
+    # by day: d's start-up and first 100 s the day before, the rest on T0's day
+    days = by_key(usage(client, group_by="day", **window))
+    assert (days["2026-01-01"]["goodput"]["held_s"], days["2026-01-02"]["goodput"]["held_s"]) == (110, 510)
+
+
 def test_a_project_sees_its_own_usage_only(client, world):
     window = {"from": iso(-3600), "to": iso(3600)}
     for role in ("member", "viewer"):
@@ -339,6 +370,8 @@ def test_trials_and_sweeps_and_deployments(app, client, clock):
     )
     assert [a["attempt"] for a in deployment_row["attempts"]] == [1]
     assert report["total"]["cpu_seconds"] == 180
+    # goodput is a job's measure: no sweep, trial or deployment has one, and a report of only those has none
+    assert sweep_row["goodput"] is None and deployment_row["goodput"] is None and report["goodput"] is None
     written, backfilled = refill_from_history(app)  # migration 0013 reads trials and deployments the same way
     assert len(written) == 4 and backfilled == written  # 2 trials; the deployment DEPLOYING, then HEALTHY
 
@@ -357,6 +390,7 @@ def test_the_sdk_and_the_cli_read_the_same_report(live, tmp_path, monkeypatch):
         report = admin.usage(group_by="job", start="2026-01-01")
         row = next(row for row in report.rows if row.key == job_id)
         assert row.kind == "job" and row.cpu_seconds == pytest.approx(row.seconds, abs=0.01) and row.seconds > 0
+        assert row.goodput is not None and row.goodput.held_s >= row.goodput.kept_s > 0, row.goodput
         text = admin.usage(group_by="job", csv=True)
         assert text.splitlines()[0] == ",".join(CSV_COLUMNS) and job_id in text
     shown = orch(live, "usage", "-g", "job", "--from", "2026-01-01", "-o", "json")
@@ -364,6 +398,7 @@ def test_the_sdk_and_the_cli_read_the_same_report(live, tmp_path, monkeypatch):
     assert json.loads(shown.stdout)["rows"][0]["key"] == job_id and "from" in json.loads(shown.stdout)
     table = orch(live, "usage", "--group-by", "job")
     assert table.exit_code == 0 and job_id[:8] in table.stdout and "CPU-HOURS" in table.stdout
+    assert "GOODPUT" in table.stdout and "%" in table.stdout, table.stdout
     assert orch(live, "usage", "--csv").stdout.startswith("key,kind,name,project_id,seconds")
     bad = orch(live, "usage", "-g", "team")
     assert bad.exit_code == 2 and "use one of project, job, label:<key>, day" in bad.stderr

@@ -48,6 +48,7 @@ def _render(report):
             f"{row.gpu_seconds / 3600:.3f}",
             f"{row.memory_gb_seconds / 3600:.3f}",
             f"{row.wasted_cpu_seconds / 3600:.3f}",
+            _goodput(row.goodput),
         )
         for row in report.rows
     ]
@@ -61,9 +62,17 @@ def _render(report):
             f"{total.gpu_seconds / 3600:.3f}",
             f"{total.memory_gb_seconds / 3600:.3f}",
             f"{total.wasted_cpu_seconds / 3600:.3f}",
+            _goodput(report.goodput),
         )
     )
     window = f"{report.from_:%Y-%m-%d %H:%M} to {report.to:%Y-%m-%d %H:%M} UTC, by {report.group_by}"
     return output.table(
-        ["KEY", "KIND", "NAME", "CPU-HOURS", "GPU-HOURS", "MEMORY GB-HOURS", "WASTED CPU-HOURS"], rows, title=window
+        ["KEY", "KIND", "NAME", "CPU-HOURS", "GPU-HOURS", "MEMORY GB-HOURS", "WASTED CPU-HOURS", "GOODPUT"],
+        rows,
+        title=window,
     )
+
+
+def _goodput(goodput) -> str:
+    """The jobs' kept training over held time, as a percentage; "-" where there is none (no job)."""
+    return "-" if goodput is None or goodput.goodput is None else f"{100 * goodput.goodput:.0f}%"

@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator_contract.rest.jobs import GoodputOut
+
 GROUP_BY_DESCRIPTION = "project, job (a run: job, sweep or deployment), label:<key> (jobs' label value), or day (UTC)."
 LABEL_KEY = re.compile(r"^[A-Za-z0-9_.\-/]{1,63}$")
 # The CSV columns, in order: a row's identity, then its amounts.
@@ -67,6 +69,12 @@ class UsageRow(UsageAmounts):
     project_id: str | None = Field(None, description="The project (group_by project and job).")
     attempts: list[UsageAttempt] | None = Field(None, description="group_by=job: per attempt (version), in order.")
     trials: list[UsageTrial] | None = Field(None, description="group_by=job, sweeps: per trial.")
+    goodput: GoodputOut | None = Field(
+        None,
+        description="The group's jobs' goodput inside the window (docs/jobs.md \"Goodput\"): their kept training "
+        "time over the time they held workers, and the lost time by cause; null where the group holds no job "
+        "(sweeps and deployments have none).",
+    )
 
 
 class UsageReport(BaseModel):
@@ -80,6 +88,7 @@ class UsageReport(BaseModel):
     generated_at: datetime = Field(description="Now: stretches still held count up to here.")
     rows: list[UsageRow]
     total: UsageAmounts = Field(description="The sum of the rows.")
+    goodput: GoodputOut | None = Field(None, description="Every job's goodput inside the window, summed; null: no job.")
 
     # "from" is a Python keyword: the field is from_, and it reads and writes as "from" everywhere.
     model_config = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
