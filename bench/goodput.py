@@ -6,11 +6,13 @@ The service runs as a user runs it (``orchestrator serve`` in a subprocess, its 
 the chaos tests' harness). The job is a training function of 2 workers that runs ``--steps`` steps of
 ``--step-s`` seconds (an all-reduce and a report each), a checkpoint every ``--checkpoint-every`` steps,
 ``failure.hang_timeout_s`` 10. First without faults, then with: rank 0 hangs once (a sleep) at a third of the
-steps, and a training worker is killed with SIGKILL at two thirds. For each: the wall time from submit to
+steps, rank 1 straggles (twice the step time) for a sixth of the steps from half-way, and a training worker is
+killed with SIGKILL at two thirds. For each: the wall time from submit to
 SUCCEEDED, and ``GET /v1/jobs/{id}/goodput`` (kept training over held time, the lost time by cause).
 
-Goodput of the faulty run against the clean one: clean wall / faulty wall. Not in the mix yet: a straggler rank
-(straggler detection is not built; issue 32).
+Goodput of the faulty run against the clean one: clean wall / faulty wall. The straggler's cost shows only there:
+a training function's ranks are not timed one by one (straggler detection covers the built-in loop), and its
+slower steps are kept training to ``GET /goodput``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ def run_job(svc: ServiceProcess, code_id: str, args, name: str, faults: bool, wo
         "checkpoint_every": args.checkpoint_every,
         "hang_at": args.steps // 3 if faults else 0,
         "marker": str(work / f"{name}-hung"),
+        "slow_rank": 1 if faults else -1,
+        "slow_s": args.step_s,
+        "slow_from": args.steps // 2,
+        "slow_to": args.steps // 2 + args.steps // 6,
     }
     spec = {
         "name": name,

@@ -2,7 +2,9 @@
 hang tests (tests/integration/test_hangs_on_ray.py) and bench/goodput.py. Its module is ``hangs`` (``hangs:main``).
 
 Config: ``steps``; ``hang_at`` (0: never); ``marker``, a file that says it already hung (once only, unless
-``always``); ``step_s``, seconds of "training" a step; ``checkpoint_every`` steps."""
+``always``); ``step_s``, seconds of "training" a step; ``checkpoint_every`` steps; a straggler: rank ``slow_rank``
+sleeps ``slow_s`` more a step in steps [``slow_from``, ``slow_to``) (the others wait for it at the next
+all-reduce)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ def main(ctx):
             open(c["marker"], "w").close()
             time.sleep(3600)
         time.sleep(c.get("step_s", 0.2))
+        if ctx.rank == c.get("slow_rank", -1) and c.get("slow_from", 0) <= step < c.get("slow_to", 0):
+            time.sleep(c["slow_s"])
         if step % c.get("checkpoint_every", 2) == 0:
             with tempfile.TemporaryDirectory() as checkpoint:
                 with open(os.path.join(checkpoint, "step.txt"), "w") as out:

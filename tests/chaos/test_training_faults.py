@@ -8,6 +8,7 @@ from tests.chaos.conftest import on_both_databases
 from tests.chaos.harness import kill, wait_until
 from tests.chaos.own_code import OWN_DIGITS, OWN_DIGITS_WORKLOAD, upload, zip_package
 from tests.chaos.recovery import (
+    CHAOS_SPEC,
     CHECKPOINT_INTERVAL,
     CheckpointWatcher,
     assert_recovered,
@@ -54,8 +55,26 @@ def test_driver_kill_starts_a_new_attempt_that_resumes(service, reference):
 
 
 def test_worker_kill_while_a_checkpoint_is_saved(service, reference):
+    _kill_while_a_checkpoint_is_saved(service, reference, spec("checkpoint-kill"))
+
+
+def test_worker_kill_while_an_async_checkpoint_uploads(service, reference):
+    """``checkpoint.async`` without ``wait_for_commit``: the worker dies while Ray Train's upload thread copies the
+    checkpoint to storage and training goes on; the half-uploaded one is never registered, the run resumes from
+    the previous committed one and ends with the failure-free run's metrics (at most two intervals repeated: one
+    upload may be in flight while the next interval trains)."""
+    checkpoint = {**CHAOS_SPEC["checkpoint"], "wait_for_commit": False, "async": True}
+    job = _kill_while_a_checkpoint_is_saved(
+        service, reference, spec("async-checkpoint-kill", checkpoint=checkpoint), repeat_limit=2 * CHECKPOINT_INTERVAL
+    )
+    assert job["spec"]["checkpoint"]["async"] is True and job["spec"]["checkpoint"]["wait_for_commit"] is False
+
+
+def _kill_while_a_checkpoint_is_saved(service, reference, job_spec: dict, repeat_limit: int = CHECKPOINT_INTERVAL):
+    """Kill a worker the moment Ray Train creates the next ``checkpoint_*`` folder in storage, before it can have
+    registered it; the job recovers (``assert_recovered``) from a committed checkpoint. Returns the job."""
     api = service.api()
-    job_id = api.submit(spec("checkpoint-kill"))["id"]
+    job_id = api.submit(job_spec)["id"]
     watcher = CheckpointWatcher(api, job_id)
     api.wait_for_step(job_id, 5 * CHECKPOINT_INTERVAL + 5)
     victim = min(service.train_worker_pids())
@@ -64,13 +83,15 @@ def test_worker_kill_while_a_checkpoint_is_saved(service, reference):
     def new_folder() -> set[str]:
         return storage_checkpoints(service, job_id) - before
 
-    # The moment Ray Train creates the next checkpoint_* folder, before it can have registered it.
     saving = wait_until(new_folder, 60, "the next checkpoint folder", interval_s=0.01)
     kills = [inject(api, job_id, "worker", 1, lambda: kill(victim))]
 
-    rec = assert_recovered(service, api, job_id, reference, kills, watcher.stop(), attempts=range(1, 2))
+    rec = assert_recovered(
+        service, api, job_id, reference, kills, watcher.stop(), attempts=range(1, 2), repeat_limit=repeat_limit
+    )
     assert ("RESTARTING", "worker_died", 1) in events_of(api, job_id)
     assert rec.resumed_from[0].path, f"no resume after the kill during the save of {saving}"
+    return api.job(job_id)
 
 
 def test_worker_kill_with_uploaded_code_resumes_with_its_code_still_there(service, reference):
