@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db.models import Deployment, Job, JobLabel, Project, Sweep, UsageInterval, utcnow
 from orchestrator.errors import Invalid
+from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories.by_ids import rows_for_ids
 from orchestrator.services.goodput import as_out, measure_jobs
 from orchestrator_contract.rest.usage import LABEL_KEY, UsageAmounts, UsageAttempt, UsageReport, UsageRow, UsageTrial
@@ -202,7 +203,9 @@ def usage_report(
                 attempt[1][:] = [row.end_state, row.end_reason]
                 if row.kind == "trial":
                     group.trials.setdefault(row.subject_id, _Sum()).add(row, held, wasted)
-    rows = _rows(session, mode, groups, now)
+    # Every job's history, checkpoints and last reports in three queries for the whole report, not per row.
+    evidence = jobs_repo.goodput_evidence(session, sorted({job_id for job_id, _, _ in total_jobs}))
+    rows = _rows(session, mode, groups, evidence, now)
     return UsageReport(
         from_=start,
         to=end,
@@ -211,15 +214,15 @@ def usage_report(
         generated_at=now,
         rows=rows,
         total=UsageAmounts(**total.amounts()),
-        goodput=_goodput(session, total_jobs, now),
+        goodput=_goodput(evidence, total_jobs, now),
     )
 
 
-def _goodput(session: Session, jobs: set[tuple[str, datetime, datetime]], now: datetime):
+def _goodput(evidence: dict, jobs: set[tuple[str, datetime, datetime]], now: datetime):
     """The jobs' goodput, each clipped to its window; None without a job (sweeps and deployments have none)."""
     if not jobs:
         return None
-    return as_out(measure_jobs(session, ((job_id, (lo, hi)) for job_id, lo, hi in sorted(jobs)), now))
+    return as_out(measure_jobs(evidence, ((job_id, (lo, hi)) for job_id, lo, hi in sorted(jobs)), now))
 
 
 def _labels(session: Session, intervals: list[Any], key: str | None) -> dict[str, str]:
@@ -238,7 +241,9 @@ def _names(session: Session, model, ids: list[str]) -> dict[str, tuple[str, str]
     }
 
 
-def _rows(session: Session, mode: str, groups: dict[tuple[str, str], _Group], now: datetime) -> list[UsageRow]:
+def _rows(
+    session: Session, mode: str, groups: dict[tuple[str, str], _Group], evidence: dict, now: datetime
+) -> list[UsageRow]:
     names: dict[str, tuple[str, str]] = {}
     if mode == "project":
         names = _names(session, Project, [key for _, key in groups])
@@ -255,7 +260,7 @@ def _rows(session: Session, mode: str, groups: dict[tuple[str, str], _Group], no
             kind=kind,
             name=name,
             project_id=project_id,
-            goodput=_goodput(session, group.jobs, now),
+            goodput=_goodput(evidence, group.jobs, now),
             **group.total.amounts(),
         )
         if mode == "job":

@@ -19,7 +19,7 @@ Not measured yet: the time a checkpoint blocks training (inside RUNNING, so coun
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
 
@@ -142,14 +142,16 @@ def _stretch_ended_short(
 
 def goodput_of(session: Session, job_id: str, now: datetime | None = None) -> GoodputOut:
     """The job's goodput as ``GET /v1/jobs/{id}/goodput`` answers it."""
-    return as_out(measure_jobs(session, [(job_id, None)], now or utcnow()))
+    evidence = jobs_repo.goodput_evidence(session, [job_id])
+    return as_out(measure_jobs(evidence, [(job_id, None)], now or utcnow()))
 
 
-def measure_jobs(session: Session, jobs: Iterable[tuple[str, Window]], now: datetime) -> Goodput:
+def measure_jobs(
+    evidence: Mapping[str, jobs_repo.GoodputEvidence], jobs: Iterable[tuple[str, Window]], now: datetime
+) -> Goodput:
     """The sum of jobs' goodput, each clipped to its window: ``(job id, window)`` pairs (a job may come more
-    than once, e.g. once a day). Three queries for them all."""
-    jobs = list(jobs)
-    evidence = jobs_repo.goodput_evidence(session, sorted({job_id for job_id, _ in jobs}))
+    than once, e.g. once a day), measured from ``evidence`` (``repositories.jobs.goodput_evidence``, read once
+    for them all by the caller)."""
     total = Goodput()
     for job_id, window in jobs:
         found = evidence[job_id]
