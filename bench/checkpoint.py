@@ -3,10 +3,11 @@
     .venv/bin/python bench/checkpoint.py [--mb 256] [--checkpoints 4] [--train-s 4]
 
 One Ray Train worker on a local Ray cluster (started here, 2 CPUs) holds ``--mb`` MB of state (float32) and
-checkpoints it ``--checkpoints`` times the way the training loop does (``workers.train.ray_context.RayContext``:
-``torch.save`` of every rank's part into a local folder, then ``report``), with ``--train-s`` seconds of "training"
-(a sleep) between checkpoints, the same run once synchronous and once asynchronous, side by side. Blocked is the
-time from the start of the save to ``report``'s return: what the loop waits. Storage is a local folder, so here
+checkpoints it ``--checkpoints`` times the way the training loop does, on ``workers.train.ray_context.RayContext``:
+synchronous, ``torch.save`` into a local folder, its manifest, then ``report``; asynchronous, a snapshot of the state
+on the CPU handed to ``workers.runtime.checkpoint_writer.CheckpointWriter``, which writes and reports it in the
+background. ``--train-s`` seconds of "training" (a sleep) between checkpoints, the same run once synchronous and
+once asynchronous, side by side. Blocked is what the loop waits: the save and report, or the snapshot. Storage is a local folder, so here
 the upload is a local copy; on a real cluster it goes to shared storage or a bucket, and only the synchronous
 time grows with it. The first checkpoint of each run is left out (warm-up). Ray Train's report waits for its
 controller's poll: RAY_TRAIN_HEALTH_CHECK_INTERVAL_S is the service's default (ORCHESTRATOR_TRAIN_POLL_INTERVAL_S).
@@ -36,21 +37,28 @@ def checkpoint_loop(config: dict) -> None:
     """On the Ray Train worker: the checkpoints, each one's blocked seconds into ``config["out"]``."""
     import torch
 
+    from workers.runtime.checkpoint_io import write_checkpoint_files
+    from workers.runtime.checkpoint_writer import CheckpointWriter
     from workers.train.ray_context import RayContext
 
     ctx = RayContext()
+    writer = CheckpointWriter(ctx)
     state = {"weights": torch.randn(config["mb"] * 2**20 // 4)}
     blocked = []
     for step in range(1, config["checkpoints"] + 1):
+        files = {"model.pt": {**state, "step": step}}
         started = time.perf_counter()
-        folder = tempfile.mkdtemp(prefix="checkpoint-")
-        torch.save({**state, "step": step}, os.path.join(folder, "state.pt"))
-        ctx.report({"step": step}, folder, asynchronous=config["async"])
-        blocked.append(time.perf_counter() - started)
-        if not config["async"]:
+        if config["async"]:  # the training loop's asynchronous checkpoint: a snapshot, written in the background
+            writer.submit(files, {"step": step})
+        else:  # its synchronous one: written and reported before training goes on
+            folder = tempfile.mkdtemp(prefix="checkpoint-")
+            write_checkpoint_files(folder, files, rank=ctx.rank, world_size=ctx.world_size)
+            ctx.report({"step": step}, folder)
             shutil.rmtree(folder, ignore_errors=True)
+        blocked.append(time.perf_counter() - started)
         state["weights"].add_(1.0)  # the next checkpoint's state differs
         time.sleep(config["train_s"])
+    writer.wait()
     Path(config["out"]).write_text(json.dumps(blocked))
 
 

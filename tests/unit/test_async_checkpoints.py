@@ -1,17 +1,23 @@
 """Asynchronous checkpoints (``checkpoint.async``, docs/jobs.md "Asynchronous checkpoints"): on 2 gloo ranks, the
 same run with async on and off writes byte-equal checkpoints (model, optimizer, scheduler, position, each rank's
 RNG and loss sums), and a run resumed from an asynchronous mid-epoch checkpoint ends with exactly the parameters of
-the synchronous run. ``LocalContext`` copies an asynchronous checkpoint in a background thread as Ray Train uploads
+the synchronous run. The loop's asynchronous checkpoints are snapshots written by ``CheckpointWriter``'s thread while
+training goes on; a training function's folders are reported asynchronously as they are: ``LocalContext`` copies an asynchronous checkpoint in a background thread as Ray Train uploads
 one (tests/unit/test_training_function.py and the Ray suites run the same loop on ``RayContext``)."""
 
 from __future__ import annotations
 
+import io
 import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.unit.harness import MLP, assert_same_state, job_config, model_state, run_on_ranks, train
+from workers.runtime import checkpoint_writer
+from workers.runtime.checkpoint_io import load, snapshot
+from workers.runtime.checkpoint_writer import CheckpointWriter
 from workers.runtime.context import LocalContext
 
 MID_EPOCH = "checkpoint_000000006"  # epoch 2, 2 of its 4 steps done
@@ -92,3 +98,74 @@ def test_one_in_flight_the_next_waits_and_the_folder_becomes_the_contexts(tmp_pa
     assert [p.name for p in ctx.checkpoints] == ["checkpoint_000000001", "checkpoint_000000002"]
     assert not first.exists() and second.exists()
     assert (ctx.checkpoints[0] / "state.pt").read_bytes() == b"first"
+
+
+def test_the_writer_saves_the_snapshot_as_it_was_and_the_loop_trains_on_meanwhile(tmp_path, monkeypatch):
+    """``CheckpointWriter``: the loop returns from ``submit`` before anything is written; training that changes the
+    live state afterwards (in place, as an optimizer step does) does not reach the checkpoint; ``wait`` returns once
+    it is reported; the folder it wrote is gone after."""
+    ctx = LocalContext(tmp_path / "root")
+    live = {"model.pt": {"weight": torch.zeros(3)}, "train_state.pt": {"steps": [1, 2]}}
+    release, written = threading.Event(), []
+    real_write = checkpoint_writer.write_checkpoint_files
+
+    def held_write(folder, files, **kwargs):
+        release.wait(10)
+        real_write(folder, files, **kwargs)
+        written.append(folder)
+
+    monkeypatch.setattr(checkpoint_writer, "write_checkpoint_files", held_write)
+    writer = CheckpointWriter(ctx)
+    writer.submit(live, {"step": 1})
+    assert ctx.checkpoints == []  # submit returned with the write held back
+    live["model.pt"]["weight"].add_(1.0)
+    live["train_state.pt"]["steps"].append(3)
+    release.set()
+    writer.wait()
+    (checkpoint,) = ctx.checkpoints
+    assert torch.equal(load(checkpoint / "model.pt")["weight"], torch.zeros(3))
+    assert load(checkpoint / "train_state.pt") == {"steps": [1, 2]}
+    assert (checkpoint / "manifests" / "rank-00000.json").exists()
+    assert not Path(written[0]).exists()
+
+
+def test_a_failed_asynchronous_checkpoint_fails_the_loop_at_its_next_wait(tmp_path, monkeypatch):
+    ctx = LocalContext(tmp_path / "root")
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ctx, "report", full_disk)
+    writer = CheckpointWriter(ctx)
+    writer.submit({"model.pt": {"weight": torch.zeros(3)}}, {"step": 1})
+    with pytest.raises(RuntimeError, match="asynchronous checkpoint failed") as failed:
+        writer.wait()
+    assert isinstance(failed.value.__cause__, OSError)
+    writer.wait()  # raised once, then nothing in flight
+
+
+def test_a_snapshot_keeps_what_is_shared_shared_and_saves_to_the_same_bytes():
+    weight = torch.randn(4, 3)
+    state = {"a": weight, "tied": weight, "row": weight[1], "moments": {"step": torch.tensor(3.0)}, "lrs": [0.1]}
+    copied = snapshot(state)
+    assert copied["a"] is copied["tied"] and copied["row"].untyped_storage().data_ptr() == copied["a"].data_ptr()
+    assert copied["a"].data_ptr() != weight.data_ptr() and copied["lrs"] is not state["lrs"]
+    assert saved_bytes(copied) == saved_bytes(state)
+
+
+def saved_bytes(value) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def test_the_next_snapshot_reuses_the_buffers_and_still_copies_the_new_values():
+    weight, buffers = torch.zeros(1000), {}
+    first = snapshot({"w": weight}, buffers)
+    first_storage = first["w"].untyped_storage().data_ptr()
+    weight.add_(2.0)
+    second = snapshot({"w": weight}, buffers)
+    assert second["w"].untyped_storage().data_ptr() == first_storage  # no new host memory
+    assert torch.equal(second["w"], torch.full((1000,), 2.0)) and second["w"].data_ptr() != weight.data_ptr()
+    snapshot({"other": torch.ones(10)}, buffers)
+    assert len(buffers) == 1  # only the last snapshot's buffers are kept

@@ -16,6 +16,7 @@ and a file in storage may have been planted by other code on the cluster (docs/s
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from dataclasses import dataclass
@@ -61,16 +62,6 @@ def save_checkpoint(
 ) -> None:
     """Write this rank's part, then its manifest. Every rank must call it (FSDP gathers are collectives)."""
     directory = Path(directory)
-    (directory / RANKS_DIR).mkdir()
-    torch.save({"rng": capture_rng(), "epoch_loss": epoch_loss.cpu()}, directory / RANKS_DIR / _rank_file(rank))
-    train_state = {
-        "strategy": strategy,
-        "epoch": position.epoch,
-        "epoch_steps": position.epoch_steps,
-        "step": position.step,
-        "scheduler": state.scheduler.state_dict(),
-        "scaler": state.scaler.state_dict(),
-    }
     if strategy == "fsdp":
         import torch.distributed.checkpoint as dcp  # here, not at the top: see workers/runtime/distributed.py
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
@@ -80,13 +71,95 @@ def save_checkpoint(
         # The full model too, gathered here by the run that owns the shards: a replica then loads tensors only.
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         full = get_model_state_dict(state.model, options=options)  # a collective; only rank 0 receives it
+        files = checkpoint_files(rank=rank, strategy=strategy, state=state, position=position, epoch_loss=epoch_loss)
         if rank == 0:
-            torch.save(full, directory / MODEL_FILE)
-    elif rank == 0:
-        torch.save(unwrap(state.model).state_dict(), directory / MODEL_FILE)
+            files[MODEL_FILE] = full
+    else:
+        files = checkpoint_files(rank=rank, strategy=strategy, state=state, position=position, epoch_loss=epoch_loss)
+    write_checkpoint_files(directory, files, rank=rank, world_size=world_size)
+
+
+def checkpoint_files(
+    *, rank: int, strategy: str, state: TrainState, position: Position, epoch_loss: torch.Tensor
+) -> dict[str, Any]:
+    """This rank's files as the objects ``torch.save`` writes, by path in the checkpoint: every one but FSDP's
+    (its ``sharded/`` folder and gathered ``model.pt`` take collectives). The live state, not a copy."""
+    files: dict[str, Any] = {f"{RANKS_DIR}/{_rank_file(rank)}": {"rng": capture_rng(), "epoch_loss": epoch_loss.cpu()}}
+    if rank != 0:
+        return files
+    train_state = {
+        "strategy": strategy,
+        "epoch": position.epoch,
+        "epoch_steps": position.epoch_steps,
+        "step": position.step,
+        "scheduler": state.scheduler.state_dict(),
+        "scaler": state.scaler.state_dict(),
+    }
+    if strategy != "fsdp":
+        files[MODEL_FILE] = unwrap(state.model).state_dict()
         train_state["optimizer"] = state.optimizer.state_dict()
-    if rank == 0:
-        torch.save(train_state, directory / TRAIN_STATE_FILE)
+    files[TRAIN_STATE_FILE] = train_state
+    return files
+
+
+def snapshot(files: Any, buffers: dict[tuple, Any] | None = None) -> Any:
+    """A copy of ``checkpoint_files`` that training can no longer change, on the CPU: state dicts hold the live
+    parameters, optimizer moments and scheduler lists. What is shared stays shared (a tensor under two names, tied
+    weights on one storage), so the copy saves to the same bytes as the original.
+
+    ``buffers``: the host storages of the previous snapshot, by source storage, copied into again rather than
+    allocated (four times faster here: no fresh pages to fault in); left holding this snapshot's. Only when
+    nothing still reads the previous snapshot."""
+    copier = _HostCopier(reused=buffers if buffers is not None else {})
+    copied = copier.copy(files)
+    if buffers is not None:
+        buffers.clear()
+        buffers.update(copier.storages)
+    return copied
+
+
+class _HostCopier:
+    """One snapshot's memo: each tensor copied once, each storage copied once (into a reused buffer if any)."""
+
+    def __init__(self, reused: dict[tuple, Any]) -> None:
+        self.reused = reused
+        self.tensors: dict[int, torch.Tensor] = {}
+        self.storages: dict[tuple, Any] = {}
+
+    def copy(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            if id(value) not in self.tensors:
+                host = self._storage(value.untyped_storage())
+                copied = torch.empty(0, dtype=value.dtype)
+                self.tensors[id(value)] = copied.set_(host, value.storage_offset(), value.size(), value.stride())
+            return self.tensors[id(value)]
+        if isinstance(value, dict):
+            copied = copy.copy(value)  # its own type (OrderedDict, defaultdict), its own items below
+            copied.update((key, self.copy(item)) for key, item in value.items())
+            return copied
+        if isinstance(value, list | tuple):
+            items = [self.copy(item) for item in value]
+            return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)  # a namedtuple too
+        return copy.deepcopy(value)
+
+    def _storage(self, storage: Any) -> Any:
+        key = (storage.device, storage.data_ptr(), storage.nbytes())
+        if key not in self.storages:
+            if key in self.reused:
+                self.storages[key] = self.reused[key].copy_(storage)
+            else:
+                self.storages[key] = storage.clone() if storage.device.type == "cpu" else storage.cpu()
+        return self.storages[key]
+
+
+def write_checkpoint_files(directory: str | os.PathLike, files: dict[str, Any], *, rank: int, world_size: int) -> None:
+    """``torch.save`` each of ``files`` into ``directory``, then this rank's manifest. No collective: it runs on
+    the training thread or, for an asynchronous checkpoint, on ``CheckpointWriter``'s."""
+    directory = Path(directory)
+    for relative, value in files.items():
+        path = directory / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(value, path)
     # Last: a checkpoint whose manifests are not all there, or whose files don't match them, is incomplete.
     write_manifest(directory, rank=rank, world_size=world_size)
 

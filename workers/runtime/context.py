@@ -65,6 +65,9 @@ class LocalContext:
         # 0's counts, as its poller's would) to play a preemption in a test.
         self.preempt_requested = False
         self._copying: threading.Thread | None = None  # an asynchronous report's copy in flight
+        # Reports wait for every rank on a group of their own: the loop's CheckpointWriter reports from its thread
+        # while the loop's collectives go on (created here, when every rank constructs its context).
+        self._report_group = dist.new_group(backend="gloo") if is_distributed() else None
 
     @contextlib.contextmanager
     def resume_dir(self) -> Iterator[str | None]:
@@ -86,7 +89,7 @@ class LocalContext:
         if not asynchronous:
             self._copy(checkpoint_dir, target, metrics)
             if is_distributed():
-                dist.barrier()  # the checkpoint is whole only once every rank has copied its part
+                dist.barrier(group=self._report_group)  # the checkpoint is whole once every rank copied its part
             return
         # As Ray Train's background upload: the copy in a thread, the folder deleted after it.
         self._copying = threading.Thread(
@@ -109,7 +112,7 @@ class LocalContext:
             return
         copying.join()
         if is_distributed():
-            dist.barrier()
+            dist.barrier(group=self._report_group)
 
 
 def latest_checkpoint(checkpoint_root: str | os.PathLike) -> Path | None:

@@ -21,7 +21,8 @@ from typing import Any, Protocol
 import torch
 
 from orchestrator_contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
-from workers.runtime.checkpoint_io import Position, restore_checkpoint, save_checkpoint
+from workers.runtime.checkpoint_io import Position, checkpoint_files, restore_checkpoint, save_checkpoint
+from workers.runtime.checkpoint_writer import CheckpointWriter
 from workers.runtime.context import LoopContext
 from workers.runtime.control import SharedFlag, control_poller, control_target
 from workers.runtime.data import TrainBatches, val_batches
@@ -148,6 +149,7 @@ class _Loop:
         self.poller = None  # this rank's ControlPoller (rank 0's hears a preemption)
         self.stop_after_epoch = False  # preempted at an epoch's last step: checkpoint at its end, then stop
         self.own_time = OwnTime(ctx.device)  # this rank's own time in the metric window (stragglers)
+        self.writer = CheckpointWriter(ctx)  # asynchronous checkpoints: at most one in flight
 
     def watch(self, watched: bool, poller) -> None:
         self.poller = poller
@@ -230,6 +232,7 @@ class _Loop:
                 self._checkpoint({**metrics, "samples_per_s": self.samples_per_s()})
             self.position = Position(epoch + 1, 0, self.position.step)
             self.epoch_loss = self._zeros(2)
+        self.writer.wait()  # nothing in flight once training ends
         return {**metrics, "samples_per_s": self.samples_per_s()}
 
     def samples_per_s(self) -> float:
@@ -354,11 +357,25 @@ class _Loop:
 
     def _checkpoint(self, metrics: dict[str, float], committed: bool = False) -> None:
         # Every rank writes its part into its own folder and reports it (Ray Train's report is a barrier).
-        # Asynchronous (checkpoint.async): the context uploads it in the background and deletes the folder after;
-        # the run's last checkpoint, one it must wait for (a preemption's, wait_for_commit) are synchronous.
+        # Asynchronous (checkpoint.async): the loop waits only for a snapshot of the state on the CPU; the writer's
+        # thread writes and reports it. FSDP's shards are written here (DCP's collectives run on the loop's group)
+        # and uploaded in the background. The run's last checkpoint and one it must wait for (a preemption's,
+        # wait_for_commit) are synchronous, after the one in flight.
         final = self.position.epoch >= self.spec.epochs and self.position.epoch_steps >= self.batches.steps_per_epoch
         wait = committed or self.spec.checkpoint.wait_for_commit
         asynchronous = self.spec.checkpoint.async_ and not (wait or final)
+        reported = {**metrics, "epoch": self.position.epoch, "step": self.position.step}
+        if asynchronous and self.plan.strategy != "fsdp":
+            files = checkpoint_files(
+                rank=self.ctx.rank,
+                strategy=self.plan.strategy,
+                state=self.state,
+                position=self.position,
+                epoch_loss=self.epoch_loss,
+            )
+            self.writer.submit(files, reported)
+            return
+        self.writer.wait()
         folder = tempfile.mkdtemp(prefix="checkpoint-")
         try:
             save_checkpoint(
@@ -370,7 +387,6 @@ class _Loop:
                 position=self.position,
                 epoch_loss=self.epoch_loss,
             )
-            reported = {**metrics, "epoch": self.position.epoch, "step": self.position.step}
             self.ctx.report(reported, folder, asynchronous=asynchronous)
             if wait:
                 self.ctx.wait_committed(reported)
