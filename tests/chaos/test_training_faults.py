@@ -59,8 +59,8 @@ def test_worker_kill_while_a_checkpoint_is_saved(service, reference):
 
 
 def test_worker_kill_while_an_async_checkpoint_uploads(service, reference):
-    """``checkpoint.async`` without ``wait_for_commit``: the worker dies while Ray Train's upload thread copies a
-    checkpoint to storage and training goes on. The half-uploaded one is never registered; the run resumes from
+    """``checkpoint.async`` without ``wait_for_commit``: the worker dies while its checkpoint writer's thread
+    reports a snapshot (Ray Train copies it to storage) and training goes on. The half-uploaded one is never registered; the run resumes from
     a committed one, at least the newest the database listed when the kill landed, and ends with the
     failure-free run's metrics. How many steps are repeated depends on how fast they are against Ray Train's
     registration (its controller's poll), not on the interval: here (fast digits steps) several intervals."""
