@@ -14,11 +14,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.unit.harness import MLP, assert_same_state, job_config, model_state, run_on_ranks, train
+from orchestrator_contract.jobs import MetricsEvent
+from tests.unit.harness import (
+    MLP,
+    RecordingReporter,
+    assert_same_state,
+    job_config,
+    model_state,
+    run_on_ranks,
+    train,
+)
 from workers.runtime import checkpoint_writer
 from workers.runtime.checkpoint_io import load, snapshot
 from workers.runtime.checkpoint_writer import CheckpointWriter
 from workers.runtime.context import LocalContext
+from workers.runtime.train_loop import run_training
 
 MID_EPOCH = "checkpoint_000000006"  # epoch 2, 2 of its 4 steps done
 
@@ -169,3 +179,41 @@ def test_the_next_snapshot_reuses_the_buffers_and_still_copies_the_new_values():
     assert torch.equal(second["w"], torch.full((1000,), 2.0)) and second["w"].data_ptr() != weight.data_ptr()
     snapshot({"other": torch.ones(10)}, buffers)
     assert len(buffers) == 1  # only the last snapshot's buffers are kept
+
+
+class StepWatcher(RecordingReporter):
+    """Sets ``trained_past`` once a step metric after ``step`` arrives (the loop went on training)."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__()
+        self.step, self.trained_past = step, threading.Event()
+
+    def emit(self, event) -> None:
+        super().emit(event)
+        if isinstance(event, MetricsEvent) and event.step > self.step:
+            self.trained_past.set()
+
+
+def test_the_loop_trains_on_while_its_asynchronous_checkpoint_is_written(tmp_path, monkeypatch):
+    """The write of the step-3 checkpoint is held until the loop has reported a later step: a loop that waited for
+    the write would never get there (the held write would give up after 20 s and the test fail)."""
+    reporter = StepWatcher(step=3)
+    real_write, held = checkpoint_writer.write_checkpoint_files, []
+
+    def held_write(folder, files, **kwargs):
+        step = files["train_state.pt"]["step"]
+        if step == 3:
+            held.append(reporter.trained_past.wait(20))
+        real_write(folder, files, **kwargs)
+
+    monkeypatch.setattr(checkpoint_writer, "write_checkpoint_files", held_write)
+    spec = {
+        "epochs": 2,
+        "batch": {"per_worker": 4},
+        "metrics_every_steps": 1,
+        "checkpoint": {"every_steps": 3, "keep": 100, "async": True},
+    }
+    ctx = LocalContext(tmp_path)
+    run_training(job_config(MLP, workers=1, **spec), ctx, reporter)
+    assert held == [True]
+    assert [p.name for p in ctx.checkpoints][0] == "checkpoint_000000003", ctx.checkpoints
