@@ -216,4 +216,4 @@ def test_the_loop_trains_on_while_its_asynchronous_checkpoint_is_written(tmp_pat
     ctx = LocalContext(tmp_path)
     run_training(job_config(MLP, workers=1, **spec), ctx, reporter)
     assert held == [True]
-    assert [p.name for p in ctx.checkpoints][0] == "checkpoint_000000003", ctx.checkpoints
+    assert ctx.checkpoints[0].name == "checkpoint_000000003", ctx.checkpoints
