@@ -190,6 +190,23 @@ class Settings(BaseSettings):
         description="How many metric windows in a row a rank must be slower than failure.straggler_factor times the "
         "other ranks' median to be a straggler (docs/jobs.md#stragglers).",
     )
+    # --- bad nodes (docs/jobs.md#bad-nodes) ---
+    bad_node_faults: int = Field(
+        2,
+        ge=1,
+        le=100,
+        description="How many hangs or stragglers blamed on one Ray node within bad_node_window_s keep it out of "
+        "placement (jobs' next attempts are placed on the other nodes while there are any).",
+    )
+    bad_node_window_s: float = Field(
+        3600.0, gt=0, description="The window in which bad_node_faults faults make a node bad (seconds)."
+    )
+    bad_node_cooldown_s: float = Field(
+        3600.0,
+        gt=0,
+        description="How long a bad node stays out of placement after its last fault (seconds); a cluster admin "
+        "can clear it sooner (DELETE /v1/cluster/bad-nodes/{node_id}).",
+    )
     # --- operations: metrics and logs (docs/deploy.md#metrics-and-logs-for-operators) ---
     metrics: Literal["off", "open", "admin"] = Field(
         "admin",

@@ -50,6 +50,7 @@ class FakeBackend:
     log_texts: dict[str, str] = field(default_factory=dict)
     log_chars_read: int = 0
     tail_poll_s: float = 0.01  # how often a tail looks at the file for more (Ray's agent: 1 s)
+    node_ids: list[str] = field(default_factory=lambda: ["fake-head"])  # the alive nodes, the head first
 
     def capacity(self, fresh: bool = False) -> ClusterCapacity:
         self._check("capacity")
@@ -58,7 +59,10 @@ class FakeBackend:
 
     def nodes(self) -> list[ClusterNode]:
         self._check("nodes")
-        return [ClusterNode(node_id="fake-head", address="127.0.0.1", is_head=True, total=dict(self.total))]
+        return [
+            ClusterNode(node_id=node_id, address="127.0.0.1", is_head=i == 0, total=dict(self.total))
+            for i, node_id in enumerate(self.node_ids)
+        ]
 
     def submit(self, submission_id, entrypoint, runtime_env, metadata) -> None:
         self._check("submit")

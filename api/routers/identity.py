@@ -1,11 +1,14 @@
-"""Who is calling (``GET /v1/whoami``) and what the cluster is doing for them (``GET /v1/cluster``)."""
+"""Who is calling (``GET /v1/whoami``) and what the cluster is doing for them (``GET /v1/cluster``, and a cluster
+admin clearing a bad node)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, status
 
-from api.deps import ControlPlaneDep, CurrentKey, SessionDep
+from api.deps import ClusterAdminKey, ControlPlaneDep, CurrentKey, SessionDep
+from orchestrator.errors import NotFound
 from orchestrator.repositories import projects as projects_repo
+from orchestrator.services import bad_nodes
 from orchestrator.services.cluster_status import cluster_status
 from orchestrator_contract.rest import ClusterStatus, WhoAmI
 
@@ -34,4 +37,17 @@ def cluster(session: SessionDep, service: ControlPlaneDep, principal: CurrentKey
     """Ray's total and available resources (what the scheduler reckons free), how many of the key's jobs are
     in each state, and its queued jobs in admission order with why each waits (cluster-wide admins: every
     project's). 200 with `ray: "unavailable"` and empty resources when the Ray cluster does not answer."""
-    return cluster_status(session, service.backend, principal.project_scope())
+    return cluster_status(session, service.backend, principal.project_scope(), service.settings)
+
+
+@router.delete(
+    "/cluster/bad-nodes/{node_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Put a bad node back into placement",
+)
+def clear_bad_node(node_id: str, session: SessionDep, principal: ClusterAdminKey) -> None:
+    """A cluster-wide admin's call: the node's hangs and stragglers are marked cleared (kept, with who cleared
+    them) and jobs are placed on it again from their next attempt. 404 when it has no fault to clear."""
+    if not bad_nodes.clear(session, node_id, principal.key_id or "admin token"):
+        raise NotFound(f"node {node_id} has no hang or straggler to clear")
+    session.commit()

@@ -18,7 +18,7 @@ from orchestrator.control_plane import ControlPlane
 from orchestrator.db.models import Job, Sweep
 from orchestrator.errors import Conflict
 from orchestrator.limits import OverLimit, check_job_batch, check_sweep_batch
-from orchestrator.services import hangs, reported_ends, run_claims
+from orchestrator.services import bad_nodes, hangs, reported_ends, run_claims
 from orchestrator.services.job_events import RefusedEvent, apply_events
 from orchestrator.services.runs import JOBS, SWEEPS, RunKind
 from orchestrator.services.sweep_events import apply_sweep_events
@@ -60,9 +60,11 @@ def _refusing_foreign(apply: Callable[[], int], session, run_id: str) -> int:
 
 
 @router.get("/{job_id}/assignment", summary="A job driver's assignment (internal)")
-def assignment(job_id: str, job: JobCaller, attempt: int, service: ControlPlaneDep) -> DriverAssignment:
-    """For the job's own driver (its run token): the spec, the plan and the storage path of this attempt.
-    A stale attempt is 409."""
+def assignment(
+    job_id: str, job: JobCaller, attempt: int, session: SessionDep, service: ControlPlaneDep
+) -> DriverAssignment:
+    """For the job's own driver (its run token): the spec, the plan and the storage path of this attempt, and
+    the bad nodes its workers must avoid. A stale attempt is 409."""
     _current_attempt(job, attempt)
     return DriverAssignment(
         job_id=job.id,
@@ -70,6 +72,7 @@ def assignment(job_id: str, job: JobCaller, attempt: int, service: ControlPlaneD
         spec=JobSpec.model_validate(job.spec),
         plan=TrainingPlan.model_validate(job.plan),
         storage_path=service.settings.storage_path,
+        avoid_nodes=bad_nodes.nodes_to_avoid(session, service.settings, service.backend, JOBS.demand(job)),
     )
 
 

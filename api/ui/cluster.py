@@ -48,7 +48,7 @@ def queued_sweeps(session: Session, scope: str | None) -> list[dict[str, Any]]:
 
 
 def cluster_view(session: Session, service, user: UiUser) -> dict[str, Any]:
-    status = cluster_status(session, service.backend, user.scope).model_dump(mode="json")
+    status = cluster_status(session, service.backend, user.scope, service.settings).model_dump(mode="json")
     resources = []
     for name in RESOURCES:
         total = float(status["total"].get(name, 0.0))

@@ -434,6 +434,10 @@ class DriverAssignment(BaseModel):
     spec: JobSpec
     plan: TrainingPlan
     storage_path: str = Field(description="Ray Train storage_path; the run's folder is <storage_path>/<job_id>.")
+    avoid_nodes: list[str] = Field(
+        default_factory=list,
+        description='Ray node ids the attempt\'s workers must not be placed on (bad nodes: docs/jobs.md "Bad nodes").',
+    )
 
 
 class ControlSignal(BaseModel):
@@ -460,6 +464,12 @@ class StateEvent(_Strict):
     reason: str = Field("", max_length=64)
     message: str = Field("", max_length=20_000)
     result: dict[str, Any] | None = None
+    rank_nodes: list[Annotated[str, Field(max_length=128)]] | None = Field(
+        None,
+        max_length=1024,
+        description="With ``running``: each rank's Ray node id, by rank (which node a straggler or a hung rank is "
+        'on: docs/jobs.md "Bad nodes"); null where there is no Ray.',
+    )
 
 
 class MetricsEvent(_Strict):

@@ -172,6 +172,9 @@ class Job(Base):
     # each rank's count of slow metric windows in a row.
     stragglers: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, default=None)
     straggler_windows: Mapped[dict[str, int] | None] = mapped_column(JSON, default=None)
+    # Each rank's Ray node id, as rank 0 reported with ``running`` ({"attempt": n, "nodes": [...]}): which node
+    # a straggler or a hung rank was on (orchestrator/services/bad_nodes.py). Null before the first report.
+    rank_nodes: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
 
     labels: Mapped[list[JobLabel]] = relationship(
         cascade="all, delete-orphan", lazy="selectin", order_by="JobLabel.key"
@@ -181,6 +184,24 @@ class Job(Base):
     def submission_id(self) -> str:
         """The Ray Jobs submission id of the current attempt: a retried submit can't start a copy."""
         return f"{self.id}-{self.attempt}"
+
+
+class NodeFault(Base):
+    """A hang or a straggler blamed on a Ray node (orchestrator/services/bad_nodes.py): enough of them within an
+    hour keep the node out of placement for a cool-down. Cleared by a cluster admin, never deleted."""
+
+    __tablename__ = "node_faults"
+    __table_args__ = (Index("ix_node_faults_created_at", "created_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node_id: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(16))  # hung | straggler
+    job_id: Mapped[str] = mapped_column(String(32))  # kept whatever becomes of the job
+    attempt: Mapped[int] = mapped_column(Integer)
+    message: Mapped[str] = mapped_column(String(1000), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    cleared_at: Mapped[datetime | None] = mapped_column(default=None)
+    cleared_by: Mapped[str] = mapped_column(String(256), default="")
 
 
 class JobLabel(Base):

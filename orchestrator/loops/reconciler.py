@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.backend import BackendUnavailable, ClusterBackend, RunInfo, RunStatus
 from orchestrator.db.models import JobState, utcnow
 from orchestrator.request_context import log_context
-from orchestrator.services import deadlines, hangs, reported_ends
+from orchestrator.services import bad_nodes, deadlines, hangs, reported_ends
 from orchestrator.services.launch import Launch, new_driver_claim
 from orchestrator.services.preemption import PREEMPTIBLE_STATES, attempts_used, settle
 from orchestrator.services.runs import KINDS, Run, RunKind
@@ -87,6 +87,8 @@ class Reconciler:
                 # Its Ray job is stopped (the hung ranks with it) and the next attempt resumes from the latest
                 # checkpoint, as after a lost driver: the same budget (retries.max_attempts), then FAILED hung.
                 stop_again = run.submission_id
+                for rank in hung.blamed:  # before the next attempt: the ranks' nodes are this attempt's
+                    bad_nodes.record_fault(session, run, rank, bad_nodes.HUNG, hung.message.split("\n", 1)[0])
                 resubmit = _next_attempt(session, kind, run, hung.reason, hung.message)
             elif run.preempt_requested_at is not None and run.state in PREEMPTIBLE_STATES:
                 # Preempted (orchestrator.services.preemption), or stopping at its deadline: its Ray job ending,

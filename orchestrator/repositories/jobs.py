@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select
+from sqlalchemy import ColumnElement, Select, delete, func, or_, select
 from sqlalchemy.orm import Session, load_only, raiseload
 
 from orchestrator.db.models import Checkpoint, Job, JobEvent, JobLabel, JobMetric, JobState
@@ -107,6 +107,16 @@ def queued_in_scope(session: Session, project_scope: str | None, limit: int) -> 
     if project_scope is not None:
         query = query.where(Job.project_id == project_scope)
     return list(session.scalars(query.order_by(Job.priority.desc(), Job.created_at, Job.id).limit(limit)))
+
+
+def ids_in_scope(session: Session, job_ids: set[str], project_scope: str | None) -> set[str]:
+    """Those of ``job_ids`` that are jobs of ``project_scope`` (None: every one that exists)."""
+
+    def query(condition: ColumnElement[bool]) -> Select:
+        query = select(Job.id).where(condition)
+        return query if project_scope is None else query.where(Job.project_id == project_scope)
+
+    return {row.id for row in rows_for_ids(session, query, Job.id, sorted(job_ids))}
 
 
 def active_jobs(session: Session) -> list[Job]:

@@ -57,6 +57,7 @@ class Hung:
 
     reason: str
     message: str
+    blamed: tuple[int, ...] = ()  # the ranks not waiting in a collective, or silent: their nodes are blamed
 
 
 def watch(
@@ -81,7 +82,7 @@ def watch(
         waited = (now - job.stacks_requested_at).total_seconds()
         if len(answered) < world_size(job) and waited < settings.hang_stacks_wait_s:
             return None
-        return Hung(HUNG, verdict(job, answered, (now - last).total_seconds()))
+        return Hung(HUNG, verdict(job, answered, (now - last).total_seconds()), blamed_ranks(job, answered))
     limit = timeout_s(job, progress, running_since, settings.hang_timeout_floor_s)
     idle = (now - last).total_seconds()
     if limit is None or idle < limit:
@@ -134,6 +135,16 @@ def verdict(job: Job, answered: dict, idle_s: float) -> str:
     for rank, answer in elsewhere[:2]:  # the likely culprits' stacks; every rank's is in the attempt's log
         lines.append(f"--- rank {rank}'s stack ---\n{answer.get('stacks') or ''}")
     return "\n".join(lines)
+
+
+def blamed_ranks(job: Job, answered: dict) -> tuple[int, ...]:
+    """The ranks a hang is blamed on (``services.bad_nodes``): those that answered from outside a collective and
+    those that did not answer; none when every rank waits in a collective (no rank explains it)."""
+    return tuple(
+        rank
+        for rank in range(world_size(job))
+        if str(rank) not in answered or not answered[str(rank)].get("in_collective")
+    )
 
 
 def _rank_at(rank: int, answer: dict) -> str:

@@ -96,6 +96,8 @@ def is_preemption_stop(kind: str, run: Job | Sweep, event: StateEvent) -> bool:
 
 
 def _apply_state(session: Session, job: Job, event: StateEvent) -> bool:
+    if event.state == "running" and event.rank_nodes:  # where each rank runs (services.bad_nodes)
+        job.rank_nodes = {"attempt": job.attempt, "nodes": event.rank_nodes}
     if is_preemption_stop("job", job, event):
         return False
     if reported_ends.is_end(event):  # applied when Ray confirms the Ray job ended (docs/security.md, finding 2)

@@ -3,8 +3,9 @@
 Rank 0 sends every rank's own time per step with each metric window (``MetricsEvent.rank_step_s``). A rank
 above ``straggler_factor`` times the other ranks' median for ``ORCHESTRATOR_STRAGGLER_WINDOWS`` windows in a row is a
 straggler: the job's ``stragglers`` names it (with how much slower, since which step) and a history row says so,
-once per rank and attempt (``states.jobs.record_straggler``); a new attempt starts with none. The count of slow
-windows in a row per rank is kept on the job (``straggler_windows``), so nothing is held in memory.
+once per rank and attempt (``states.jobs.record_straggler``), and its node is blamed (``services.bad_nodes``); a new
+attempt starts with none. The count of slow windows in a row per rank is kept on the job (``straggler_windows``), so
+nothing is held in memory.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import statistics
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import Job, JobState
+from orchestrator.services import bad_nodes
 from orchestrator.services.hangs import world_size
 from orchestrator.states.jobs import record_straggler
 
@@ -51,4 +53,5 @@ def observe(session: Session, job: Job, step: int, rank_step_s: list[float], win
                 f"{step}",
             )
             log.warning("job %s: rank %d is a straggler (%.1fx the median)", job.id, rank, ratio)
+            bad_nodes.record_fault(session, job, rank, bad_nodes.STRAGGLER, f"rank {rank}: {ratio:.1f}x the median")
     job.straggler_windows = counts

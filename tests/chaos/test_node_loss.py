@@ -1,5 +1,6 @@
 """A node of a multi-node cluster goes away (its raylet killed): Ray Train replaces the worker group
-on the nodes left and the job resumes from its latest checkpoint, within the same attempt.
+on the nodes left and the job resumes from its latest checkpoint, within the same attempt. And a bad node (one
+blamed for hangs and stragglers) is kept out of the next job's placement.
 
 The cluster: the service's own head with 1 CPU, plus two more nodes of 1 CPU each (`ray start
 --address=<head>` on this machine), so the job's 2 workers must sit on two different nodes, and after
@@ -15,9 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session
 
+from orchestrator.db.models import NodeFault
 from tests.chaos.harness import BIN, ServiceProcess, free_port, session_members, wait_until
 from tests.chaos.recovery import CheckpointWatcher, assert_recovered, events_of, inject, spec
+from tests.ray_state import state_api
 
 pytestmark = pytest.mark.chaos
 
@@ -120,3 +125,49 @@ def test_losing_a_node_restarts_the_worker_group_on_the_nodes_left(three_nodes, 
     assert ("RESTARTING", "worker_died", 1) in events_of(api, job_id)
     assert len(rec.resumes[1]) == 1, rec.resumes
     assert len(svc.alive_nodes()) == 2  # it ran to the end on the two nodes left
+
+
+def _worker_nodes(svc: ServiceProcess, want: int = 2) -> set[str]:
+    """The Ray node ids of the live RayTrainWorker actors, once ``want`` of them are placed."""
+
+    def placed() -> set[str] | None:
+        actors = state_api(svc.dashboard_url, svc.token(), "actors", class_name="RayTrainWorker", state="ALIVE")
+        nodes = [a.get("node_id") for a in actors if a.get("node_id")]
+        return set(nodes) if len(nodes) == want else None
+
+    return wait_until(placed, 120, f"{want} placed workers")
+
+
+def _blame_twice(svc: ServiceProcess, node_id: str, job_id: str) -> None:
+    """Two faults on ``node_id``: a bad node (what a hang and a straggler would record: tests/unit/test_bad_nodes.py)."""
+    engine = create_engine(svc.env()["ORCHESTRATOR_DATABASE_URL"])
+    try:
+        with Session(engine) as session, session.begin():
+            for kind in ("hung", "straggler"):
+                session.add(NodeFault(node_id=node_id, kind=kind, job_id=job_id, attempt=1, message=kind))
+    finally:
+        engine.dispose()
+
+
+def test_a_bad_node_is_kept_out_of_the_next_jobs_placement(three_nodes):
+    """Ray's own choice for a 2-worker job first, then one of the nodes it chose made bad: the next job's workers
+    are placed on the other two (DriverAssignment.avoid_nodes, a label selector on ray.io/node-id), and
+    GET /v1/cluster names the node until a cluster admin clears it."""
+    svc, _nodes = three_nodes
+    api = svc.api()
+    first = api.submit(spec("placed-anywhere", epochs=20))["id"]
+    chosen = _worker_nodes(svc)
+    api.http.post(f"/v1/jobs/{first}/cancel").raise_for_status()
+    api.wait(first, {"CANCELLED"})
+    head = next(n["node_id"] for n in svc.alive_nodes() if n.get("is_head_node"))
+    bad = sorted(chosen - {head})[0]  # a node Ray chose (not the head: it runs the drivers)
+    _blame_twice(svc, bad, first)
+    assert [n["node_id"] for n in api.http.get("/v1/cluster").json()["bad_nodes"]] == [bad]
+
+    second = api.submit(spec("placed-elsewhere", epochs=20))["id"]
+    placed = _worker_nodes(svc)
+    assert bad not in placed and len(placed) == 2, (bad, placed)
+    api.http.post(f"/v1/jobs/{second}/cancel").raise_for_status()
+    api.wait(second, {"CANCELLED"})
+    assert api.http.delete(f"/v1/cluster/bad-nodes/{bad}").status_code == 204
+    assert api.http.get("/v1/cluster").json()["bad_nodes"] == []

@@ -54,6 +54,7 @@ from fastapi.testclient import TestClient
 from starlette.routing import Mount
 
 from api.ui.session import SESSION_COOKIE
+from orchestrator.db.models import NodeFault
 from tests.security.helpers import make_key
 from tests.unit.api_helpers import ADMIN, CLAIM_CODE_ENV, auth, make_project, submission, submit, tick
 from tests.unit.code_archives import TRAIN_PY, zip_of
@@ -136,6 +137,7 @@ ROUTES: dict[tuple[str, str], Expect] = {
     ("GET", "/readyz"): public("the readiness probe: the database and Ray answer"),
     ("GET", "/v1/whoami"): key(OWN_ONLY),
     ("GET", "/v1/cluster"): key(OWN_ONLY),
+    ("DELETE", "/v1/cluster/bad-nodes/{node_id}"): key(CLUSTER_ADMIN),
     ("POST", "/v1/projects"): key(CLUSTER_ADMIN, send=lambda ids: {"json": {"name": "c"}}),
     ("GET", "/v1/projects"): key(OWN_ONLY),
     ("GET", "/v1/projects/{project_id}"): key(NOT_FOUND),
@@ -309,7 +311,9 @@ def world(app, client, backend, tmp_path) -> World:
         "/v1/code", files={"file": ("code.zip", zip_of({"train.py": TRAIN_PY}))}, headers=auth(a_keys["member"])
     )
     assert package.status_code == 201, package.text
+    blame_node_twice(app, "node-bad-a", job)  # a bad node whose faults name A's job: B must not see the job
     ids = {
+        "node_id": "node-bad-a",
         "project_id": a,
         "key_id": a_admin["id"],
         "job_id": job,
@@ -328,6 +332,7 @@ def world(app, client, backend, tmp_path) -> World:
         "trial_id": "0f" * 16 + "_00001",
         "name": "dep-ghost",
         "ref": "dep-ghost",
+        "node_id": "0f" * 16,
     }
     secrets = [a, a_admin["id"], job, running_job, other_job, running_sweep, queued, sweep["id"], made.json()["id"]]
     secrets += [*sweep["trials"].values(), package.json()["id"], "dep-a", "queued-a", "search-a"]
@@ -398,6 +403,12 @@ def takes_json(route) -> bool:
 
 
 MALFORMED_JSON = {"content": b'{"workload": ', "headers": {"Content-Type": "application/json"}}
+
+
+def blame_node_twice(app, node_id: str, job_id: str) -> None:
+    with app.state.service.sessions.begin() as session:
+        for kind in ("hung", "straggler"):
+            session.add(NodeFault(node_id=node_id, kind=kind, job_id=job_id, attempt=1, message=f"{kind} in {job_id}"))
 
 
 def url(path: str, ids: dict) -> str:

@@ -27,6 +27,7 @@ class LoopContext(Protocol):
     rank: int
     world_size: int
     device: torch.device
+    rank_nodes: list[str] | None  # each rank's Ray node id, by rank; None where there is no Ray
 
     def resume_dir(self) -> contextlib.AbstractContextManager[str | None]:
         """A local folder holding the checkpoint to resume from (None on a fresh start); only a checkpoint
@@ -57,6 +58,7 @@ class LocalContext:
         self.rank = dist.get_rank() if is_distributed() else 0
         self.world_size = dist.get_world_size() if is_distributed() else 1
         self.device = device or torch.device("cpu")
+        self.rank_nodes: list[str] | None = None  # no Ray nodes here
         self.checkpoint_root = Path(checkpoint_root)
         self.resume_from = resume_from
         self.checkpoints: list[Path] = []

@@ -74,7 +74,7 @@ def run_function(config: dict, ctx: LoopContext, reporter: Reporter | None = Non
         # until main returns: restore() is then a plain look-up any rank may make, or not.
         train_ctx = TrainContext(spec, plan, ctx, reporter, resume_dir, poller)
         if reporter is not None:
-            reporter.emit(StateEvent(state="running"))
+            reporter.emit(StateEvent(state="running", rank_nodes=ctx.rank_nodes))
         try:
             main(train_ctx)
         finally:

@@ -189,7 +189,7 @@ class _Loop:
     def run(self) -> dict[str, float]:
         spec = self.spec
         if self.reporter is not None:
-            self.reporter.emit(StateEvent(state="running"))
+            self.reporter.emit(StateEvent(state="running", rank_nodes=self.ctx.rank_nodes))
         if self.ctx.rank == 0:
             log.info(
                 "%s, %s: global batch %d (%d per worker x %d workers x %d micro-batches), learning rate %.6g "

@@ -47,6 +47,7 @@ def run_attempt(assignment: DriverAssignment, control_plane_url: str | None, tok
             storage_path=assignment.storage_path,
             control_plane_url=control_plane_url,
             token=token,
+            avoid_nodes=assignment.avoid_nodes,
         )
         result = trainer.fit()
     except Exception as exc:

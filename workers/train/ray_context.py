@@ -9,8 +9,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import ray
 import ray.train
 import ray.train.torch
+import torch.distributed as dist
 
 from orchestrator_contract.logs import rank_marker
 from workers.runtime.context import rank0_choice
@@ -34,6 +36,16 @@ def train_loop_per_worker(config: dict) -> dict[str, float] | None:
     return result if PREEMPTED_KEY in result else None
 
 
+def rank_nodes(world_size: int) -> list[str]:
+    """Every rank's Ray node id, by rank (a collective: every rank calls it)."""
+    node_id = ray.get_runtime_context().get_node_id()
+    if world_size == 1:
+        return [node_id]
+    gathered: list = [None] * world_size
+    dist.all_gather_object(gathered, node_id)
+    return [str(node) for node in gathered]
+
+
 class RayContext:
     """Inside ``train_loop_per_worker``: Ray Train has set up the process group and the device.
 
@@ -48,6 +60,7 @@ class RayContext:
         self.device = ray.train.torch.get_device()
         self.start_from = start_from
         self._uploading: str | None = None  # the folder of this rank's asynchronous upload in flight
+        self.rank_nodes = rank_nodes(self.world_size)  # rank 0 reports them with ``running`` (bad nodes)
 
     @contextlib.contextmanager
     def resume_dir(self) -> Iterator[str | None]:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from ray.train import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig, UserCallback
 from ray.train.torch import TorchTrainer
+from ray.util.placement_group import NODE_ID_LABEL_KEY
 
 from orchestrator_contract.jobs import JobSpec, TrainingPlan
 from workers.train.callbacks import RunEventForwarder
@@ -28,10 +29,12 @@ def build_trainer(
     extra_callbacks: Sequence[UserCallback] = (),
     start_from: str | None = None,
     sweep_control: dict | None = None,
+    avoid_nodes: Sequence[str] = (),
 ) -> JobTrainer:
     """``control_plane_url=None`` makes every reporter only log (scripts, tests, sweep trials).
     ``start_from``: a checkpoint the run starts from while it has none of its own (``RayContext``).
-    ``sweep_control``: a sweep trial's way to hear of its sweep's preemption (``workers.runtime.control``)."""
+    ``sweep_control``: a sweep trial's way to hear of its sweep's preemption (``workers.runtime.control``).
+    ``avoid_nodes``: Ray node ids no worker may be placed on (bad nodes: ``DriverAssignment.avoid_nodes``)."""
     # Ray Train would refuse to start on a run snapshot that names checkpoints retention deleted.
     forget_deleted_checkpoints(storage_path, job_id)
     scaling = spec.scaling
@@ -51,7 +54,10 @@ def build_trainer(
             "sweep_control": sweep_control,
         },
         scaling_config=ScalingConfig(
-            num_workers=scaling.num_workers, use_gpu=scaling.use_gpu, resources_per_worker=resources
+            num_workers=scaling.num_workers,
+            use_gpu=scaling.use_gpu,
+            resources_per_worker=resources,
+            label_selector=avoiding(avoid_nodes),
         ),
         # Same name and storage path on every attempt: a new attempt resumes the run's latest checkpoint.
         run_config=RunConfig(
@@ -71,6 +77,11 @@ def build_trainer(
     trainer.retry_app_errors = spec.retries.retry_app_errors
     trainer.reporter_args = (control_plane_url, job_id, attempt, token)
     return trainer
+
+
+def avoiding(nodes: Sequence[str]) -> dict[str, str] | None:
+    """A Ray label selector that keeps every worker off ``nodes`` (by their ``ray.io/node-id`` label)."""
+    return {NODE_ID_LABEL_KEY: f"!in({','.join(nodes)})"} if nodes else None
 
 
 class JobTrainer(TorchTrainer):

@@ -6,7 +6,7 @@ Plain pydantic: no SQLAlchemy, Ray, PyTorch or FastAPI. Response models read dat
 name (``Model.model_validate(row)``), without importing the ORM.
 """
 
-from orchestrator_contract.rest.cluster import ClusterStatus, QueuedJobOut, WhoAmI
+from orchestrator_contract.rest.cluster import BadNodeOut, ClusterStatus, NodeFaultOut, QueuedJobOut, WhoAmI
 from orchestrator_contract.rest.code import CodeFileOut, CodePackageOut, CodeUploaded
 from orchestrator_contract.rest.deployments import DeploymentEventOut, DeploymentOut, DeploymentVersionOut, ReplicaOut
 from orchestrator_contract.rest.errors import ErrorMessage, FieldError, FieldErrors
@@ -35,6 +35,7 @@ from orchestrator_contract.rest.sweeps import BestTrialOut, SweepOut, TrialEvent
 from orchestrator_contract.rest.usage import UsageAmounts, UsageAttempt, UsageReport, UsageRow, UsageTrial
 
 __all__ = [
+    "BadNodeOut",
     "BestTrialOut",
     "BytesPerParam",
     "CheckpointOut",
@@ -57,6 +58,7 @@ __all__ = [
     "KeyOut",
     "LostTime",
     "MetricOut",
+    "NodeFaultOut",
     "Paged",
     "PlanRequest",
     "PlanResponse",

@@ -38,6 +38,28 @@ class QueuedJobOut(FromAttributes):
     created_at: datetime
 
 
+class NodeFaultOut(FromAttributes):
+    """A hang or a straggler blamed on a node."""
+
+    kind: Literal["hung", "straggler"]
+    job_id: str
+    attempt: int
+    message: str
+    created_at: datetime
+
+
+class BadNodeOut(BaseModel):
+    """A Ray node kept out of placement: it hung or straggled ``faults`` times within the window
+    (ORCHESTRATOR_BAD_NODE_*; docs/jobs.md "Bad nodes")."""
+
+    node_id: str = Field(description="The Ray node id (what `ray list nodes` shows).")
+    excluded_until: datetime = Field(description="When the cool-down ends and the node is placed on again (UTC).")
+    fault_count: int = Field(description="How many faults not cleared keep it out (every project's).")
+    faults: list[NodeFaultOut] = Field(
+        description="Those of them in the caller's project's jobs (a cluster admin: all), oldest first."
+    )
+
+
 class ClusterStatus(BaseModel):
     """``GET /v1/cluster``: the Ray cluster's resources (what the scheduler sees) and the jobs in the key's scope.
     Answered (200) when Ray is down too: ``ray`` says so and the resources are empty."""
@@ -53,3 +75,8 @@ class ClusterStatus(BaseModel):
         description="The QUEUED jobs in admission order (priority, then age), the first ``queue_limit``."
     )
     queue_limit: int = Field(description="The most jobs ``queue`` lists; ``jobs['QUEUED']`` counts them all.")
+    bad_nodes: list[BadNodeOut] = Field(
+        default_factory=list,
+        description="Nodes kept out of placement now, and why; a cluster admin clears one with "
+        "DELETE /v1/cluster/bad-nodes/{node_id}.",
+    )
