@@ -57,8 +57,16 @@ def cluster_view(session: Session, service, user: UiUser) -> dict[str, Any]:
     nodes: list[dict[str, Any]] = []
     if status["ray"] == "ok":
         try:
+            bad = {b["node_id"]: b for b in status["bad_nodes"]}
             nodes = [
-                {"node_id": n.node_id, "address": n.address, "is_head": n.is_head, "total": n.total}
+                {
+                    "node_id": n.node_id,
+                    "address": n.address,
+                    "is_head": n.is_head,
+                    "total": n.total,
+                    "kept_out": bad[n.node_id]["excluded_until"] if n.node_id in bad else None,
+                    "faults": bad[n.node_id]["fault_count"] if n.node_id in bad else 0,
+                }
                 for n in service.backend.nodes()
             ]
         except BackendUnavailable as exc:

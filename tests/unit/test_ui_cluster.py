@@ -7,6 +7,7 @@ import re
 
 from fastapi.testclient import TestClient
 
+from orchestrator.db.models import NodeFault
 from tests.unit.api_helpers import ADMIN, auth, make_project, submit, tick
 from tests.unit.ui_helpers import csrf, signed_in
 
@@ -64,7 +65,14 @@ def test_the_cluster_page_shows_nodes_resources_and_the_queue_with_reasons(app, 
         "GPU": (0.0, 0.0, 0.0),
     }
     assert data["nodes"] == [
-        {"node_id": "fake-head", "address": "127.0.0.1", "is_head": True, "total": {"CPU": 4.0, "GPU": 0.0}}
+        {
+            "node_id": "fake-head",
+            "address": "127.0.0.1",
+            "is_head": True,
+            "total": {"CPU": 4.0, "GPU": 0.0},
+            "kept_out": None,
+            "faults": 0,
+        }
     ]
     assert [(j["id"], j["reason"], j["message"]) for j in data["queue"]] == [
         (q["waiting_a"], job["reason"], job["message"])
@@ -123,3 +131,22 @@ def test_without_a_session_the_page_redirects_and_the_json_is_401(app):
     answer = anonymous.get("/ui/cluster", follow_redirects=False)
     assert answer.status_code == 303 and answer.headers["location"] == "/ui/login?next=/ui/cluster"
     assert anonymous.get("/ui/api/cluster").status_code == 401
+
+
+def test_a_bad_node_says_it_is_kept_out_until_when(app, client, backend):
+    backend.node_ids = ["fake-head", "node-a"]
+    for kind in ("hung", "straggler"):
+        blame(app, "node-a", kind)
+    member = user(app, make_project(client, "a")[1]["member"])
+    html = member.get("/ui/cluster").text
+    row = re.search(r'<tr data-node-id="node-a">(.*?)</tr>', html, re.S).group(1)
+    assert re.search(r"kept out until <time datetime=\"[^\"]+\">[\d-]+ [\d:]+</time> \(2 hangs or stragglers\)", row)
+    head = re.search(r'<tr data-node-id="fake-head">(.*?)</tr>', html, re.S).group(1)
+    assert "placed on" in head and "kept out" not in head
+    nodes = {n["node_id"]: n for n in member.get("/ui/api/cluster").json()["nodes"]}
+    assert nodes["node-a"]["faults"] == 2 and nodes["node-a"]["kept_out"] and nodes["fake-head"]["kept_out"] is None
+
+
+def blame(app, node_id: str, kind: str) -> None:
+    with app.state.service.sessions.begin() as session:
+        session.add(NodeFault(node_id=node_id, kind=kind, job_id="j" * 32, attempt=1, message=kind))

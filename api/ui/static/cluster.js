@@ -12,6 +12,13 @@
       : '<span class="muted">not looked at yet</span>';
   }
 
+  function placement(node) {
+    return node.kept_out
+      ? `<span class="error">kept out until <time datetime="${esc(node.kept_out)}">${esc(time(node.kept_out))}</time>
+          (${node.faults} hangs or stragglers)</span>`
+      : '<span class="muted">placed on</span>';
+  }
+
   function render(c) {
     document.getElementById("ray-unavailable").classList.toggle("hidden", c.ray === "ok");
     for (const r of c.resources) {
@@ -30,10 +37,11 @@
           .map(
             (n) => `<tr data-node-id="${esc(n.node_id)}"><td class="mono">${esc(n.node_id.slice(0, 16))}</td>
               <td class="mono">${esc(n.address)}</td><td>${n.is_head ? "head" : "worker"}</td>
-              <td class="num">${num(n.total.CPU || 0)}</td><td class="num">${num(n.total.GPU || 0)}</td></tr>`,
+              <td class="num">${num(n.total.CPU || 0)}</td><td class="num">${num(n.total.GPU || 0)}</td>
+              <td data-field="placement">${placement(n)}</td></tr>`,
           )
           .join("")
-      : '<tr class="empty"><td colspan="5" class="muted">No node to show.</td></tr>';
+      : '<tr class="empty"><td colspan="6" class="muted">No node to show.</td></tr>';
     const projectCell = (item) => (c.all_projects ? `<td class="mono">${esc(item.project_id)}</td>` : "");
     const width = c.all_projects ? 6 : 5;
     document.querySelector("#queue tbody").innerHTML = c.queue.length
