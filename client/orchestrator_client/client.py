@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel
@@ -71,6 +72,11 @@ class Client:
     def cluster(self) -> ClusterStatus:
         """The cluster's resources (total, available), the key's jobs per state, and the queue with reasons."""
         return ClusterStatus.model_validate(self.transport.request("GET", "/v1/cluster").json())
+
+    def clear_bad_node(self, node_id: str) -> None:
+        """Put a bad node (``cluster().bad_nodes``) back into placement: its faults are marked cleared. A cluster-wide
+        admin's call; a node with nothing to clear raises NotFound."""
+        self.transport.request("DELETE", f"/v1/cluster/bad-nodes/{quote(node_id, safe='')}")
 
     def usage(
         self,

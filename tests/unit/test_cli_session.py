@@ -9,8 +9,11 @@ import tomllib
 
 import pytest
 
+from orchestrator.db.models import NodeFault
+from orchestrator_client.errors import NotFound
 from tests.unit.api_helpers import ADMIN
 from tests.unit.cli_support import orch
+from tests.unit.sdk_helpers import sdk
 
 
 @pytest.fixture(autouse=True)
@@ -95,3 +98,18 @@ def test_status_shows_readiness_resources_and_the_queue(live, tmp_path):
     live.backend.available = False  # Ray away: not ready, exit 1
     down = orch(live, "status")
     assert down.exit_code == 1 and "NOT READY" in down.stdout
+
+
+def test_status_lists_the_bad_nodes_and_the_sdk_clears_one(live):
+    with live.app.state.service.sessions.begin() as session:
+        for kind in ("hung", "straggler"):
+            session.add(NodeFault(node_id="fake-head", kind=kind, job_id="j" * 32, attempt=1, message=kind))
+    table = orch(live, "status")
+    assert "BAD NODE" in table.stdout and "fake-head" in table.stdout, table.stdout
+    assert json.loads(orch(live, "status", "-o", "json").stdout)["cluster"]["bad_nodes"][0]["fault_count"] == 2
+
+    client = sdk(live)
+    client.clear_bad_node("fake-head")
+    assert client.cluster().bad_nodes == [] and "BAD NODE" not in orch(live, "status").stdout
+    with pytest.raises(NotFound, match="no hang or straggler to clear"):
+        client.clear_bad_node("fake-head")

@@ -90,4 +90,10 @@ def _render(url, ready, cluster):
             ((q.id, q.name, q.priority, q.reason, q.message) for q in cluster.queue),
         )
         parts += [Text(""), queue]
+    if cluster.bad_nodes:
+        bad = output.table(
+            ["BAD NODE", "KEPT OUT UNTIL", "FAULTS"],
+            ((b.node_id, b.excluded_until.isoformat(timespec="seconds"), b.fault_count) for b in cluster.bad_nodes),
+        )
+        parts += [Text(""), bad]
     return Group(*parts)
