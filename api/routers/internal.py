@@ -72,7 +72,7 @@ def assignment(
         spec=JobSpec.model_validate(job.spec),
         plan=TrainingPlan.model_validate(job.plan),
         storage_path=service.settings.storage_path,
-        avoid_nodes=bad_nodes.nodes_to_avoid(session, service.settings, service.backend, JOBS.demand(job)),
+        avoid_nodes=bad_nodes.nodes_to_avoid(session, service.settings, service.backend, job, JOBS.demand(job)),
     )
 
 

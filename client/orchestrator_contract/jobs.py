@@ -255,18 +255,12 @@ class FailureSpec(_Strict):
         "ORCHESTRATOR_STRAGGLER_WINDOWS metric windows in a row is a straggler: a history row and the job's "
         "stragglers. More than 1.",
     )
-    on_straggler: Literal["warn"] = Field(
+    on_straggler: Literal["warn", "restart"] = Field(
         "warn",
-        description='What a straggler does to the run: "warn" (a history row, the job\'s stragglers, the job page). '
-        '"restart" (end the attempt at the next checkpoint, place the next one without that node) is not built yet.',
+        description='What a straggler does to the run: "warn" (a history row, the job\'s stragglers, the job page); '
+        '"restart" also checkpoints now and stops the attempt, and places the next one without the straggler\'s '
+        "node (counted against retries.max_attempts; with none left, it warns only).",
     )
-
-    @field_validator("on_straggler", mode="before")
-    @classmethod
-    def _not_yet(cls, value: Any) -> Any:
-        if value == "restart":
-            raise ValueError('on_straggler "restart" is not built yet: use "warn" (the default)')
-        return value
 
 
 LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY)]

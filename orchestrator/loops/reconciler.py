@@ -18,9 +18,10 @@ from orchestrator.db.models import JobState, utcnow
 from orchestrator.request_context import log_context
 from orchestrator.services import bad_nodes, deadlines, hangs, reported_ends
 from orchestrator.services.launch import Launch, new_driver_claim
-from orchestrator.services.preemption import PREEMPTIBLE_STATES, attempts_used, settle
+from orchestrator.services.preemption import PREEMPTIBLE_STATES, attempts_used, settle, stopped
 from orchestrator.services.runs import KINDS, Run, RunKind
 from orchestrator.settings import Settings
+from orchestrator.states.jobs import STRAGGLER_BY, STRAGGLER_RESTARTED
 from orchestrator_contract.jobs import DriverExit
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,14 @@ class Reconciler:
                 for rank in hung.blamed:  # before the next attempt: the ranks' nodes are this attempt's
                     bad_nodes.record_fault(session, run, rank, bad_nodes.HUNG, hung.message.split("\n", 1)[0])
                 resubmit = _next_attempt(session, kind, run, hung.reason, hung.message)
+            elif (
+                run.preempt_by == STRAGGLER_BY and status != RunStatus.SUCCEEDED and stopped(session, kind, run, status)
+            ):
+                # Checkpointed and stopped for a straggler (failure.on_straggler: restart): the next attempt, counted,
+                # placed without the straggler's node (its driver's assignment, services.bad_nodes).
+                resubmit = _next_attempt(
+                    session, kind, run, STRAGGLER_RESTARTED, "stopped for a straggler (failure.on_straggler: restart)"
+                )
             elif run.preempt_requested_at is not None and run.state in PREEMPTIBLE_STATES:
                 # Preempted (orchestrator.services.preemption), or stopping at its deadline: its Ray job ending,
                 # stopped or lost is the stop itself, never a failure; back to QUEUED (a deadline: FAILED) once gone.

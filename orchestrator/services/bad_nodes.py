@@ -99,11 +99,14 @@ def excluded_until(times: list[datetime], faults: int, window: timedelta, cooldo
     return None
 
 
-def nodes_to_avoid(session: Session, settings: Settings, backend: ClusterBackend, demand: Demand) -> list[str]:
-    """What a new attempt's workers must not be placed on (``DriverAssignment.avoid_nodes``): the bad nodes that
-    are alive, unless the other alive nodes cannot hold ``demand`` (the run would wait for ever: it is placed on
-    them all instead); none while Ray does not answer."""
-    bad = {node.node_id for node in bad_nodes(session, settings)}
+def nodes_to_avoid(
+    session: Session, settings: Settings, backend: ClusterBackend, job: Job, demand: Demand
+) -> list[str]:
+    """What a new attempt of ``job`` must not be placed on (``DriverAssignment.avoid_nodes``): the bad nodes, and
+    with ``failure.on_straggler: restart`` the nodes the job itself straggled on, that are alive; unless the other
+    alive nodes cannot hold ``demand`` (the run would wait for ever: it is placed on them all instead); none while
+    Ray does not answer."""
+    bad = {node.node_id for node in bad_nodes(session, settings)} | straggled_on(session, job)
     if not bad:
         return []
     try:
@@ -112,6 +115,19 @@ def nodes_to_avoid(session: Session, settings: Settings, backend: ClusterBackend
         log.warning("bad nodes not avoided: the Ray cluster does not answer: %s", exc)
         return []
     return avoid_nodes(bad, alive, demand)
+
+
+def straggled_on(session: Session, job: Job) -> set[str]:
+    """The nodes ``job`` had a straggler on (faults not cleared), when its policy is to restart away from them."""
+    if ((job.spec or {}).get("failure") or {}).get("on_straggler") != "restart":
+        return set()
+    return set(
+        session.scalars(
+            select(NodeFault.node_id).where(
+                NodeFault.job_id == job.id, NodeFault.kind == STRAGGLER, NodeFault.cleared_at.is_(None)
+            )
+        )
+    )
 
 
 def avoid_nodes(bad: set[str], alive: list[ClusterNode], demand: Demand) -> list[str]:

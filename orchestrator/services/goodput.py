@@ -8,7 +8,8 @@ and where the rest went, read from its state history, its checkpoints and when i
   - hangs: an attempt ended ``hung``, from its last report to its end;
   - recomputed: a RUNNING stretch that ended short (a restart, a preemption, a failure), from its last committed
     checkpoint (or its start) to its end, less its hang: training the next attempt redoes, or that is lost;
-  - preemption: from a preemption's (or a deadline's) ask to the stop (the checkpoint it writes on the way out);
+  - preemption: from a preemption's (or a deadline's, or a straggler restart's) ask to the stop (the checkpoint it
+    writes on the way out);
 - kept: RUNNING time less hangs, recomputed and preemption; goodput = kept / held.
 
 A window [start, end) clips every stretch (``GET /v1/usage`` sums the jobs of a project, a label or a day this
@@ -27,13 +28,13 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db.models import JobState, utcnow
 from orchestrator.repositories import jobs as jobs_repo
-from orchestrator.states.jobs import DEADLINE_REACHED, HUNG, PREEMPTING, REQUESTS
+from orchestrator.states.jobs import DEADLINE_REACHED, HUNG, PREEMPTING, REQUESTS, STRAGGLER_RESTART
 from orchestrator_contract.rest.jobs import GoodputOut, LostTime
 
 S = JobState
 HELD = frozenset({S.STARTING, S.RUNNING, S.RESTARTING, S.CANCELLING})
 ENDS_SHORT = frozenset({S.RESTARTING, S.QUEUED, S.FAILED, S.CANCELLING, S.CANCELLED})
-STOP_ASKED = frozenset({PREEMPTING, DEADLINE_REACHED})  # requests to checkpoint now and stop
+STOP_ASKED = frozenset({PREEMPTING, DEADLINE_REACHED, STRAGGLER_RESTART})  # requests to checkpoint now and stop
 
 
 @dataclass

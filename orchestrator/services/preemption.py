@@ -262,18 +262,15 @@ def settle(
         return False
     requested = run.preempt_requested_at
     since = (now - requested).total_seconds() if requested is not None else 0.0
-    gone = status.finished or (
-        status == RunStatus.MISSING and now - kind.last_transition(session, run.id).created_at > MISSING_GRACE
-    )
-    if gone:
-        stopped = "checkpointed and stopped" if exit_code == DriverExit.PREEMPTED else "stopped"
+    if stopped(session, kind, run, status, now):
+        how = "checkpointed and stopped" if exit_code == DriverExit.PREEMPTED else "stopped"
         if at_deadline:
             kind.set_state(
                 session,
                 run,
                 S.FAILED,
                 DEADLINE_EXCEEDED,
-                f"past its max_runtime_s: {stopped} {since:.1f} s after it was asked; {_kept(session, kind, run)}",
+                f"past its max_runtime_s: {how} {since:.1f} s after it was asked; {_kept(session, kind, run)}",
             )
             return False
         kind.set_state(
@@ -281,11 +278,19 @@ def settle(
             run,
             S.QUEUED,
             PREEMPTED,
-            f"preempted by {run.preempt_by or 'the scheduler'}: {stopped} after {since:.1f} s; "
+            f"preempted by {run.preempt_by or 'the scheduler'}: {how} after {since:.1f} s; "
             f"{_resumes(session, kind, run)} when admitted again (not counted against retries.max_attempts)",
         )
         return False
     return run.state == S.STARTING or since > grace_s
+
+
+def stopped(session: Session, kind: RunKind, run: Run, status: RunStatus, now: datetime | None = None) -> bool:
+    """Whether the run's Ray job is gone: finished, or unknown to Ray for a while after its last move."""
+    now = now or utcnow()
+    return status.finished or (
+        status == RunStatus.MISSING and now - kind.last_transition(session, run.id).created_at > MISSING_GRACE
+    )
 
 
 def attempts_used(run) -> int:

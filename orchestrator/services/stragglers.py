@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db.models import Job, JobState
 from orchestrator.services import bad_nodes
 from orchestrator.services.hangs import world_size
-from orchestrator.states.jobs import record_straggler
+from orchestrator.states.jobs import record_straggler, request_straggler_restart
 
 log = logging.getLogger(__name__)
 
@@ -54,4 +54,26 @@ def observe(session: Session, job: Job, step: int, rank_step_s: list[float], win
             )
             log.warning("job %s: rank %d is a straggler (%.1fx the median)", job.id, rank, ratio)
             bad_nodes.record_fault(session, job, rank, bad_nodes.STRAGGLER, f"rank {rank}: {ratio:.1f}x the median")
+            _restart_if_asked(session, job, rank)
     job.straggler_windows = counts
+
+
+def _restart_if_asked(session: Session, job: Job, rank: int) -> None:
+    """``failure.on_straggler: restart``: ask the job to checkpoint now and stop, for a next attempt placed without
+    the straggler's node (``services.bad_nodes``), while its attempts last and nothing else is stopping it."""
+    failure = (job.spec or {}).get("failure") or {}
+    if failure.get("on_straggler", "warn") != "restart" or job.preempt_requested_at is not None:
+        return
+    max_attempts = int(((job.spec or {}).get("retries") or {}).get("max_attempts", 1))
+    used = job.attempt - (job.preemptions or 0)  # as services.preemption.attempts_used counts them
+    if used >= max_attempts:
+        log.warning("job %s: a straggler, but no attempts left to restart with (%d of %d)", job.id, used, max_attempts)
+        return
+    node = bad_nodes.node_of_rank(job, rank)
+    where = f"node {node}" if node else "its node (unknown)"
+    request_straggler_restart(
+        session,
+        job,
+        f"on_straggler restart: asked to checkpoint now and stop; attempt {used + 1} of {max_attempts} will be "
+        f"placed without rank {rank}'s {where} where the cluster has room elsewhere",
+    )

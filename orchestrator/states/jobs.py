@@ -57,10 +57,16 @@ HANG_SUSPECTED = "hang_suspected"
 PROGRESS_RESUMED = "progress_resumed"
 HUNG = "hung"
 STRAGGLER = "straggler"  # a request row: a rank found slower than the others (``orchestrator.services.stragglers``)
+# ``failure.on_straggler: restart``: the job is asked to checkpoint now and stop, as a preemption asks (a request
+# row, reason ``straggler_restart``); once its Ray job is gone the reconciler starts its next attempt (reason
+# ``straggler_restarted``, counted against retries.max_attempts), placed without the straggler's node.
+STRAGGLER_RESTART = "straggler_restart"
+STRAGGLER_RESTARTED = "straggler_restarted"
+STRAGGLER_BY = "a straggler (failure.on_straggler: restart)"  # the ``preempt_by`` of such a stop
 # The reasons of a run's history rows that record a request, not a transition (``core.record_request``):
 # ``last_transition`` skips them, so the reconciler's clocks and "not heard from" still read the transitions.
 REQUESTS: frozenset[str] = frozenset(
-    {PREEMPTING, DRIVER_REVOKED, DEADLINE_REACHED, HANG_SUSPECTED, PROGRESS_RESUMED, STRAGGLER}
+    {PREEMPTING, DRIVER_REVOKED, DEADLINE_REACHED, HANG_SUSPECTED, PROGRESS_RESUMED, STRAGGLER, STRAGGLER_RESTART}
 )
 PREEMPTED_RULE: Rule = Rule(frozenset({S.STARTING, S.RUNNING, S.RESTARTING}), frozenset({S.QUEUED}))
 JOB_RULES: tuple[Rule, ...] = (*RULES, PREEMPTED_RULE)
@@ -129,8 +135,8 @@ def preemption_after(_session: Session, change: Change) -> None:
     job = change.row
     if change.to_state == S.QUEUED and change.from_state is not None:
         job.preemptions = (job.preemptions or 0) + 1
-    if change.to_state == S.QUEUED or change.to_state in TERMINAL:
-        job.preempt_requested_at = None
+    if change.to_state == S.QUEUED or change.to_state in TERMINAL or change.new_attempt:
+        job.preempt_requested_at = None  # a new attempt (a straggler's restart) is not asked to stop
         job.preempt_by = ""
 
 
@@ -234,6 +240,12 @@ def request_deadline_stop(session: Session, lifecycle: Lifecycle, run: Job, mess
     preemption's request with ``preempt_by`` = ``DEADLINE`` and a history row of its own (reason
     ``deadline_reached``). The reconciler ends it FAILED ``deadline_exceeded`` once its Ray job is gone."""
     _ask_to_stop(session, lifecycle, run, DEADLINE, DEADLINE_REACHED, message)
+
+
+def request_straggler_restart(session: Session, job: Job, message: str) -> None:
+    """Ask ``job`` (locked, RUNNING) to checkpoint now and stop because of a straggler (``failure.on_straggler:
+    restart``): the preemption's request with ``preempt_by`` = ``STRAGGLER_BY`` and a history row of its own."""
+    _ask_to_stop(session, JOB_LIFECYCLE, job, STRAGGLER_BY, STRAGGLER_RESTART, message)
 
 
 def request_stacks(session: Session, job: Job, message: str) -> None:

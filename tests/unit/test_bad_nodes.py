@@ -10,11 +10,11 @@ import pytest
 from sqlalchemy import select
 
 from orchestrator.admission import scaling_demand
-from orchestrator.backend import ClusterNode
+from orchestrator.backend import ClusterNode, RunStatus
 from orchestrator.db.models import NodeFault
 from orchestrator.services.bad_nodes import avoid_nodes, bad_nodes, excluded_until
-from orchestrator_contract.jobs import ScalingSpec
-from tests.unit.api_helpers import ADMIN, auth, make_project, run_token, submit, tick
+from orchestrator_contract.jobs import DriverExit, ScalingSpec
+from tests.unit.api_helpers import ADMIN, auth, driver_exits, make_project, run_token, submit, tick
 from tests.unit.test_deadlines import running
 from tests.unit.test_hangs import HUNG_SPEC, age, metric, post, reconcile, stacks_of, wanted
 from tests.unit.test_stragglers import window
@@ -142,3 +142,56 @@ def test_a_project_sees_every_bad_node_but_only_its_own_jobs_faults(app, client,
     assert (seen["node_id"], seen["fault_count"], seen["faults"]) == ("node-a", 2, [])
     (everything,) = cluster(client)["bad_nodes"]
     assert everything["fault_count"] == 2 and len(everything["faults"]) == 2
+
+
+RESTART = {
+    "scaling": {"num_workers": 2, "cpus_per_worker": 0.5},
+    "failure": {"on_straggler": "restart"},
+    "retries": {"max_attempts": 2},
+}
+
+
+def control(client, job_id: str, token: str, attempt: int) -> dict:
+    response = client.get(f"/internal/v1/jobs/{job_id}/control", params={"attempt": attempt}, headers=auth(token))
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_on_straggler_restart_checkpoints_stops_and_places_the_next_attempt_without_its_node(app, client, backend):
+    backend.node_ids = list(NODES)
+    job_id, token = running(app, client, backend, **RESTART)
+    post(client, job_id, token, 1, {"type": "state", "state": "running", "rank_nodes": ["node-head", "node-a"]})
+    post(client, job_id, token, 1, *(window(10 * i, [0.1, 0.5]) for i in range(1, 4)))
+    asked = client.get(f"/v1/jobs/{job_id}", headers=auth(ADMIN)).json()
+    assert (asked["state"], asked["reason"]) == ("RUNNING", "straggler_restart"), asked
+    assert "attempt 2 of 2 will be placed without rank 1's node node-a" in asked["message"], asked["message"]
+    assert control(client, job_id, token, 1)["checkpoint_now"] is True
+    # No second ask while it stops.
+    post(client, job_id, token, 1, *(window(40 + 10 * i, [0.1, 0.5]) for i in range(3)))
+
+    driver_exits(app, backend, f"{job_id}-1", status=RunStatus.FAILED, exit_code=DriverExit.PREEMPTED)
+    body = client.get(f"/v1/jobs/{job_id}", headers=auth(ADMIN)).json()
+    assert (body["state"], body["reason"], body["attempt"]) == ("RESTARTING", "straggler_restarted", 2), body
+    assert backend.submitted[-1][0] == f"{job_id}-2"
+    token2 = run_token(client, backend, f"{job_id}-2")
+    assert control(client, job_id, token2, 2)["checkpoint_now"] is False  # the new attempt is not asked to stop
+    got = client.get(f"/internal/v1/jobs/{job_id}/assignment", params={"attempt": 2}, headers=auth(token2)).json()
+    assert got["avoid_nodes"] == ["node-a"]  # one fault: not a bad node, but this job keeps off it
+
+    # Attempt 2 straggles too: no attempts left, so it only warns and trains on.
+    post(client, job_id, token2, 2, {"type": "state", "state": "running", "rank_nodes": ["node-head", "node-b"]})
+    backend.runs[f"{job_id}-2"] = RunStatus.RUNNING
+    post(client, job_id, token2, 2, *(window(10 * i, [0.1, 0.5]) for i in range(1, 4)))
+    body = client.get(f"/v1/jobs/{job_id}", headers=auth(ADMIN)).json()
+    assert (body["state"], body["reason"]) == ("RUNNING", "straggler"), body
+    assert control(client, job_id, token2, 2)["checkpoint_now"] is False
+    reasons = [e["reason"] for e in client.get(f"/v1/jobs/{job_id}/events", headers=auth(ADMIN)).json()]
+    assert reasons.count("straggler_restart") == 1 and reasons.count("straggler_restarted") == 1, reasons
+
+
+def test_warn_keeps_training_and_avoids_nothing_of_its_own(app, client, backend):
+    backend.node_ids = list(NODES)
+    job_id = straggling_on(app, client, backend, ["node-head", "node-a"])
+    body = client.get(f"/v1/jobs/{job_id}", headers=auth(ADMIN)).json()
+    assert (body["state"], body["reason"]) == ("RUNNING", "straggler"), body
+    assert assignment(client, backend, job_id)["avoid_nodes"] == []

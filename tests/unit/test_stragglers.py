@@ -75,7 +75,6 @@ def test_a_rank_slow_three_windows_in_a_row_is_a_straggler_once(app, client, bac
     [
         ({"straggler_factor": 1}, "greater than 1"),
         ({"straggler_factor": 0.5}, "greater than 1"),
-        ({"on_straggler": "restart"}, "not built yet"),
         ({"on_straggler": "ignore"}, "on_straggler"),
     ],
 )
