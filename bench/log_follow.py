@@ -84,6 +84,9 @@ class LogCluster:
     def nodes(self) -> list[ClusterNode]:
         return [ClusterNode("bench-head", "127.0.0.1", True, {"CPU": 64.0})]
 
+    def worker_nodes(self, submission_id) -> set[str]:
+        return {"bench-head"}
+
     def submit(self, submission_id, entrypoint, runtime_env, metadata) -> None:
         self.runs.add(submission_id)
 

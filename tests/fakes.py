@@ -51,6 +51,8 @@ class FakeBackend:
     log_chars_read: int = 0
     tail_poll_s: float = 0.01  # how often a tail looks at the file for more (Ray's agent: 1 s)
     node_ids: list[str] = field(default_factory=lambda: ["fake-head"])  # the alive nodes, the head first
+    # The nodes Ray lists a submission's Train workers on, by submission id (default: every alive node).
+    worker_node_ids: dict[str, set[str]] = field(default_factory=dict)
 
     def capacity(self, fresh: bool = False) -> ClusterCapacity:
         self._check("capacity")
@@ -63,6 +65,10 @@ class FakeBackend:
             ClusterNode(node_id=node_id, address="127.0.0.1", is_head=i == 0, total=dict(self.total))
             for i, node_id in enumerate(self.node_ids)
         ]
+
+    def worker_nodes(self, submission_id: str) -> set[str]:
+        self._check("worker_nodes")
+        return set(self.worker_node_ids.get(submission_id, self.node_ids))
 
     def submit(self, submission_id, entrypoint, runtime_env, metadata) -> None:
         self._check("submit")

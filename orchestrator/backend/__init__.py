@@ -74,6 +74,9 @@ class ClusterBackend(Protocol):
     def nodes(self) -> list[ClusterNode]:
         """The alive nodes, each with what it holds (the dashboard's cluster page); may be a few seconds old."""
 
+    def worker_nodes(self, submission_id: str) -> set[str]:
+        """The node ids Ray lists the submission's live Ray Train workers on (empty before its driver starts)."""
+
     def submit(self, submission_id: str, entrypoint: str, runtime_env: dict, metadata: dict[str, str]) -> None:
         """Start a driver with Ray's ``runtime_env`` exactly as given (built by the control plane:
         ``orchestrator.services.launch.runtime_env``). Submitting an id that already exists is a no-op,

@@ -40,6 +40,20 @@ def alive_nodes(dashboard_url: str, headers: dict[str, str], timeout_s: float = 
     return response.json()["data"]["result"]["result"]
 
 
+def train_worker_nodes(dashboard_url: str, headers: dict[str, str], ray_job_id: str, timeout_s: float = 10) -> set[str]:
+    """The node ids of the live ``RayTrainWorker`` actors of one Ray job (the State API's actor list). Raises
+    httpx.HTTPError or KeyError on failure."""
+    filters = {"job_id": ray_job_id, "class_name": "RayTrainWorker", "state": "ALIVE"}
+    params: list[tuple[str, str | int]] = [("limit", 10_000)]
+    for key, value in filters.items():
+        params += [("filter_keys", key), ("filter_predicates", "="), ("filter_values", value)]
+    response = httpx.get(
+        f"{dashboard_url.rstrip('/')}/api/v0/actors", params=params, headers=headers, timeout=timeout_s
+    )
+    response.raise_for_status()
+    return {str(actor["node_id"]) for actor in response.json()["data"]["result"]["result"] if actor.get("node_id")}
+
+
 class JobNotFound(Exception):
     """Ray's dashboard answered that it has no record of the job (its own 404, not any 404)."""
 

@@ -36,6 +36,7 @@ from orchestrator.backend.dashboard import (
     put_serve_applications,
     serve_applications,
     stop_job,
+    train_worker_nodes,
 )
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,15 @@ class RayBackend:
         ]
         self._nodes = (time.monotonic(), nodes)
         return nodes
+
+    def worker_nodes(self, submission_id: str) -> set[str]:
+        try:
+            ray_job_id = job_details(self.dashboard_url, self.headers, submission_id).get("job_id")
+            return train_worker_nodes(self.dashboard_url, self.headers, ray_job_id) if ray_job_id else set()
+        except JobNotFound:
+            return set()
+        except (httpx.HTTPError, KeyError, ValueError) as exc:
+            raise BackendUnavailable(f"listing the workers of {submission_id}: {_said(exc)}") from exc
 
     def submit(self, submission_id: str, entrypoint: str, runtime_env: dict, metadata: dict[str, str]) -> None:
         try:

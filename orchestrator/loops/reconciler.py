@@ -49,8 +49,12 @@ class Reconciler:
 
     def tick(self) -> None:
         with self.sessions() as session:
-            active = [(kind, run.id, run.attempt, run.submission_id) for kind in KINDS for run in kind.active(session)]
-        for kind, run_id, attempt, submission_id in active:
+            active = [
+                (kind, run.id, run.attempt, run.submission_id, kind.name == "job" and bad_nodes.needs_verifying(run))
+                for kind in KINDS
+                for run in kind.active(session)
+            ]
+        for kind, run_id, attempt, submission_id, verify_nodes in active:
             with log_context(**{f"{kind.name}_id": run_id}):  # log lines name the job or sweep
                 try:
                     info = self.backend.info(submission_id)
@@ -60,11 +64,15 @@ class Reconciler:
                 try:
                     if info.status == RunStatus.FAILED:  # read the driver's output now, not under the lock
                         info = replace(info, message=_failure_message(info, self.backend, submission_id))
-                    self._reconcile(kind, run_id, attempt, info)
+                    # Where Ray says the job's workers run, to check rank 0's report against (services.bad_nodes).
+                    worker_nodes = self.backend.worker_nodes(submission_id) if verify_nodes else None
+                    self._reconcile(kind, run_id, attempt, info, worker_nodes)
                 except BackendUnavailable as exc:
                     log.warning("reconciler: %s %s: %s", kind.name, run_id, exc)
 
-    def _reconcile(self, kind: RunKind, run_id: str, attempt: int, info: RunInfo) -> None:
+    def _reconcile(
+        self, kind: RunKind, run_id: str, attempt: int, info: RunInfo, worker_nodes: set[str] | None = None
+    ) -> None:
         # Sent to Ray after the commit: a Ray call must not hold the row (on SQLite, the database) locked.
         resubmit: tuple[Launch, str] | None = None
         stop_again: str | None = None
@@ -72,6 +80,8 @@ class Reconciler:
             run = kind.lock(session, run_id)
             if run is None or run.attempt != attempt:
                 return  # moved on since we asked Ray
+            if worker_nodes:  # none yet (workers still starting): asked again at the next tick
+                bad_nodes.verify_rank_nodes(run, worker_nodes)
             status = info.status
             # A run's own report of its end waits for Ray (services.reported_ends): applied when Ray agrees;
             # forgotten, and said in what the run becomes, when Ray says it ended otherwise.

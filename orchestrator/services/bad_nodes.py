@@ -4,7 +4,8 @@
 
 - blamed: the node of a straggler rank (``services.stragglers``), of each rank of a hung attempt that was not
   waiting in a collective or did not answer (``services.hangs``), from the ranks' node ids rank 0 reported with
-  ``running`` (``Job.rank_nodes``); a rank on no known node blames nothing;
+  ``running`` (``Job.rank_nodes``) once the reconciler found each of them in Ray's list of the job's Train
+  workers' nodes (``verify_rank_nodes``); a rank on no confirmed node blames nothing;
 - kept out: a job's next attempt is handed the bad nodes that are alive (``DriverAssignment.avoid_nodes``) and
   its driver places its workers elsewhere (a Ray label selector on ``ray.io/node-id``), as long as the other alive
   nodes can hold the job: else it is placed on them all rather than wait for ever;
@@ -39,12 +40,31 @@ class BadNode:
 
 
 def node_of_rank(job: Job, rank: int) -> str | None:
-    """The Ray node id of ``rank`` in the job's current attempt, if rank 0 reported it."""
+    """The Ray node id of ``rank`` in the job's current attempt, if rank 0 reported it and Ray confirmed it."""
     reported = job.rank_nodes or {}
     nodes = reported.get("nodes") or []
-    if reported.get("attempt") != job.attempt or not 0 <= rank < len(nodes):
+    if reported.get("attempt") != job.attempt or not reported.get("verified") or not 0 <= rank < len(nodes):
         return None
     return nodes[rank] or None
+
+
+def needs_verifying(job: Job) -> bool:
+    """Rank 0 reported where the current attempt's ranks run and Ray has not been asked yet."""
+    reported = job.rank_nodes or {}
+    return reported.get("attempt") == job.attempt and not reported.get("verified")
+
+
+def verify_rank_nodes(job: Job, ray_nodes: set[str]) -> None:
+    """Keep of the reported nodes those Ray lists the job's Train workers on (the run's word alone blames no node:
+    docs/security.md); a node Ray does not confirm becomes unknown, which blames nothing."""
+    if not needs_verifying(job):
+        return
+    reported = list(job.rank_nodes.get("nodes") or [])
+    unconfirmed = sorted({node for node in reported if node not in ray_nodes})
+    if unconfirmed:
+        log.warning("job %s reported ranks on nodes Ray does not list for it: %s", job.id, unconfirmed)
+    nodes = [node if node in ray_nodes else "" for node in reported]
+    job.rank_nodes = {"attempt": job.attempt, "nodes": nodes, "verified": True}
 
 
 def record_fault(session: Session, job: Job, rank: int, kind: str, message: str) -> NodeFault | None:

@@ -11,8 +11,8 @@ from sqlalchemy import select
 
 from orchestrator.admission import scaling_demand
 from orchestrator.backend import ClusterNode, RunStatus
-from orchestrator.db.models import NodeFault
-from orchestrator.services.bad_nodes import avoid_nodes, bad_nodes, excluded_until
+from orchestrator.db.models import Job, NodeFault
+from orchestrator.services.bad_nodes import avoid_nodes, bad_nodes, excluded_until, node_of_rank
 from orchestrator_contract.jobs import DriverExit, ScalingSpec
 from tests.unit.api_helpers import ADMIN, auth, driver_exits, make_project, run_token, submit, tick
 from tests.unit.test_deadlines import running
@@ -58,6 +58,7 @@ def straggling_on(app, client, backend, nodes: list[str]) -> str:
     """A 2-rank job whose rank 1 (on ``nodes[1]``) straggles for three windows; returns its id."""
     job_id, token = running(app, client, backend, scaling={"num_workers": 2, "cpus_per_worker": 0.5})
     post(client, job_id, token, 1, {"type": "state", "state": "running", "rank_nodes": nodes})
+    reconcile(app)  # Ray confirms where the job's workers run
     post(client, job_id, token, 1, *(window(10 * i, [0.1, 0.5]) for i in range(1, 4)))
     return job_id
 
@@ -109,6 +110,7 @@ def test_a_hang_blames_the_nodes_of_the_ranks_outside_a_collective(app, client, 
     backend.node_ids = list(NODES)
     job_id, token = running(app, client, backend, **HUNG_SPEC)
     post(client, job_id, token, 1, {"type": "state", "state": "running", "rank_nodes": ["node-a", "node-b"]})
+    reconcile(app)
     post(client, job_id, token, 1, metric(1))
     age(app, job_id, 11)
     reconcile(app)
@@ -161,6 +163,7 @@ def test_on_straggler_restart_checkpoints_stops_and_places_the_next_attempt_with
     backend.node_ids = list(NODES)
     job_id, token = running(app, client, backend, **RESTART)
     post(client, job_id, token, 1, {"type": "state", "state": "running", "rank_nodes": ["node-head", "node-a"]})
+    reconcile(app)
     post(client, job_id, token, 1, *(window(10 * i, [0.1, 0.5]) for i in range(1, 4)))
     asked = client.get(f"/v1/jobs/{job_id}", headers=auth(ADMIN)).json()
     assert (asked["state"], asked["reason"]) == ("RUNNING", "straggler_restart"), asked
@@ -195,3 +198,21 @@ def test_warn_keeps_training_and_avoids_nothing_of_its_own(app, client, backend)
     body = client.get(f"/v1/jobs/{job_id}", headers=auth(ADMIN)).json()
     assert (body["state"], body["reason"]) == ("RUNNING", "straggler"), body
     assert assignment(client, backend, job_id)["avoid_nodes"] == []
+
+
+def test_a_node_ray_does_not_list_for_the_job_is_never_blamed(app, client, backend):
+    """The ranks' nodes are the run's word until Ray confirms them: a run naming a node its workers are not on (to
+    get it kept out of everyone's placement) blames nothing, and neither does a report Ray was not asked about yet."""
+    backend.node_ids = list(NODES)
+    job_id, token = running(app, client, backend, scaling={"num_workers": 2, "cpus_per_worker": 0.5})
+    backend.worker_node_ids[f"{job_id}-1"] = {"node-head"}  # where Ray has its workers
+    post(client, job_id, token, 1, {"type": "state", "state": "running", "rank_nodes": ["node-head", "node-b"]})
+    post(client, job_id, token, 1, *(window(10 * i, [0.1, 0.5]) for i in range(1, 4)))  # flagged before any check
+    with app.state.service.sessions() as session:
+        assert session.scalars(select(NodeFault)).all() == []
+        assert not session.get(Job, job_id).rank_nodes.get("verified")
+    reconcile(app)
+    with app.state.service.sessions() as session:
+        job = session.get(Job, job_id)
+        assert job.rank_nodes == {"attempt": 1, "nodes": ["node-head", ""], "verified": True}
+        assert node_of_rank(job, 0) == "node-head" and node_of_rank(job, 1) is None
