@@ -112,7 +112,8 @@ def test_the_goodput_route_of_a_job_that_hung(app, client, backend):
     assert answer.status_code == 200, answer.text
     body = answer.json()
     assert body["lost"]["hangs_s"] == pytest.approx(30.0, abs=5.0), body  # 30 s ago, and a moment more
-    assert body["lost"]["recomputed_s"] == pytest.approx(0.0, abs=0.5), body  # it ran ~0 s before its report
+    # It ran only between its running report and its metric (two requests; seconds on a loaded CI machine), not 30 s.
+    assert body["lost"]["recomputed_s"] == pytest.approx(0.0, abs=3.0), body
     assert 0.0 <= body["goodput"] < 0.1 and body["held_s"] >= body["running_s"] >= 30.0, body
     assert set(body["lost"]) == {"start_up_s", "restarts_s", "hangs_s", "recomputed_s", "preemption_s"}
     assert client.get("/v1/jobs/nope/goodput", headers=auth(ADMIN)).status_code == 404

@@ -166,8 +166,12 @@ def test_a_function_trains_reports_checkpoints_and_resumes_exactly(example_code,
     )
 
     config = function_config(f"{__name__}:killed_after_two_epochs", epochs=4)
+    killed = LocalContext(tmp_path / "resumed")
     with pytest.raises(Killed):
-        run_function(config, LocalContext(tmp_path / "resumed"), RecordingReporter())
+        run_function(config, killed, RecordingReporter())
+    # Killed right after its second report returned: that checkpoint's asynchronous copy was already handed over
+    # (as to Ray Train's upload thread); it lands whole, which is what is waited for here, not raced.
+    killed.wait_committed({})
     survivor = latest_checkpoint(tmp_path / "resumed")
     assert survivor is not None and survivor.name.endswith("2")
     resumed_reporter = RecordingReporter()
