@@ -81,6 +81,7 @@ def run_training(config: dict, ctx: LoopContext, reporter: Reporter | None = Non
     watched = control_target(config) is not None
     with rank0_reporter(config, ctx.rank, reporter) as reporter:
         loop = _Loop(spec, plan, ctx, workload, state, batches, reporter)
+        loop.background_checkpoints = config.get("background_checkpoints", True)
         with ctx.resume_dir() as resume_dir:
             if resume_dir:  # last: the RNG states it restores are the next ones drawn
                 loop.resume(resume_dir)
@@ -150,6 +151,7 @@ class _Loop:
         self.stop_after_epoch = False  # preempted at an epoch's last step: checkpoint at its end, then stop
         self.own_time = OwnTime(ctx.device)  # this rank's own time in the metric window (stragglers)
         self.writer = CheckpointWriter(ctx)  # asynchronous checkpoints: at most one in flight
+        self.background_checkpoints = True  # False (sweep trials): checkpoint.async uploads in the background only
 
     def watch(self, watched: bool, poller) -> None:
         self.poller = poller
@@ -365,7 +367,7 @@ class _Loop:
         wait = committed or self.spec.checkpoint.wait_for_commit
         asynchronous = self.spec.checkpoint.async_ and not (wait or final)
         reported = {**metrics, "epoch": self.position.epoch, "step": self.position.step}
-        if asynchronous and self.plan.strategy != "fsdp":
+        if asynchronous and self.background_checkpoints and self.plan.strategy != "fsdp":
             files = checkpoint_files(
                 rank=self.ctx.rank,
                 strategy=self.plan.strategy,

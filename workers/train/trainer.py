@@ -30,11 +30,14 @@ def build_trainer(
     start_from: str | None = None,
     sweep_control: dict | None = None,
     avoid_nodes: Sequence[str] = (),
+    background_checkpoints: bool = True,
 ) -> JobTrainer:
     """``control_plane_url=None`` makes every reporter only log (scripts, tests, sweep trials).
     ``start_from``: a checkpoint the run starts from while it has none of its own (``RayContext``).
     ``sweep_control``: a sweep trial's way to hear of its sweep's preemption (``workers.runtime.control``).
-    ``avoid_nodes``: Ray node ids no worker may be placed on (bad nodes: ``DriverAssignment.avoid_nodes``)."""
+    ``avoid_nodes``: Ray node ids no worker may be placed on (bad nodes: ``DriverAssignment.avoid_nodes``).
+    ``background_checkpoints``: whether ``checkpoint.async`` writes and reports on the loop's writer thread
+    (``workers.runtime.checkpoint_writer``); False: the loop writes, only the upload is in the background."""
     # Ray Train would refuse to start on a run snapshot that names checkpoints retention deleted.
     forget_deleted_checkpoints(storage_path, job_id)
     scaling = spec.scaling
@@ -52,6 +55,7 @@ def build_trainer(
             "plan": plan.model_dump(mode="json"),
             "start_from": start_from,
             "sweep_control": sweep_control,
+            "background_checkpoints": background_checkpoints,
         },
         scaling_config=ScalingConfig(
             num_workers=scaling.num_workers,

@@ -188,6 +188,9 @@ def _trainer(
         extra_callbacks=[callback],
         start_from=start_from,
         sweep_control=control,
+        # A trial's reports are Tune's results (its scheduler's input): made on the loop, as before the writer
+        # thread; not yet run through the full suite from that thread (docs/jobs.md "Asynchronous checkpoints").
+        background_checkpoints=False,
     )
 
 
