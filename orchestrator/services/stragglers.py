@@ -18,6 +18,8 @@ from sqlalchemy.orm import Session
 from orchestrator.db.models import Job, JobState
 from orchestrator.services import bad_nodes
 from orchestrator.services.hangs import world_size
+from orchestrator.services.preemption import attempts_used
+from orchestrator.services.runs import JOBS
 from orchestrator.states.jobs import record_straggler, request_straggler_restart
 
 log = logging.getLogger(__name__)
@@ -64,8 +66,7 @@ def _restart_if_asked(session: Session, job: Job, rank: int) -> None:
     failure = (job.spec or {}).get("failure") or {}
     if failure.get("on_straggler", "warn") != "restart" or job.preempt_requested_at is not None:
         return
-    max_attempts = int(((job.spec or {}).get("retries") or {}).get("max_attempts", 1))
-    used = job.attempt - (job.preemptions or 0)  # as services.preemption.attempts_used counts them
+    max_attempts, used = JOBS.max_attempts(job), attempts_used(job)
     if used >= max_attempts:
         log.warning("job %s: a straggler, but no attempts left to restart with (%d of %d)", job.id, used, max_attempts)
         return

@@ -54,9 +54,8 @@ from fastapi.testclient import TestClient
 from starlette.routing import Mount
 
 from api.ui.session import SESSION_COOKIE
-from orchestrator.db.models import NodeFault
 from tests.security.helpers import make_key
-from tests.unit.api_helpers import ADMIN, CLAIM_CODE_ENV, auth, make_project, submission, submit, tick
+from tests.unit.api_helpers import ADMIN, CLAIM_CODE_ENV, auth, blame_node, make_project, submission, submit, tick
 from tests.unit.code_archives import TRAIN_PY, zip_of
 from tests.unit.test_deployments import finished_job
 from tests.unit.test_sweeps import driver_token, post_sweep
@@ -311,7 +310,9 @@ def world(app, client, backend, tmp_path) -> World:
         "/v1/code", files={"file": ("code.zip", zip_of({"train.py": TRAIN_PY}))}, headers=auth(a_keys["member"])
     )
     assert package.status_code == 201, package.text
-    blame_node_twice(app, "node-bad-a", job)  # a bad node whose faults name A's job: B must not see the job
+    blame_node(
+        app.state.service.sessions, "node-bad-a", job
+    )  # a bad node whose faults name A's job: B must not see the job
     ids = {
         "node_id": "node-bad-a",
         "project_id": a,
@@ -403,12 +404,6 @@ def takes_json(route) -> bool:
 
 
 MALFORMED_JSON = {"content": b'{"workload": ', "headers": {"Content-Type": "application/json"}}
-
-
-def blame_node_twice(app, node_id: str, job_id: str) -> None:
-    with app.state.service.sessions.begin() as session:
-        for kind in ("hung", "straggler"):
-            session.add(NodeFault(node_id=node_id, kind=kind, job_id=job_id, attempt=1, message=f"{kind} in {job_id}"))
 
 
 def url(path: str, ids: dict) -> str:

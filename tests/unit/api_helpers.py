@@ -122,3 +122,13 @@ def assert_one_made_and_the_rest_replayed(answers) -> None:
     assert statuses.count(201) == 1, statuses
     assert all(answer.headers.get("Idempotent-Replayed") == "true" for answer in answers if answer.status_code == 200)
     assert len({answer.json()["id"] for answer in answers}) == 1
+
+
+def blame_node(sessions, node_id: str, job_id: str, kinds: tuple[str, ...] = ("hung", "straggler")) -> None:
+    """One fault per kind on ``node_id`` in ``job_id``'s name, as a hang and a straggler record them
+    (``services.bad_nodes``): two make it a bad node."""
+    from orchestrator.db.models import NodeFault
+
+    with sessions.begin() as session:
+        for kind in kinds:
+            session.add(NodeFault(node_id=node_id, kind=kind, job_id=job_id, attempt=1, message=f"{kind} in {job_id}"))

@@ -9,9 +9,8 @@ import tomllib
 
 import pytest
 
-from orchestrator.db.models import NodeFault
 from orchestrator_client.errors import NotFound
-from tests.unit.api_helpers import ADMIN
+from tests.unit.api_helpers import ADMIN, blame_node
 from tests.unit.cli_support import orch
 from tests.unit.sdk_helpers import sdk
 
@@ -101,9 +100,7 @@ def test_status_shows_readiness_resources_and_the_queue(live, tmp_path):
 
 
 def test_status_lists_the_bad_nodes_and_the_sdk_clears_one(live):
-    with live.app.state.service.sessions.begin() as session:
-        for kind in ("hung", "straggler"):
-            session.add(NodeFault(node_id="fake-head", kind=kind, job_id="j" * 32, attempt=1, message=kind))
+    blame_node(live.app.state.service.sessions, "fake-head", "j" * 32)
     table = orch(live, "status")
     assert "BAD NODE" in table.stdout and "fake-head" in table.stdout, table.stdout
     assert json.loads(orch(live, "status", "-o", "json").stdout)["cluster"]["bad_nodes"][0]["fault_count"] == 2

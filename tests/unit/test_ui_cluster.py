@@ -7,8 +7,7 @@ import re
 
 from fastapi.testclient import TestClient
 
-from orchestrator.db.models import NodeFault
-from tests.unit.api_helpers import ADMIN, auth, make_project, submit, tick
+from tests.unit.api_helpers import ADMIN, auth, blame_node, make_project, submit, tick
 from tests.unit.ui_helpers import csrf, signed_in
 
 FOUR_CPUS = {"scaling": {"num_workers": 2, "cpus_per_worker": 2}}  # the fake cluster's whole 4 CPUs
@@ -135,8 +134,7 @@ def test_without_a_session_the_page_redirects_and_the_json_is_401(app):
 
 def test_a_bad_node_says_it_is_kept_out_until_when(app, client, backend):
     backend.node_ids = ["fake-head", "node-a"]
-    for kind in ("hung", "straggler"):
-        blame(app, "node-a", kind)
+    blame_node(app.state.service.sessions, "node-a", "j" * 32)
     member = user(app, make_project(client, "a")[1]["member"])
     html = member.get("/ui/cluster").text
     row = re.search(r'<tr data-node-id="node-a">(.*?)</tr>', html, re.S).group(1)
@@ -145,8 +143,3 @@ def test_a_bad_node_says_it_is_kept_out_until_when(app, client, backend):
     assert "placed on" in head and "kept out" not in head
     nodes = {n["node_id"]: n for n in member.get("/ui/api/cluster").json()["nodes"]}
     assert nodes["node-a"]["faults"] == 2 and nodes["node-a"]["kept_out"] and nodes["fake-head"]["kept_out"] is None
-
-
-def blame(app, node_id: str, kind: str) -> None:
-    with app.state.service.sessions.begin() as session:
-        session.add(NodeFault(node_id=node_id, kind=kind, job_id="j" * 32, attempt=1, message=kind))
