@@ -10,6 +10,7 @@ import json
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -397,6 +398,88 @@ def test_on_two_ranks_ddp_wraps_shards_are_disjoint_and_a_checkpoint_has_both_pa
     verification = verify_checkpoint(checkpoint)
     assert verification and verification.world_size == 2
     shutil.rmtree(tmp_path / "ckpt")
+
+
+SLOW_FORWARD_S = 0.03  # rank 1's extra time in each forward pass
+
+
+class SlowOnRankOne(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if dist.get_rank() == 1:
+            time.sleep(SLOW_FORWARD_S)
+        return self.linear(x)
+
+
+def slow_rank_one(ctx: TrainContext) -> None:
+    """A plain DDP loop with no timing code: rank 1's forward passes are slow, every rank waits for it in the
+    backward pass's all-reduce. Rank 0 alone reports, every 4 steps."""
+    model = ctx.prepare(SlowOnRankOne())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.utils.data.TensorDataset(torch.randn(256, 4), torch.randn(256, 1))
+    for step, (x, y) in enumerate(ctx.shard(data, batch_size=8), start=1):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step % 4 == 0 and ctx.rank == 0:
+            ctx.report({"loss": loss.item()})
+
+
+def _two_ranks_one_slow(root: str) -> dict:
+    from workers.runtime import stragglers
+
+    stragglers.PUBLISH_EVERY_S = 0.0  # every forward: rank 1 has published step k before rank 0's report of it
+    reporter = RecordingReporter()
+    run_function(function_config(f"{__name__}:slow_rank_one", world_size=2, epochs=1), LocalContext(root), reporter)
+    return [e.rank_step_s for e in reporter.events if isinstance(e, MetricsEvent)]
+
+
+def test_a_functions_slow_rank_is_timed_with_no_code_of_its_own(tmp_path):
+    """Stragglers in training functions: ``ctx.prepare``'s model times its training forwards and ``ctx.shard``'s
+    loader the waits for batches on every rank; rank 0's reports carry every rank's seconds per step, though
+    only rank 0 reports and DDP makes every rank's step as long as the slowest's."""
+    (rank0,), (rank1,) = run_on_ranks([(_two_ranks_one_slow, {"root": str(tmp_path / "ckpt")})], tmp_path)
+    assert rank1 == []  # only rank 0 reports
+    assert len(rank0) == 4  # 256 samples, 8 a batch on each of 2 ranks: 16 steps, a report every 4
+    for fast, slow in rank0:
+        assert slow >= SLOW_FORWARD_S * 0.9 and slow > 3 * fast, rank0
+
+
+class DictStore:
+    """The few calls of torch's Store that ``FunctionOwnTime`` makes."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, bytes] = {}
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value.encode()
+
+    def check(self, keys: list[str]) -> bool:
+        return all(key in self.values for key in keys)
+
+    def get(self, key: str) -> bytes:
+        return self.values[key]
+
+
+def test_a_straggler_window_waits_until_every_rank_has_published_steps_of_it():
+    from workers.runtime.stragglers import STORE_KEY, FunctionOwnTime
+
+    store = DictStore()
+    rank0 = FunctionOwnTime(torch.device("cpu"), 0, 2, store=store)
+    rank0.steps = 4
+    assert rank0.gather() is None  # rank 1 has published nothing yet
+    store.set(STORE_KEY.format(rank=1), "2.0 4")
+    rank0.own.host_s, rank0.steps = 0.4, 8
+    assert rank0.gather() == pytest.approx([0.05, 0.5])  # since the start: 0.4 s / 8 steps, 2 s / 4 steps
+    rank0.own.host_s, rank0.steps = 0.2, 12
+    assert rank0.gather() is None  # rank 1 has not stepped since: the window goes on
+    store.set(STORE_KEY.format(rank=1), "4.0 8")
+    rank0.own.host_s, rank0.steps = 0.2, 16
+    assert rank0.gather() == pytest.approx([0.05, 0.5])  # 0.4 s over 8 steps; 2 s over 4
 
 
 # --- serving a function's model (over the fake Serve of tests/unit/test_deployments.py) --------------------

@@ -14,6 +14,9 @@
   (the loop's ``EventReporter``); ``epoch`` and ``step`` in ``metrics`` (Ray Train's idiom) are the report's
   position, as the keywords are (``report_position``); with a folder (every rank its own, every rank calls
   it), a committed checkpoint through the ``LoopContext``, with a manifest so that a resume verifies it;
+- stragglers: the model ``prepare`` returns and the loader ``shard`` returns time this rank's own part of each
+  step (its training forwards, its waits for batches; ``workers.runtime.stragglers.FunctionOwnTime``), and rank 0's
+  reports carry every rank's;
 - ``restore()``: a local folder holding the latest committed checkpoint that verifies, or None;
 - ``should_preempt()``: True once the control plane asked the job to give its workers back (docs/scheduling.md), on every
   rank at the same call (rank 0's ``ControlPoller``, carried to the others by a ``SharedFlag``): save a
@@ -47,6 +50,7 @@ from workers.runtime.distributed import unwrap
 from workers.runtime.manifest import MANIFEST_DIR, manifest_name, write_manifest
 from workers.runtime.rng import seed_everything
 from workers.runtime.step import autocast, prepare_model
+from workers.runtime.stragglers import FunctionOwnTime
 from workers.runtime.train_loop import PREEMPTED_KEY, Reporter, rank0_reporter
 
 log = logging.getLogger(__name__)
@@ -118,6 +122,7 @@ class TrainContext:
         self._in_flight: dict[str, Any] | None = None  # the metrics of an asynchronous checkpoint not yet committed
         # Made on every rank (on NCCL a gloo group of its own: a collective), used only when main asks.
         self._flag = SharedFlag(self.world_size)
+        self._own_time = FunctionOwnTime(self.device, self.rank, self.world_size)  # stragglers: see its docstring
         self.preempted = False  # should_preempt() said True: main is expected to checkpoint and return
 
     # --- the model and the data ---------------------------------------------------------------------
@@ -127,7 +132,9 @@ class TrainContext:
     ) -> nn.Module:
         """``model`` on the device and wrapped as the plan says: DDP, or FSDP2 (each of ``fsdp_blocks(model)``
         sharded first, then the root); sync BatchNorm with ``sync_batchnorm``. Build the optimizer after."""
-        return prepare_model(model, self.spec, self.plan, self.device, self.world_size, fsdp_blocks)
+        prepared = prepare_model(model, self.spec, self.plan, self.device, self.world_size, fsdp_blocks)
+        self._own_time.attach(prepared)
+        return prepared
 
     @staticmethod
     def unwrap(model: nn.Module) -> nn.Module:
@@ -178,7 +185,10 @@ class TrainContext:
         self.epoch = self.epoch if epoch is None else epoch
         self.step = self.step + 1 if step is None else step
         if self._reporter is not None and values:
-            self._reporter.emit(MetricsEvent(epoch=max(self.epoch, 0), step=max(self.step, 0), values=values))
+            rank_step_s = self._own_time.gather()
+            self._reporter.emit(
+                MetricsEvent(epoch=max(self.epoch, 0), step=max(self.step, 0), values=values, rank_step_s=rank_step_s)
+            )
         self._last = values
         if checkpoint_dir is None:
             return
@@ -329,4 +339,6 @@ class ShardedLoader(DataLoader):
         if self.sampler.shuffle:  # a training pass: the context's epoch (1-based) for report()
             self._ctx._begin_epoch(self.epoch + 1)
         self.epoch += 1
+        if self.sampler.shuffle:  # a training pass: waits for its batches are this rank's own time
+            return self._ctx._own_time.batches(super().__iter__())
         return super().__iter__()
