@@ -89,14 +89,17 @@ def main() -> None:
     finally:
         svc.stop()
     print(f"{args.steps} steps of {args.step_s:g} s, a checkpoint every {args.checkpoint_every}, 2 workers\n")
-    print("| run | wall (s) | attempts | goodput | held (s) | kept (s) | start-up | restarts | hangs | recomputed |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| run | wall (s) | attempts | goodput | held (s) | kept (s) | start-up | restarts | hangs | recomputed "
+        "| checkpoint blocking |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         lost = row["lost"]
         print(
             f"| {row['name']} | {row['wall_s']:.1f} | {row['attempts']} | {row['goodput']:.2f} | {row['held_s']:.1f} "
             f"| {row['kept_s']:.1f} | {lost['start_up_s']:.1f} | {lost['restarts_s']:.1f} | {lost['hangs_s']:.1f} "
-            f"| {lost['recomputed_s']:.1f} |"
+            f"| {lost['recomputed_s']:.1f} | {lost['checkpoint_blocking_s']:.1f} |"
         )
     clean, faulty = rows
     print(

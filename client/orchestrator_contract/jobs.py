@@ -477,6 +477,13 @@ class MetricsEvent(_Strict):
         description="Each rank's own seconds per step over the window ending here (its data and its forward pass), "
         'by rank, gathered by rank 0 (docs/jobs.md "Stragglers").',
     )
+    checkpoint_blocked_s: float | None = Field(
+        None,
+        ge=0,
+        le=1e7,
+        description="Seconds training was blocked by checkpoints since the previous metric point (rank 0's clock; "
+        'docs/jobs.md "Goodput").',
+    )
 
 
 class CheckpointEvent(_Strict):

@@ -258,6 +258,8 @@ class JobMetric(Base):
     epoch: Mapped[int] = mapped_column(Integer)
     step: Mapped[int] = mapped_column(Integer)
     values: Mapped[dict[str, Any]]
+    # Seconds checkpoints blocked training since the previous point (goodput's "checkpoint_blocking").
+    checkpoint_blocked_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

@@ -165,15 +165,17 @@ def progress_of_attempt(session: Session, job_id: str, attempt: int, limit: int 
 @dataclass
 class GoodputEvidence:
     """A job's evidence for ``orchestrator.services.goodput``: its history (oldest first, requests included),
-    when each committed checkpoint arrived, and each attempt's last report (metric point or checkpoint)."""
+    when each committed checkpoint arrived, each attempt's last report (metric point or checkpoint), and the
+    checkpoint blocking each metric point carried (when it arrived, seconds)."""
 
     history: list[JobEvent] = field(default_factory=list)
     checkpoints: list[datetime] = field(default_factory=list)
     last_report_of_attempt: dict[int, datetime] = field(default_factory=dict)
+    blocked: list[tuple[datetime, float]] = field(default_factory=list)
 
 
 def goodput_evidence(session: Session, job_ids: list[str]) -> dict[str, GoodputEvidence]:
-    """Each job's ``GoodputEvidence``, in three queries whatever the number of jobs (through the history's,
+    """Each job's ``GoodputEvidence``, in four queries whatever the number of jobs (through the history's,
     the checkpoints' and the metric points' job indexes)."""
     found = {job_id: GoodputEvidence() for job_id in job_ids}
     events = rows_for_ids(
@@ -200,6 +202,16 @@ def goodput_evidence(session: Session, job_ids: list[str]) -> dict[str, GoodputE
         JobMetric.job_id,
         job_ids,
     )
+    blocked = rows_for_ids(
+        session,
+        lambda condition: select(JobMetric.job_id, JobMetric.created_at, JobMetric.checkpoint_blocked_s).where(
+            condition, JobMetric.checkpoint_blocked_s > 0
+        ),
+        JobMetric.job_id,
+        job_ids,
+    )
+    for job_id, at, seconds in blocked:
+        found[job_id].blocked.append((at, seconds))
     for job_id, _attempt, at in checkpoints:
         found[job_id].checkpoints.append(at)
     for job_id, attempt, at in [*last_metrics, *checkpoints]:
@@ -230,15 +242,26 @@ def list_checkpoints(session: Session, job_id: str) -> list[Checkpoint]:
     return list(session.scalars(select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step)))
 
 
-def record_metrics(session: Session, job: Job, attempt: int, epoch: int, step: int, values: dict[str, Any]) -> None:
+def record_metrics(
+    session: Session,
+    job: Job,
+    attempt: int,
+    epoch: int,
+    step: int,
+    values: dict[str, Any],
+    checkpoint_blocked_s: float | None = None,
+) -> None:
     """Idempotent: a repeated point (same attempt and step) merges into the one already stored."""
     point = session.scalars(
         select(JobMetric).where(JobMetric.job_id == job.id, JobMetric.attempt == attempt, JobMetric.step == step)
     ).one_or_none()
     if point is None:
-        session.add(JobMetric(job_id=job.id, attempt=attempt, epoch=epoch, step=step, values=dict(values)))
+        point = JobMetric(job_id=job.id, attempt=attempt, epoch=epoch, step=step, values=dict(values))
+        session.add(point)
     else:
         point.values = {**point.values, **values}
+    if checkpoint_blocked_s is not None:
+        point.checkpoint_blocked_s = checkpoint_blocked_s  # set, not added: a retried point changes nothing
     job.latest_metrics = {**(job.latest_metrics or {}), **values, "epoch": epoch, "step": step}
 
 

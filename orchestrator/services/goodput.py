@@ -10,12 +10,14 @@ and where the rest went, read from its state history, its checkpoints and when i
     checkpoint (or its start) to its end, less its hang: training the next attempt redoes, or that is lost;
   - preemption: from a preemption's (or a deadline's, or a straggler restart's) ask to the stop (the checkpoint it
     writes on the way out);
-- kept: RUNNING time less hangs, recomputed and preemption; goodput = kept / held.
+  - checkpoint_blocking: the seconds kept training stood still for a checkpoint (a synchronous write, an
+    asynchronous one's snapshot), as rank 0 measured them and sent them with its next metric point; a point's
+    seconds count where the point arrived, and only in a RUNNING stretch's kept part (what a stretch redoes is
+    already lost as recomputed);
+- kept: RUNNING time less hangs, recomputed, preemption and checkpoint blocking; goodput = kept / held.
 
 A window [start, end) clips every stretch (``GET /v1/usage`` sums the jobs of a project, a label or a day this
 way); without one the whole life counts.
-
-Not measured yet: the time a checkpoint blocks training (inside RUNNING, so counted as kept).
 """
 
 from __future__ import annotations
@@ -46,10 +48,12 @@ class Goodput:
     hangs_s: float = 0.0
     recomputed_s: float = 0.0
     preemption_s: float = 0.0
+    checkpoint_blocking_s: float = 0.0
 
     @property
     def kept_s(self) -> float:
-        return max(self.running_s - self.hangs_s - self.recomputed_s - self.preemption_s, 0.0)
+        lost = self.hangs_s + self.recomputed_s + self.preemption_s + self.checkpoint_blocking_s
+        return max(self.running_s - lost, 0.0)
 
     @property
     def goodput(self) -> float | None:
@@ -77,13 +81,16 @@ def measure(
     last_report_of_attempt: dict[int, datetime],
     now: datetime,
     window: Window = None,
+    blocked: Iterable[tuple[datetime, float]] = (),
 ) -> Goodput:
     """``history``: the job's rows oldest first (``to_state``, ``reason``, ``attempt``, ``created_at``), requests
     included; ``checkpoints_at``: when each committed checkpoint arrived; ``last_report_of_attempt``: when each
-    attempt's last report (metric point or checkpoint) arrived. A job still active counts up to ``now``; only
-    what lies in ``window`` counts."""
+    attempt's last report (metric point or checkpoint) arrived; ``blocked``: (when a metric point arrived, the
+    seconds checkpoints blocked training before it). A job still active counts up to ``now``; only what lies in
+    ``window`` counts."""
     rows = list(history)
     checkpoints = sorted(checkpoints_at)
+    blocked = list(blocked)
     result = Goodput()
     state, since, attempt = None, None, 0
     stop_asked: datetime | None = None
@@ -103,10 +110,14 @@ def measure(
                 result.restarts_s += seconds
             elif state == S.RUNNING:
                 result.running_s += seconds
+                kept_until = at
                 if row is not None and row.to_state in ENDS_SHORT:
-                    _stretch_ended_short(
+                    kept_until = _stretch_ended_short(
                         result, since, at, row, attempt, checkpoints, last_report_of_attempt, stop_asked, window
                     )
+                result.checkpoint_blocking_s += sum(
+                    s for arrived, s in blocked if since <= arrived <= kept_until and _inside(arrived, window)
+                )
         if row is None:
             break
         if row.to_state != S.RUNNING:
@@ -125,10 +136,11 @@ def _stretch_ended_short(
     last_report_of_attempt: dict[int, datetime],
     stop_asked: datetime | None,
     window: Window,
-) -> None:
+) -> datetime:
     """A RUNNING stretch from ``start`` to ``end`` that ``row`` ended short: its hang (from its last report), its
     stop when it was asked to (a preemption, a deadline: from the ask), and the training before those since its
-    last checkpoint (a stop's own checkpoint, written after the ask, leaves none)."""
+    last checkpoint (a stop's own checkpoint, written after the ask, leaves none). Returns where its kept part
+    ends."""
     trained_until = end
     if row.reason == HUNG:
         last = min(max(start, last_report_of_attempt.get(attempt, start)), end)
@@ -139,6 +151,11 @@ def _stretch_ended_short(
         trained_until = min(trained_until, stop_asked)
     kept_until = max([start, *(at for at in checkpoints if start <= at <= end)])
     result.recomputed_s += _seconds(kept_until, trained_until, window)
+    return min(kept_until, trained_until)
+
+
+def _inside(at: datetime, window: Window) -> bool:
+    return window is None or window[0] <= at < window[1]
 
 
 def goodput_of(session: Session, job_id: str, now: datetime | None = None) -> GoodputOut:
@@ -156,7 +173,7 @@ def measure_jobs(
     total = Goodput()
     for job_id, window in jobs:
         found = evidence[job_id]
-        total.add(measure(found.history, found.checkpoints, found.last_report_of_attempt, now, window))
+        total.add(measure(found.history, found.checkpoints, found.last_report_of_attempt, now, window, found.blocked))
     return total
 
 
@@ -172,5 +189,6 @@ def as_out(measured: Goodput) -> GoodputOut:
             hangs_s=measured.hangs_s,
             recomputed_s=measured.recomputed_s,
             preemption_s=measured.preemption_s,
+            checkpoint_blocking_s=measured.checkpoint_blocking_s,
         ),
     )

@@ -68,7 +68,9 @@ def apply_events(
     applied = 0
     for event in batch.events:
         if isinstance(event, MetricsEvent):
-            jobs_repo.record_metrics(session, job, batch.attempt, event.epoch, event.step, event.values)
+            jobs_repo.record_metrics(
+                session, job, batch.attempt, event.epoch, event.step, event.values, event.checkpoint_blocked_s
+            )
             if event.rank_step_s:  # each rank's own time per step in the window (services.stragglers)
                 stragglers.observe(session, job, event.step, event.rank_step_s, straggler_windows)
             applied += 1

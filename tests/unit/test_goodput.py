@@ -93,6 +93,25 @@ def test_a_stop_that_never_checkpointed_redoes_the_training_before_the_ask():
     assert (measured.preemption_s, measured.recomputed_s, measured.kept_s) == (60.0, 15.0, 25.0)
 
 
+def test_checkpoint_blocking_counts_in_the_kept_part_only_and_where_its_point_arrived():
+    history = [
+        Row(S.QUEUED, 0, "submitted", 0),
+        Row(S.STARTING, 0, "admitted"),
+        Row(S.RUNNING, 10, "training_started"),
+        Row(S.RESTARTING, 70, "worker_died"),  # the last checkpoint at 50: 20 s redone
+        Row(S.RUNNING, 75, "training_started", 2),
+        Row(S.SUCCEEDED, 100, "completed", 2),
+    ]
+    # Points that carried checkpoint blocking: 2 s at 30 and 3 s at 50 (kept), 4 s at 60 (after the last checkpoint:
+    # already lost as recomputed, not twice), 1 s at 99 in attempt 2.
+    blocked = [(at(30), 2.0), (at(50), 3.0), (at(60), 4.0), (at(99), 1.0)]
+    measured = measure(history, [at(50), at(90)], {1: at(60), 2: at(99)}, now=at(1000), blocked=blocked)
+    assert measured.checkpoint_blocking_s == 6.0 and measured.recomputed_s == 20.0
+    assert measured.kept_s == 85.0 - 20.0 - 6.0
+    windowed = measure(history, [at(50), at(90)], {}, now=at(1000), window=(at(40), at(100)), blocked=blocked)
+    assert windowed.checkpoint_blocking_s == 4.0  # 3 s at 50, 1 s at 99; the one at 30 is outside
+
+
 def test_nothing_held_yet_has_no_goodput():
     measured = measure([Row(S.QUEUED, 0, "submitted", 0)], [], {}, now=at(100))
     assert (measured.held_s, measured.goodput) == (0.0, None)
@@ -115,5 +134,31 @@ def test_the_goodput_route_of_a_job_that_hung(app, client, backend):
     # It ran only between its running report and its metric (two requests; seconds on a loaded CI machine), not 30 s.
     assert body["lost"]["recomputed_s"] == pytest.approx(0.0, abs=3.0), body
     assert 0.0 <= body["goodput"] < 0.1 and body["held_s"] >= body["running_s"] >= 30.0, body
-    assert set(body["lost"]) == {"start_up_s", "restarts_s", "hangs_s", "recomputed_s", "preemption_s"}
+    assert set(body["lost"]) == {
+        "start_up_s",
+        "restarts_s",
+        "hangs_s",
+        "recomputed_s",
+        "preemption_s",
+        "checkpoint_blocking_s",
+    }
     assert client.get("/v1/jobs/nope/goodput", headers=auth(ADMIN)).status_code == 404
+
+
+def test_the_checkpoint_blocking_a_run_reports_is_lost_time_of_its_goodput(app, client, backend):
+    """Through the events route: the seconds on a metric point are stored with it and counted, a retried point
+    does not count them twice, and a negative figure is a 422."""
+    job_id, token = running(app, client, backend)
+    blocked = {**metric(1), "checkpoint_blocked_s": 1.5}
+    post(client, job_id, token, 1, blocked)
+    post(client, job_id, token, 1, blocked)  # a retried batch
+    post(client, job_id, token, 1, {**metric(2), "checkpoint_blocked_s": 0.5})
+    body = client.get(f"/v1/jobs/{job_id}/goodput", headers=auth(ADMIN)).json()
+    assert body["lost"]["checkpoint_blocking_s"] == pytest.approx(2.0), body
+    assert body["kept_s"] == pytest.approx(max(body["running_s"] - 2.0, 0.0), abs=0.5), body
+    bad = client.post(
+        f"/internal/v1/jobs/{job_id}/events",
+        json={"attempt": 1, "events": [{**metric(3), "checkpoint_blocked_s": -1}]},
+        headers=auth(token),
+    )
+    assert bad.status_code == 422, bad.text

@@ -133,6 +133,12 @@ def example_code(monkeypatch):
     sys.modules.pop("serve", None)
 
 
+def reports(reporter: RecordingReporter) -> list[MetricsEvent]:
+    """The metric points of the function's reports (not the last checkpoint's blocking, sent when main returned,
+    with no values)."""
+    return [e for e in reporter.events if isinstance(e, MetricsEvent) and e.values]
+
+
 class Killed(Exception):
     pass
 
@@ -157,8 +163,11 @@ def test_a_function_trains_reports_checkpoints_and_resumes_exactly(example_code,
     reporter = RecordingReporter()
     result = run_function(function_config(epochs=4), straight, reporter)
     assert isinstance(reporter.events[0], StateEvent) and reporter.events[0].state == "running"
-    metrics = [e for e in reporter.events if isinstance(e, MetricsEvent)]
+    metrics = reports(reporter)
     assert [(e.epoch, e.step) for e in metrics] == [(1, 1), (2, 2), (3, 3), (4, 4)]
+    # The last checkpoint's blocking (goodput), once main returned: a point with no values at the last step.
+    last = reporter.events[-1]
+    assert (last.values, last.step) == ({}, 4) and last.checkpoint_blocked_s > 0
     assert metrics[-1].values["val_accuracy"] > 0.8 and result == {**metrics[-1].values, "epoch": 4, "step": 4}
     assert len(straight.checkpoints) == 4 and all(verify_checkpoint(c) for c in straight.checkpoints)
     final = straight.checkpoints[-1]
@@ -178,7 +187,7 @@ def test_a_function_trains_reports_checkpoints_and_resumes_exactly(example_code,
     resumed_reporter = RecordingReporter()
     resumed = LocalContext(tmp_path / "resumed", resume_from=survivor)
     assert run_function(function_config(epochs=4), resumed, resumed_reporter) == result
-    assert [(e.epoch, e.step) for e in resumed_reporter.events if isinstance(e, MetricsEvent)] == [(3, 3), (4, 4)]
+    assert [(e.epoch, e.step) for e in reports(resumed_reporter)] == [(3, 3), (4, 4)]
     state = torch.load(resumed.checkpoints[-1] / "state.pt", weights_only=True)["model"]
     assert_same_state(torch.load(final / "state.pt", weights_only=True)["model"], state, atol=0)
 
@@ -212,7 +221,7 @@ def test_should_preempt_checkpoints_and_returns_preempted_and_the_resume_is_exac
     reporter = RecordingReporter()
     result = run_function(function_config(epochs=4), preempted, reporter)
     assert result[PREEMPTED_KEY] == 3 and (result["epoch"], result["step"]) == (2, 3)
-    assert [(e.epoch, e.step) for e in reporter.events if isinstance(e, MetricsEvent)] == [(1, 1), (2, 2), (2, 3)]
+    assert [(e.epoch, e.step) for e in reports(reporter)] == [(1, 1), (2, 2), (2, 3)]
     assert preempted.asked == 2 * 8 + 4  # it stopped at the first step that was told: no step after it
     checkpoint = latest_checkpoint(tmp_path / "preempted")
     state = torch.load(checkpoint / "state.pt", weights_only=True)
@@ -222,7 +231,7 @@ def test_should_preempt_checkpoints_and_returns_preempted_and_the_resume_is_exac
     resumed_reporter = RecordingReporter()
     result = run_function(function_config(epochs=4), resumed, resumed_reporter)
     assert PREEMPTED_KEY not in result
-    assert [(e.epoch, e.step) for e in resumed_reporter.events if isinstance(e, MetricsEvent)] == [(3, 4), (4, 5)]
+    assert [(e.epoch, e.step) for e in reports(resumed_reporter)] == [(3, 4), (4, 5)]
     assert result == {**expected, "step": 5}  # the same final metrics; one report more (the preemption's)
     final = torch.load(resumed.checkpoints[-1] / "state.pt", weights_only=True)["model"]
     assert_same_state(torch.load(straight.checkpoints[-1] / "state.pt", weights_only=True)["model"], final, atol=0)
@@ -278,8 +287,10 @@ def test_a_function_reporting_its_epoch_in_the_metrics_dict_runs_to_the_end(tmp_
     ctx = LocalContext(tmp_path)
     reporter = RecordingReporter()
     result = run_function(function_config(f"{__name__}:ray_train_style", epochs=3), ctx, reporter)
-    metrics = [e for e in reporter.events if isinstance(e, MetricsEvent)]
+    metrics = [e for e in reports(reporter)]
     assert [(e.epoch, e.step) for e in metrics] == RAY_STYLE_POSITIONS
+    # Each report's checkpoint blocked main for a moment; its seconds ride the next report (goodput).
+    assert [bool(e.checkpoint_blocked_s) for e in metrics] == [False, True, True, True]
     assert [e.values for e in metrics] == [{"loss": 1.0}, {"loss": 0.5}, {"loss": 1 / 3}, {"loss": 0.1}]
     assert result == {"loss": 0.1, "epoch": 2, "step": 10}
     # What the checkpoints carry (Ray Train's report): the metric beside the position, once each.
@@ -295,7 +306,7 @@ def test_the_position_may_be_in_the_dict_or_the_keywords_but_not_two_different_o
     ctx.report({"loss": 0.8, "step": 7}, epoch=2)  # one in each
     ctx.report({"loss": 0.7, "epoch": torch.tensor(3)})  # a whole number in a one-element tensor
     assert ctx.result() == {"loss": 0.7, "epoch": 3, "step": 8}
-    events = [e for e in ctx._reporter.events if isinstance(e, MetricsEvent)]
+    events = reports(ctx._reporter)
     assert [(e.epoch, e.step) for e in events] == [(1, 1), (1, 2), (2, 7), (3, 8)]
     assert all(set(e.values) == {"loss"} for e in events)
     for metrics, position, message in [
@@ -369,7 +380,7 @@ def _two_ranks_ray_train_style(root: str) -> dict:
     reporter = RecordingReporter()
     config = function_config(f"{__name__}:ray_train_style", world_size=2, epochs=3)
     result = run_function(config, ctx, reporter)
-    metrics = [(e.epoch, e.step) for e in reporter.events if isinstance(e, MetricsEvent)]
+    metrics = [(e.epoch, e.step) for e in reports(reporter)]
     return {"result": result, "metrics": metrics, "reported": ctx.reported, "checkpoints": ctx.checkpoints}
 
 
@@ -392,7 +403,8 @@ def test_on_two_ranks_ddp_wraps_shards_are_disjoint_and_a_checkpoint_has_both_pa
     for epoch in range(2):  # disjoint, together the whole set, reshuffled per epoch
         assert sorted(rank0["seen"][epoch] + rank1["seen"][epoch]) == list(range(64))
     assert rank0["seen"][0] != rank0["seen"][1]
-    assert rank0["events"] == 3 and rank1["events"] == 0  # running + 2 epochs, from rank 0 only
+    # running, 2 epochs and the last checkpoint's blocking, from rank 0 only
+    assert rank0["events"] == 4 and rank1["events"] == 0
     assert rank0["result"]["epoch"] == 2
     checkpoint = latest_checkpoint(tmp_path / "ckpt")
     verification = verify_checkpoint(checkpoint)
@@ -435,7 +447,7 @@ def _two_ranks_one_slow(root: str) -> dict:
     stragglers.PUBLISH_EVERY_S = 0.0  # every forward: rank 1 has published step k before rank 0's report of it
     reporter = RecordingReporter()
     run_function(function_config(f"{__name__}:slow_rank_one", world_size=2, epochs=1), LocalContext(root), reporter)
-    return [e.rank_step_s for e in reporter.events if isinstance(e, MetricsEvent)]
+    return [e.rank_step_s for e in reports(reporter)]
 
 
 def test_a_functions_slow_rank_is_timed_with_no_code_of_its_own(tmp_path):

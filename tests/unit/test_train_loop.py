@@ -85,6 +85,17 @@ def test_loop_emits_running_then_step_and_epoch_metrics(first_run):
     assert all(e.values["samples_per_s"] > 0 for e in steps)
 
 
+def test_the_seconds_checkpoints_blocked_training_ride_the_next_metric_point(first_run):
+    """Goodput's checkpoint blocking: each epoch's checkpoint's seconds go with the next metric point, the last
+    one's with a point of its own at the last step (no values: it merges into that step's point)."""
+    events = [e for e in first_run.reporter.events if isinstance(e, MetricsEvent)]
+    blocked = [e for e in events if e.checkpoint_blocked_s]
+    assert len(blocked) == EPOCHS and all(0 < e.checkpoint_blocked_s < 60 for e in blocked)
+    assert [e.step > epoch * STEPS_PER_EPOCH for epoch, e in enumerate(blocked[:-1], start=1)] == [True] * (EPOCHS - 1)
+    last = events[-1]
+    assert (last.values, last.step, last is blocked[-1]) == ({}, EPOCHS * STEPS_PER_EPOCH, True)
+
+
 def test_learning_rate_warms_up_to_the_scaled_rate(first_run, caplog):
     # scaled: 0.05 for batch 64 -> 0.025 for batch 32; linear warmup over 20 steps
     rates = [e.values["lr"] for e in step_events(first_run.reporter)[:3]]

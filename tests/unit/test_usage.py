@@ -210,7 +210,14 @@ def test_goodput_is_summed_per_group_and_clipped_to_the_window(client, world):
     jobs = by_key(usage(client, group_by="job", **window))
     a = jobs[world["a"]]["goodput"]
     assert (a["held_s"], a["kept_s"], a["goodput"]) == (300, 240, pytest.approx(0.8))
-    assert a["lost"] == {"start_up_s": 10, "restarts_s": 20, "hangs_s": 0, "recomputed_s": 30, "preemption_s": 0}
+    assert a["lost"] == {
+        "start_up_s": 10,
+        "restarts_s": 20,
+        "hangs_s": 0,
+        "recomputed_s": 30,
+        "preemption_s": 0,
+        "checkpoint_blocking_s": 0,
+    }
     assert (jobs[world["b"]]["goodput"]["kept_s"], jobs[world["b"]]["goodput"]["lost"]["recomputed_s"]) == (0, 100)
 
     projects = by_key(usage(client, group_by="project", **window))

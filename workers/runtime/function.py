@@ -33,6 +33,7 @@ import math
 import numbers
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,7 @@ class TrainContext:
         self._flag = SharedFlag(self.world_size)
         self._own_time = FunctionOwnTime(self.device, self.rank, self.world_size)  # stragglers: see its docstring
         self.preempted = False  # should_preempt() said True: main is expected to checkpoint and return
+        self._blocked_s = 0.0  # seconds checkpoints blocked main since the last metric point (goodput)
 
     # --- the model and the data ---------------------------------------------------------------------
 
@@ -185,14 +187,25 @@ class TrainContext:
         self.epoch = self.epoch if epoch is None else epoch
         self.step = self.step + 1 if step is None else step
         if self._reporter is not None and values:
-            rank_step_s = self._own_time.gather()
             self._reporter.emit(
-                MetricsEvent(epoch=max(self.epoch, 0), step=max(self.step, 0), values=values, rank_step_s=rank_step_s)
+                MetricsEvent(
+                    epoch=max(self.epoch, 0),
+                    step=max(self.step, 0),
+                    values=values,
+                    rank_step_s=self._own_time.gather(),
+                    checkpoint_blocked_s=self._take_blocked(),
+                )
             )
         self._last = values
         if checkpoint_dir is None:
             return
-        folder = Path(checkpoint_dir)
+        started = time.perf_counter()  # goodput's checkpoint blocking: from here to the return, on every rank
+        try:
+            self._checkpoint(Path(checkpoint_dir), values)
+        finally:
+            self._blocked_s += time.perf_counter() - started
+
+    def _checkpoint(self, folder: Path, values: dict[str, float]) -> None:
         if not folder.is_dir():
             raise ValueError(f"checkpoint_dir {str(folder)!r} is not a folder: write the checkpoint's files into one")
         others = [p.name for p in (folder / MANIFEST_DIR).glob("rank-*.json") if p.name != manifest_name(self.rank)]
@@ -239,8 +252,19 @@ class TrainContext:
         checkpoint's upload (the run's result names it)."""
         self._flag.close()
         if self._in_flight is not None:
+            started = time.perf_counter()
             self._loop.wait_committed(self._in_flight)
             self._in_flight = None
+            self._blocked_s += time.perf_counter() - started
+        blocked = self._take_blocked()
+        if self._reporter is not None and blocked:  # the last checkpoint's: into the last report's point
+            self._reporter.emit(
+                MetricsEvent(epoch=max(self.epoch, 0), step=max(self.step, 0), values={}, checkpoint_blocked_s=blocked)
+            )
+
+    def _take_blocked(self) -> float | None:
+        seconds, self._blocked_s = self._blocked_s, 0.0
+        return seconds or None
 
     def restore(self) -> str | None:
         """A local folder holding the latest committed checkpoint (that verifies), or None on a fresh start.

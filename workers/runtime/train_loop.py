@@ -150,6 +150,7 @@ class _Loop:
         self.poller = None  # this rank's ControlPoller (rank 0's hears a preemption)
         self.stop_after_epoch = False  # preempted at an epoch's last step: checkpoint at its end, then stop
         self.own_time = OwnTime(ctx.device)  # this rank's own time in the metric window (stragglers)
+        self.checkpoint_blocked_s = 0.0  # since the last metric point (goodput)
         self.writer = CheckpointWriter(ctx)  # asynchronous checkpoints: at most one in flight
         self.background_checkpoints = True  # False (sweep trials): checkpoint.async uploads in the background only
 
@@ -170,7 +171,7 @@ class _Loop:
 
     def _preemption_checkpoint(self, metrics: dict[str, float]) -> None:
         """The checkpoint outside the schedule, committed (registered by Ray Train) before training stops."""
-        self._checkpoint(metrics, committed=True)
+        self._timed_checkpoint(metrics, committed=True)
         if self.ctx.rank == 0:
             log.info("preempted: checkpointed at epoch %d, step %d; stopping", self.position.epoch, self.position.step)
         raise Preempted
@@ -222,7 +223,11 @@ class _Loop:
             if self.ctx.rank == 0:
                 log.info("%s", epoch_line(epoch, spec.epochs, self.position.step, metrics, self.epoch_throughput[-1]))
             if self.reporter is not None:
-                self.reporter.emit(MetricsEvent(epoch=epoch, step=self.position.step, values=metrics))
+                self.reporter.emit(
+                    MetricsEvent(
+                        epoch=epoch, step=self.position.step, values=metrics, checkpoint_blocked_s=self._take_blocked()
+                    )
+                )
             every_epochs, every_steps = spec.checkpoint.every_epochs, spec.checkpoint.every_steps
             if self.stop_after_epoch and epoch < spec.epochs:
                 self._preemption_checkpoint({**metrics, "samples_per_s": self.samples_per_s()})
@@ -231,10 +236,15 @@ class _Loop:
                 or (every_epochs and epoch % every_epochs == 0)
                 or (every_steps and self.position.step % every_steps == 0)  # deferred to here, with metrics
             ):
-                self._checkpoint({**metrics, "samples_per_s": self.samples_per_s()})
+                self._timed_checkpoint({**metrics, "samples_per_s": self.samples_per_s()})
             self.position = Position(epoch + 1, 0, self.position.step)
             self.epoch_loss = self._zeros(2)
         self.writer.wait()  # nothing in flight once training ends
+        blocked = self._take_blocked()
+        if self.reporter is not None and blocked:  # the last checkpoint's: into the last point (the same step)
+            self.reporter.emit(
+                MetricsEvent(epoch=spec.epochs, step=self.position.step, values={}, checkpoint_blocked_s=blocked)
+            )
         return {**metrics, "samples_per_s": self.samples_per_s()}
 
     def samples_per_s(self) -> float:
@@ -276,7 +286,7 @@ class _Loop:
             if every_steps and self.position.step % every_steps == 0:
                 if self.position.epoch_steps < self.batches.steps_per_epoch:  # else at the epoch's end
                     started = time.perf_counter()
-                    self._checkpoint({})
+                    self._timed_checkpoint({})
                     paused += time.perf_counter() - started
             if not self.stop_after_epoch and self._preempt_requested():
                 if self.position.epoch_steps < self.batches.steps_per_epoch:
@@ -306,7 +316,13 @@ class _Loop:
             per_step = [seconds / max(steps / self.ctx.world_size, 1) for seconds in own_s]
             rank_step_s = per_step if self.ctx.world_size > 1 else None
             self.reporter.emit(
-                MetricsEvent(epoch=self.position.epoch, step=self.position.step, values=values, rank_step_s=rank_step_s)
+                MetricsEvent(
+                    epoch=self.position.epoch,
+                    step=self.position.step,
+                    values=values,
+                    rank_step_s=rank_step_s,
+                    checkpoint_blocked_s=self._take_blocked(),
+                )
             )
 
     def _epoch_metrics(self) -> dict[str, float]:
@@ -356,6 +372,19 @@ class _Loop:
         return torch.cat([sums, metric_sums])
 
     # --- checkpoints --------------------------------------------------------------------------------
+
+    def _timed_checkpoint(self, metrics: dict[str, float], committed: bool = False) -> None:
+        """``_checkpoint``, its seconds added to the ones the next metric point reports (goodput's checkpoint
+        blocking: the same on every rank, as every rank's checkpoint ends at the same barrier)."""
+        started = time.perf_counter()
+        try:
+            self._checkpoint(metrics, committed)
+        finally:
+            self.checkpoint_blocked_s += time.perf_counter() - started
+
+    def _take_blocked(self) -> float | None:
+        seconds, self.checkpoint_blocked_s = self.checkpoint_blocked_s, 0.0
+        return seconds or None
 
     def _checkpoint(self, metrics: dict[str, float], committed: bool = False) -> None:
         # Every rank writes its part into its own folder and reports it (Ray Train's report is a barrier).

@@ -132,6 +132,11 @@ class LostTime(BaseModel):
         "preemption, a failure): redone by the next attempt, or lost."
     )
     preemption_s: float = Field(description="From a preemption's (or a deadline's) ask to the stop.")
+    checkpoint_blocking_s: float = Field(
+        0.0,
+        description="Training stopped while a kept checkpoint was taken (a synchronous write, or an asynchronous "
+        "one's snapshot), as the run's rank 0 measured it.",
+    )
 
 
 class GoodputOut(BaseModel):
