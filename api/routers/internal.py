@@ -113,14 +113,18 @@ def post_events(
 
 
 @sweeps_router.get("/{sweep_id}/assignment", summary="A sweep driver's assignment (internal)")
-def sweep_assignment(sweep_id: str, sweep: SweepCaller, attempt: int, service: ControlPlaneDep) -> SweepAssignment:
-    """For the sweep's own driver (its run token): the spec and the storage path of this attempt."""
+def sweep_assignment(
+    sweep_id: str, sweep: SweepCaller, attempt: int, session: SessionDep, service: ControlPlaneDep
+) -> SweepAssignment:
+    """For the sweep's own driver (its run token): the spec and the storage path of this attempt, and the bad
+    nodes its trials' workers must avoid."""
     _current_attempt(sweep, attempt)
     return SweepAssignment(
         sweep_id=sweep.id,
         attempt=sweep.attempt,
         spec=SweepSpec.model_validate(sweep.spec),
         storage_path=service.settings.storage_path,
+        avoid_nodes=bad_nodes.nodes_to_avoid(session, service.settings, service.backend, sweep, SWEEPS.demand(sweep)),
     )
 
 

@@ -389,6 +389,10 @@ class SweepAssignment(BaseModel):
     attempt: int
     spec: SweepSpec
     storage_path: str = Field(description="The sweep's folder is <storage_path>/<sweep_id>.")
+    avoid_nodes: list[str] = Field(
+        default_factory=list,
+        description='Ray node ids no trial\'s workers may be placed on (bad nodes: docs/jobs.md "Bad nodes").',
+    )
 
 
 TrialReportedState = Literal["pending", "running", "succeeded", "stopped", "failed"]

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.admission import Demand
 from orchestrator.backend import BackendUnavailable, ClusterBackend, ClusterNode
-from orchestrator.db.models import Job, NodeFault, utcnow
+from orchestrator.db.models import Job, NodeFault, Sweep, utcnow
 from orchestrator.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -120,12 +120,12 @@ def excluded_until(times: list[datetime], faults: int, window: timedelta, cooldo
 
 
 def nodes_to_avoid(
-    session: Session, settings: Settings, backend: ClusterBackend, job: Job, demand: Demand
+    session: Session, settings: Settings, backend: ClusterBackend, job: Job | Sweep, demand: Demand
 ) -> list[str]:
-    """What a new attempt of ``job`` must not be placed on (``DriverAssignment.avoid_nodes``): the bad nodes, and
-    with ``failure.on_straggler: restart`` the nodes the job itself straggled on, that are alive; unless the other
-    alive nodes cannot hold ``demand`` (the run would wait for ever: it is placed on them all instead); none while
-    Ray does not answer."""
+    """What a new attempt of ``job`` (or of a sweep: its trials) must not be placed on (``DriverAssignment`` and
+    ``SweepAssignment.avoid_nodes``): the bad nodes, and with ``failure.on_straggler: restart`` the nodes the job
+    itself straggled on, that are alive; unless the other alive nodes cannot hold ``demand`` (the run would wait
+    for ever: it is placed on them all instead); none while Ray does not answer."""
     bad = {node.node_id for node in bad_nodes(session, settings)} | straggled_on(session, job)
     if not bad:
         return []
@@ -137,7 +137,7 @@ def nodes_to_avoid(
     return avoid_nodes(bad, alive, demand)
 
 
-def straggled_on(session: Session, job: Job) -> set[str]:
+def straggled_on(session: Session, job: Job | Sweep) -> set[str]:
     """The nodes ``job`` had a straggler on (faults not cleared), when its policy is to restart away from them."""
     if ((job.spec or {}).get("failure") or {}).get("on_straggler") != "restart":
         return set()

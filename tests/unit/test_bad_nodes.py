@@ -14,8 +14,8 @@ from orchestrator.backend import ClusterNode, RunStatus
 from orchestrator.db.models import Job, NodeFault
 from orchestrator.services.bad_nodes import avoid_nodes, bad_nodes, excluded_until, node_of_rank
 from orchestrator_contract.jobs import DriverExit, ScalingSpec
-from tests.unit.api_helpers import ADMIN, auth, driver_exits, make_project, run_token, submit, tick
-from tests.unit.test_deadlines import running
+from tests.unit.api_helpers import ADMIN, auth, blame_node, driver_exits, make_project, run_token, submit, tick
+from tests.unit.test_deadlines import SWEEP_BODY, running
 from tests.unit.test_hangs import HUNG_SPEC, age, metric, post, reconcile, stacks_of, wanted
 from tests.unit.test_stragglers import window
 
@@ -216,3 +216,30 @@ def test_a_node_ray_does_not_list_for_the_job_is_never_blamed(app, client, backe
         job = session.get(Job, job_id)
         assert job.rank_nodes == {"attempt": 1, "nodes": ["node-head", ""], "verified": True}
         assert node_of_rank(job, 0) == "node-head" and node_of_rank(job, 1) is None
+
+
+def test_a_sweeps_trials_avoid_the_bad_nodes_the_sweep_assignment_names(app, client, backend):
+    """Sweep trials are placed by Ray Tune, each a Ray Train run: the sweep driver's assignment names the bad nodes,
+    and every trial's ScalingConfig keeps off them (``workers.tune.tuner._trainer``), under the jobs' rule."""
+    backend.node_ids = list(NODES)
+    blame_node(app.state.service.sessions, "node-a", "some-job")
+    sweep_id, _ = running(app, client, backend, "sweeps", **SWEEP_BODY)
+    token = run_token(client, backend, f"{sweep_id}-1")
+    answer = client.get(f"/internal/v1/sweeps/{sweep_id}/assignment", params={"attempt": 1}, headers=auth(token))
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["avoid_nodes"] == ["node-a"]
+    backend.node_ids = ["node-a"]  # the only node: the sweep would wait for ever, so nothing is avoided
+    answer = client.get(f"/internal/v1/sweeps/{sweep_id}/assignment", params={"attempt": 1}, headers=auth(token))
+    assert answer.json()["avoid_nodes"] == []
+
+
+def test_a_trials_train_run_keeps_off_the_nodes_it_is_given(tmp_path):
+    from orchestrator_contract.jobs import JobSpec
+    from ray.train import UserCallback
+
+    from workers.tune.tuner import _trainer
+
+    spec = JobSpec.model_validate(SWEEP_BODY["base"])
+    trainer = _trainer(spec, "trial-1", str(tmp_path), UserCallback(), avoid_nodes=["node-a", "node-b"])
+    assert trainer.scaling_config.label_selector == {"ray.io/node-id": "!in(node-a,node-b)"}
+    assert not _trainer(spec, "trial-1", str(tmp_path), UserCallback()).scaling_config.label_selector

@@ -35,7 +35,9 @@ log = logging.getLogger("workers.tune.driver")
 def build_tuner(assignment: SweepAssignment, callbacks: list, control: SweepControl | None = None) -> tune.Tuner:
     spec, sweep_id = assignment.spec, assignment.sweep_id
     folder = sweep_folder(assignment.storage_path, sweep_id)
-    fn = trainable(spec, assignment.storage_path, sweep_id, control.as_config() if control else None)
+    fn = trainable(
+        spec, assignment.storage_path, sweep_id, control.as_config() if control else None, assignment.avoid_nodes
+    )
     experiment = f"{folder}/{TUNE_EXPERIMENT}"
     if assignment.attempt > 1 and tune.Tuner.can_restore(experiment):
         log.info("sweep %s attempt %d: restoring Tune's experiment from %s", sweep_id, assignment.attempt, experiment)

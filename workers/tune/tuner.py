@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow.fs
@@ -172,6 +173,7 @@ def _trainer(
     callback: UserCallback,
     start_from: str | None = None,
     control: dict | None = None,
+    avoid_nodes: Sequence[str] = (),
 ):
     """One Train run of a trial, as a job's (``build_trainer``), with ``callback`` passing its epochs to Tune.
     Ray Train keeps every checkpoint, as for a job: the control plane's retention deletes what the trial
@@ -188,6 +190,7 @@ def _trainer(
         extra_callbacks=[callback],
         start_from=start_from,
         sweep_control=control,
+        avoid_nodes=avoid_nodes,
         # A trial's reports are Tune's results (its scheduler's input): made on the loop, as before the writer
         # thread; not yet run through the full suite from that thread (docs/jobs.md "Asynchronous checkpoints").
         background_checkpoints=False,
@@ -212,7 +215,13 @@ def _pause_if_preempted(result, control: dict | None, trial_id: str) -> None:
 
 
 def run_trial(
-    config: dict[str, Any], *, base: dict, trials_storage: str, pbt: bool = False, control: dict | None = None
+    config: dict[str, Any],
+    *,
+    base: dict,
+    trials_storage: str,
+    pbt: bool = False,
+    control: dict | None = None,
+    avoid_nodes: Sequence[str] = (),
 ) -> None:
     """The function trainable: one trial is one Ray Train run, named after Tune's trial id, so a trial that
     Tune restarts (a new sweep driver) resumes that run's latest checkpoint. PBT trials: ``run_pbt_trial``.
@@ -220,9 +229,9 @@ def run_trial(
     spec = trial_spec(JobSpec.model_validate(base), config)
     trial_id = ray.tune.get_context().get_trial_id()
     if pbt:
-        run_pbt_trial(spec, trial_id, trials_storage, control)
+        run_pbt_trial(spec, trial_id, trials_storage, control, avoid_nodes)
         return
-    trainer = _trainer(spec, trial_id, trials_storage, TrialReportCallback(), control=control)
+    trainer = _trainer(spec, trial_id, trials_storage, TrialReportCallback(), control=control, avoid_nodes=avoid_nodes)
     result = trainer.fit()
     _pause_if_preempted(result, control, trial_id)
     # A sweep driver killed after the trial's last epoch but before it passed that epoch on restores this
@@ -232,7 +241,9 @@ def run_trial(
         tune.report(_tune_result(result.metrics, result.checkpoint))
 
 
-def run_pbt_trial(spec: JobSpec, trial_id: str, trials_storage: str, control: dict | None = None) -> None:
+def run_pbt_trial(
+    spec: JobSpec, trial_id: str, trials_storage: str, control: dict | None = None, avoid_nodes: Sequence[str] = ()
+) -> None:
     """A PBT trial: reports every epoch to Tune with a Tune checkpoint, which PBT may clone into another trial.
 
     Started with a Tune checkpoint (PBT cloned another trial into this one, or a new sweep driver restored
@@ -247,7 +258,7 @@ def run_pbt_trial(spec: JobSpec, trial_id: str, trials_storage: str, control: di
         _copy_folder(cloned, start_from)
         log.info("trial %s: new Train run %s from %s", trial_id, run_name, cloned.path)
     results = Queue(maxsize=1, actor_options={"num_cpus": 0})  # owned by this trial: gone with it
-    trainer = _trainer(spec, run_name, trials_storage, CheckpointForwarder(results), start_from, control)
+    trainer = _trainer(spec, run_name, trials_storage, CheckpointForwarder(results), start_from, control, avoid_nodes)
     _pause_if_preempted(_fit_and_report(trainer, results), control, trial_id)
 
 
@@ -324,13 +335,21 @@ def tune_checkpoint_config(spec: SweepSpec) -> tune.CheckpointConfig | None:
     return None
 
 
-def trainable(spec: SweepSpec, storage_path: str, sweep_id: str, control: dict | None = None):
+def trainable(
+    spec: SweepSpec,
+    storage_path: str,
+    sweep_id: str,
+    control: dict | None = None,
+    avoid_nodes: Sequence[str] = (),
+):
+    """``avoid_nodes``: the attempt's bad nodes (``SweepAssignment.avoid_nodes``), which no trial's workers use."""
     fn = tune.with_parameters(
         run_trial,
         base=spec.base.model_dump(mode="json"),
         trials_storage=f"{storage_path.rstrip('/')}/{trials_folder(sweep_id)}",
         pbt=isinstance(spec.scheduler, PbtScheduler),
         control=control,
+        avoid_nodes=list(avoid_nodes),
     )
     # The trial's own actor only drives its TorchTrainer; the workers hold the real resources (their own
     # placement group, made by Ray Train), so the trial's asks no CPU.
