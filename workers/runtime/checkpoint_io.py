@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,22 +62,31 @@ def save_checkpoint(
     epoch_loss: torch.Tensor,
 ) -> None:
     """Write this rank's part, then its manifest. Every rank must call it (FSDP gathers are collectives)."""
-    directory = Path(directory)
-    if strategy == "fsdp":
-        import torch.distributed.checkpoint as dcp  # here, not at the top: see workers/runtime/distributed.py
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
+    files, sharded = checkpoint_state(
+        rank=rank, strategy=strategy, state=state, position=position, epoch_loss=epoch_loss
+    )
+    write_checkpoint_files(directory, files, rank=rank, world_size=world_size, sharded=sharded)
 
-        model_state, optimizer_state = get_state_dict(state.model, state.optimizer)
-        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=directory / SHARDED_DIR)
-        # The full model too, gathered here by the run that owns the shards: a replica then loads tensors only.
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        full = get_model_state_dict(state.model, options=options)  # a collective; only rank 0 receives it
-        files = checkpoint_files(rank=rank, strategy=strategy, state=state, position=position, epoch_loss=epoch_loss)
-        if rank == 0:
-            files[MODEL_FILE] = full
-    else:
-        files = checkpoint_files(rank=rank, strategy=strategy, state=state, position=position, epoch_loss=epoch_loss)
-    write_checkpoint_files(directory, files, rank=rank, world_size=world_size)
+
+def checkpoint_state(
+    *, rank: int, strategy: str, state: TrainState, position: Position, epoch_loss: torch.Tensor
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """This rank's part of a checkpoint, live (not a copy): ``checkpoint_files``, and for FSDP the state dict that
+    DCP saves into ``sharded/`` (this rank's shards of the model and optimizer, as DTensors) with rank 0's gathered
+    ``model.pt`` among the files; None for the others. Every rank must call it: FSDP's are collectives on the
+    training group, so it runs on the loop, an asynchronous checkpoint's too."""
+    files = checkpoint_files(rank=rank, strategy=strategy, state=state, position=position, epoch_loss=epoch_loss)
+    if strategy != "fsdp":
+        return files, None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
+
+    model_state, optimizer_state = get_state_dict(state.model, state.optimizer)
+    # The full model too, gathered here by the run that owns the shards: a replica then loads tensors only.
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    full = get_model_state_dict(state.model, options=options)  # a collective; only rank 0 receives it
+    if rank == 0:
+        files[MODEL_FILE] = full
+    return files, {"model": model_state, "optimizer": optimizer_state}
 
 
 def checkpoint_files(
@@ -127,6 +137,12 @@ class _HostCopier:
         self.storages: dict[tuple, Any] = {}
 
     def copy(self, value: Any) -> Any:
+        if _is_dtensor(value):  # FSDP's shards: this rank's local tensor copied, the same placement on the mesh
+            if id(value) not in self.tensors:
+                dtensor = sys.modules["torch.distributed.tensor"].DTensor
+                local = self.copy(value._local_tensor)  # as DCP's own stager copies it
+                self.tensors[id(value)] = dtensor(local, value._spec, requires_grad=False)
+            return self.tensors[id(value)]
         if isinstance(value, torch.Tensor):
             if id(value) not in self.tensors:
                 host = self._storage(value.untyped_storage())
@@ -152,10 +168,24 @@ class _HostCopier:
         return self.storages[key]
 
 
-def write_checkpoint_files(directory: str | os.PathLike, files: dict[str, Any], *, rank: int, world_size: int) -> None:
-    """``torch.save`` each of ``files`` into ``directory``, then this rank's manifest. No collective: it runs on
-    the training thread or, for an asynchronous checkpoint, on ``CheckpointWriter``'s."""
+def write_checkpoint_files(
+    directory: str | os.PathLike,
+    files: dict[str, Any],
+    *,
+    rank: int,
+    world_size: int,
+    sharded: dict[str, Any] | None = None,
+    process_group: Any = None,
+) -> None:
+    """``torch.save`` each of ``files`` into ``directory``, then this rank's manifest. It runs on the training thread
+    or, for an asynchronous checkpoint, on ``CheckpointWriter``'s. ``sharded`` (FSDP, ``checkpoint_state``): saved
+    first into ``sharded/`` with DCP, a collective on ``process_group`` (every rank calls it at the same checkpoint;
+    None: the default group, which only the training thread may use); nothing else here is a collective."""
     directory = Path(directory)
+    if sharded is not None:
+        import torch.distributed.checkpoint as dcp  # here, not at the top: see workers/runtime/distributed.py
+
+        dcp.save(sharded, checkpoint_id=directory / SHARDED_DIR, process_group=process_group)
     for relative, value in files.items():
         path = directory / relative
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -212,6 +242,12 @@ def restore_checkpoint(
     rank_state = load(rank_path)
     restore_rng(rank_state["rng"])
     return position, rank_state["epoch_loss"]
+
+
+def _is_dtensor(value: Any) -> bool:
+    """A DTensor; a process that never imported DTensor (a DDP run: it costs a second of CPU) has none."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(value, module.DTensor)
 
 
 def _rank_file(rank: int) -> str:

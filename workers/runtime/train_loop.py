@@ -21,12 +21,12 @@ from typing import Any, Protocol
 import torch
 
 from orchestrator_contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
-from workers.runtime.checkpoint_io import Position, checkpoint_files, restore_checkpoint, save_checkpoint
+from workers.runtime.checkpoint_io import Position, checkpoint_state, restore_checkpoint, save_checkpoint
 from workers.runtime.checkpoint_writer import CheckpointWriter
 from workers.runtime.context import LoopContext
 from workers.runtime.control import SharedFlag, control_poller, control_target
 from workers.runtime.data import TrainBatches, val_batches
-from workers.runtime.distributed import all_reduce_sum, unwrap
+from workers.runtime.distributed import all_reduce_sum, is_distributed, unwrap
 from workers.runtime.reporter import EventReporter
 from workers.runtime.rng import rank_seed, seed_everything
 from workers.runtime.step import TrainState, adopt_lr, autocast, build_train_state, optimizer_step
@@ -82,6 +82,7 @@ def run_training(config: dict, ctx: LoopContext, reporter: Reporter | None = Non
     with rank0_reporter(config, ctx.rank, reporter) as reporter:
         loop = _Loop(spec, plan, ctx, workload, state, batches, reporter)
         loop.background_checkpoints = config.get("background_checkpoints", True)
+        loop.start_writer()
         with ctx.resume_dir() as resume_dir:
             if resume_dir:  # last: the RNG states it restores are the next ones drawn
                 loop.resume(resume_dir)
@@ -153,6 +154,15 @@ class _Loop:
         self.checkpoint_blocked_s = 0.0  # since the last metric point (goodput)
         self.writer = CheckpointWriter(ctx)  # asynchronous checkpoints: at most one in flight
         self.background_checkpoints = True  # False (sweep trials): checkpoint.async uploads in the background only
+
+    def start_writer(self) -> None:
+        """On every rank, before training: an FSDP run whose checkpoints are written in the background gives the
+        writer a gloo group of its own for DCP's collectives (``dist.new_group`` is itself one, on every rank)."""
+        fsdp = self.plan.strategy == "fsdp" and is_distributed()
+        if fsdp and self.spec.checkpoint.async_ and self.background_checkpoints and self.writer.process_group is None:
+            import torch.distributed as dist
+
+            self.writer.process_group = dist.new_group(backend="gloo")
 
     def watch(self, watched: bool, poller) -> None:
         self.poller = poller
@@ -389,22 +399,24 @@ class _Loop:
     def _checkpoint(self, metrics: dict[str, float], committed: bool = False) -> None:
         # Every rank writes its part into its own folder and reports it (Ray Train's report is a barrier).
         # Asynchronous (checkpoint.async): the loop waits only for a snapshot of the state on the CPU; the writer's
-        # thread writes and reports it. FSDP's shards are written here (DCP's collectives run on the loop's group)
-        # and uploaded in the background. The run's last checkpoint and one it must wait for (a preemption's,
-        # wait_for_commit) are synchronous, after the one in flight.
+        # thread writes and reports it. FSDP's state dict and gathered model.pt are collectives on the training
+        # group, so they are taken here; the snapshot copies this rank's shards and the thread saves them with DCP
+        # on its own gloo group. The run's last checkpoint and one it must wait for (a preemption's,
+        # wait_for_commit) are synchronous, after the one in flight; so are the writes of sweep trials
+        # (background_checkpoints off), whose upload alone is asynchronous.
         final = self.position.epoch >= self.spec.epochs and self.position.epoch_steps >= self.batches.steps_per_epoch
         wait = committed or self.spec.checkpoint.wait_for_commit
         asynchronous = self.spec.checkpoint.async_ and not (wait or final)
         reported = {**metrics, "epoch": self.position.epoch, "step": self.position.step}
-        if asynchronous and self.background_checkpoints and self.plan.strategy != "fsdp":
-            files = checkpoint_files(
+        if asynchronous and self.background_checkpoints:
+            files, sharded = checkpoint_state(
                 rank=self.ctx.rank,
                 strategy=self.plan.strategy,
                 state=self.state,
                 position=self.position,
                 epoch_loss=self.epoch_loss,
             )
-            self.writer.submit(files, reported)
+            self.writer.submit(files, reported, sharded)
             return
         self.writer.wait()
         folder = tempfile.mkdtemp(prefix="checkpoint-")
