@@ -18,7 +18,7 @@ from orchestrator.control_plane import ControlPlane
 from orchestrator.db.models import Job, Sweep
 from orchestrator.errors import Conflict
 from orchestrator.limits import OverLimit, check_job_batch, check_sweep_batch
-from orchestrator.services import bad_nodes, hangs, reported_ends, run_claims
+from orchestrator.services import bad_nodes, deadlines, hangs, reported_ends, run_claims
 from orchestrator.services.job_events import RefusedEvent, apply_events
 from orchestrator.services.runs import JOBS, SWEEPS, RunKind
 from orchestrator.services.sweep_events import apply_sweep_events
@@ -129,12 +129,15 @@ def sweep_assignment(
 
 
 @sweeps_router.get("/{sweep_id}/control", summary="What the control plane asks of a running sweep (internal)")
-def sweep_control(sweep_id: str, sweep: SweepCaller, attempt: int) -> ControlSignal:
+def sweep_control(sweep_id: str, sweep: SweepCaller, attempt: int, session: SessionDep) -> ControlSignal:
     """For the sweep's own driver and its trials' rank 0 (the sweep's run token), polled while it runs:
-    ``checkpoint_now`` when the sweep is being preempted (``orchestrator.services.preemption``). A stale
-    attempt is 409."""
+    ``checkpoint_now`` when the sweep is being preempted (``orchestrator.services.preemption``), ``stop_trials``
+    those of its trials past their own deadline (``services.deadlines``). A stale attempt is 409."""
     _current_attempt(sweep, attempt)
-    return ControlSignal(checkpoint_now=sweep.preempt_requested_at is not None)
+    return ControlSignal(
+        checkpoint_now=sweep.preempt_requested_at is not None,
+        stop_trials=deadlines.trials_past_deadline(session, sweep),
+    )
 
 
 @sweeps_router.post("/{sweep_id}/events", summary="Report a sweep's events (internal)")

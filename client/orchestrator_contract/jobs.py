@@ -313,7 +313,8 @@ class JobSpec(_Strict):
         le=MAX_RUNTIME_S,
         description="A deadline: the seconds the job may spend RUNNING, summed over its attempts (time queued, "
         "starting or restarting is not counted). Past it the job checkpoints, stops and ends FAILED with reason "
-        "deadline_exceeded; its checkpoints are kept. null: no deadline.",
+        "deadline_exceeded; its checkpoints are kept. null: no deadline. In a sweep's base: each trial's (the time "
+        "it ran while its sweep was RUNNING).",
     )
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
     code: CodeSpec | None = Field(
@@ -446,6 +447,11 @@ class ControlSignal(BaseModel):
         None,
         description='Suspected hung (docs/jobs.md "Hangs"): every rank sends its Python stack once per value '
         "(a StacksEvent). Polled by every rank of a job.",
+    )
+    stop_trials: list[str] = Field(
+        default_factory=list,
+        description="A sweep's: the Ray Tune ids of its trials past their deadline (base.max_runtime_s; docs/jobs.md "
+        '"Deadlines"): each checkpoints at its next step, stops and ends FAILED deadline_exceeded.',
     )
 
 

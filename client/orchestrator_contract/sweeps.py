@@ -225,8 +225,7 @@ class SweepSpec(_Strict):
         le=MAX_RUNTIME_S,
         description="A deadline for the whole sweep: the seconds it may spend RUNNING, summed over its attempts. "
         "Past it the running trials checkpoint and stop, and the sweep ends FAILED with reason deadline_exceeded; "
-        "finished trials and every checkpoint are kept. null: no deadline. (Not in base: a deadline per trial is "
-        "not supported.)",
+        "finished trials and every checkpoint are kept. null: no deadline. Each trial's: base.max_runtime_s.",
     )
 
     @property
@@ -254,15 +253,10 @@ class SweepSpec(_Strict):
         return self
 
     def _check_base(self) -> None:
-        if self.base.max_runtime_s is not None:
-            raise ValueError(
-                "base.max_runtime_s: a deadline per trial is not supported; set max_runtime_s on the sweep "
-                "(a deadline for the whole sweep)"
-            )
         if self.base.failure.hang_timeout_s not in ("auto", None):
             raise ValueError(
                 "base.failure.hang_timeout_s: hang detection watches jobs, not a sweep's trials yet; leave it out "
-                "(a hung trial ends at the sweep's max_runtime_s)"
+                "(a hung trial ends at its base.max_runtime_s, or the sweep's)"
             )
         checkpoint = self.base.checkpoint
         # One report per epoch is one Tune result: the scheduler's clock and the metric's only source.

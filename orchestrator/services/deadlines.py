@@ -1,4 +1,4 @@
-"""Deadlines (``max_runtime_s`` on a job or a sweep; docs/jobs.md "Deadlines").
+"""Deadlines (``max_runtime_s`` on a job, a sweep, or a sweep's base: each trial's; docs/jobs.md "Deadlines").
 
 A run's runtime is the time it spent RUNNING, summed over its attempts, read from its state history: time
 queued (a preemption included), starting or restarting is not counted, so neither the scheduler nor a lost
@@ -16,7 +16,8 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db.models import JobState, utcnow
+from orchestrator.db.models import JobState, Sweep, TrialState, utcnow
+from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.runs import Run, RunKind
 from orchestrator.states.jobs import request_deadline_stop
 
@@ -31,18 +32,55 @@ def max_runtime_s(run: Run) -> float | None:
     return None if value is None else float(value)
 
 
-def seconds_in(history: Iterable, states: frozenset, now: datetime) -> float:
-    """Seconds spent in ``states`` by the history rows' account (oldest first; each row's ``to_state`` holds from
-    its ``created_at`` until the next row's). A request's row (from = to) changes nothing."""
-    total = 0.0
+def stretches_in(history: Iterable, states: frozenset, now: datetime) -> list[tuple[datetime, datetime]]:
+    """The stretches of time spent in ``states`` by the history rows' account (oldest first; each row's
+    ``to_state`` holds from its ``created_at`` until the next row's). A request's row (from = to) changes
+    nothing."""
+    stretches = []
     entered: datetime | None = None
     for row in history:
         if entered is not None:
-            total += (row.created_at - entered).total_seconds()
+            stretches.append((entered, row.created_at))
         entered = row.created_at if row.to_state in states else None
     if entered is not None:
-        total += (now - entered).total_seconds()
-    return max(total, 0.0)
+        stretches.append((entered, now))
+    return stretches
+
+
+def seconds_in(history: Iterable, states: frozenset, now: datetime) -> float:
+    """Seconds spent in ``states`` by the history rows' account (``stretches_in``)."""
+    return max(sum((end - start).total_seconds() for start, end in stretches_in(history, states, now)), 0.0)
+
+
+def trial_runtime_s(trial_history: Iterable, sweep_history: Iterable, now: datetime) -> float:
+    """A trial's runtime: the time it was RUNNING while its sweep was RUNNING too (a trial paused by its sweep's
+    preemption stays RUNNING in its own history, but its sweep is QUEUED meanwhile)."""
+    trial = stretches_in(trial_history, frozenset({TrialState.RUNNING}), now)
+    sweep = stretches_in(sweep_history, COUNTED, now)
+    overlap = 0.0
+    for start, end in trial:
+        for sweep_start, sweep_end in sweep:
+            overlap += max((min(end, sweep_end) - max(start, sweep_start)).total_seconds(), 0.0)
+    return overlap
+
+
+def trials_past_deadline(session: Session, sweep: Sweep, now: datetime | None = None) -> list[str]:
+    """The Ray Tune ids of the sweep's RUNNING trials past their deadline (its base's ``max_runtime_s``): each
+    such trial's rank 0 is told so (``ControlSignal.stop_trials``), checkpoints and stops, and its trial ends
+    FAILED ``deadline_exceeded`` (``workers.tune.tuner.run_trial``)."""
+    limit = (((sweep.spec or {}).get("base")) or {}).get("max_runtime_s")
+    if limit is None or sweep.state != JobState.RUNNING:
+        return []
+    now = now or utcnow()
+    running = [trial for trial in sweeps_repo.list_trials(session, sweep.id) if trial.state == TrialState.RUNNING]
+    if not running:
+        return []
+    sweep_history = sweeps_repo.list_events(session, sweep.id)
+    return [
+        trial.tune_id
+        for trial in running
+        if trial_runtime_s(sweeps_repo.list_trial_events(session, trial.id), sweep_history, now) >= float(limit)
+    ]
 
 
 def enforce(session: Session, kind: RunKind, run: Run, now: datetime | None = None) -> bool:

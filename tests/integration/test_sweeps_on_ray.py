@@ -300,6 +300,25 @@ def test_a_seeded_random_sweep_samples_the_same_configs_again_and_cancel_stops_e
     assert admin.http.post(f"/v1/sweeps/{again['id']}/cancel").status_code == 409
 
 
+def test_a_trial_past_its_own_deadline_checkpoints_stops_and_fails_deadline_exceeded(admin, ray_cluster):
+    """``base.max_runtime_s``: the trial's rank 0 sees its id in the sweep's stop_trials, the loop checkpoints at its
+    next step and stops, and the trial ends FAILED deadline_exceeded (its only trial: the sweep fails too)."""
+    sweep = _submit(
+        admin,
+        base=_base(epochs=500, scaling=SEARCH_TRIAL_SCALING, max_runtime_s=15),
+        search_space={"lr.base": {"type": "grid", "values": [0.1]}},
+        algorithm="grid",
+    )
+    started = time.monotonic()
+    sweep = _wait(admin, sweep["id"], timeout_s=240, expect="FAILED")
+    (trial,) = _trials(admin, sweep["id"])
+    assert (trial["state"], trial["reason"]) == ("FAILED", "deadline_exceeded"), trial["message"][-3000:]
+    assert "ran past its max_runtime_s: checkpointed at step" in trial["message"], trial["message"][-2000:]
+    assert 0 < trial["iterations"] < 500 and time.monotonic() - started < 200
+    assert sweep["reason"] == "all_trials_failed"
+    _wait_no_train_workers(ray_cluster)
+
+
 def test_an_optuna_sweep_runs_tpe_over_the_space(admin, ray_cluster):
     wait_cluster_idle(ray_cluster)  # a sweep cancelled just before may still hold its trials' worker groups
     sweep = _submit(

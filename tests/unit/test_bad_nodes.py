@@ -234,9 +234,9 @@ def test_a_sweeps_trials_avoid_the_bad_nodes_the_sweep_assignment_names(app, cli
 
 
 def test_a_trials_train_run_keeps_off_the_nodes_it_is_given(tmp_path):
-    from orchestrator_contract.jobs import JobSpec
     from ray.train import UserCallback
 
+    from orchestrator_contract.jobs import JobSpec
     from workers.tune.tuner import _trainer
 
     spec = JobSpec.model_validate(SWEEP_BODY["base"])

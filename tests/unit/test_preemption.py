@@ -329,12 +329,14 @@ def test_preemption_flow_over_the_api(app, client, backend):
     assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {
         "checkpoint_now": False,
         "stacks_wanted": None,
+        "stop_trials": [],
     }
 
     assert preempt(service.sessions, job, "job hi (priority 9)", "priority")
     assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {
         "checkpoint_now": True,
         "stacks_wanted": None,
+        "stop_trials": [],
     }
     assert client.get(control, params={"attempt": 1}).status_code == 401  # the run's own token only
     assert client.get(control, params={"attempt": 1}, headers=auth(ADMIN)).status_code == 401
@@ -429,6 +431,7 @@ def test_a_higher_priority_job_preempts_a_sweep_over_the_api(app, client, backen
     assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {
         "checkpoint_now": False,
         "stacks_wanted": None,
+        "stop_trials": [],
     }
 
     high = submit(client, keys["member"], scaling={"num_workers": 1, "cpus_per_worker": 1}, priority=10).json()["id"]
@@ -437,6 +440,7 @@ def test_a_higher_priority_job_preempts_a_sweep_over_the_api(app, client, backen
     assert client.get(control, params={"attempt": 1}, headers=auth(token)).json() == {
         "checkpoint_now": True,
         "stacks_wanted": None,
+        "stop_trials": [],
     }
     assert client.get(control, params={"attempt": 1}, headers=auth(ADMIN)).status_code == 401
     assert client.get(control, params={"attempt": 2}, headers=auth(token)).status_code == 409

@@ -73,6 +73,7 @@ class ControlPoller:
         *,
         preemption: bool = True,
         stacks_rank: int | None = None,
+        trial: str | None = None,
     ) -> None:
         base = f"{url.rstrip('/')}/internal/v1/{collection}/{job_id}"
         self._endpoint, self._events = f"{base}/control", f"{base}/events"
@@ -81,6 +82,8 @@ class ControlPoller:
         self._interval_s = interval_s if interval_s is not None else poll_interval_s()
         self._preemption = preemption
         self._stacks_rank = stacks_rank
+        self._trial = trial  # a sweep trial with a deadline: its Ray Tune id, looked for in ``stop_trials``
+        self.deadline = False  # checkpoint_now is this trial's deadline, not a preemption
         self._training = threading.get_ident()
         self._answered: set[str] = set()
         self._requested = threading.Event()
@@ -102,6 +105,14 @@ class ControlPoller:
                 signal = self._ask(client)
                 if signal is None:
                     continue
+                if self._trial is not None and self._trial in signal.stop_trials and not self._requested.is_set():
+                    log.info(
+                        "this trial is past its deadline (max_runtime_s): checkpointing at the next step, then stopping"
+                    )
+                    self.deadline = True
+                    self._requested.set()
+                    if self._stacks_rank is None:
+                        return
                 if self._preemption and signal.checkpoint_now and not self._requested.is_set():
                     log.info("the control plane preempted this run: checkpointing at the next step, then stopping")
                     self._requested.set()
@@ -151,8 +162,8 @@ def control_target(config: dict) -> tuple[str, str, str, int, RunToken | str] | 
     if (config.get("spec") or {}).get("preemptible") is False:
         return None
     sweep = config.get("sweep_control")
-    if sweep:
-        return sweep["url"], "sweeps", sweep["sweep_id"], int(sweep["attempt"]), sweep["token"]
+    if sweep:  # a trial: its sweep's preemption, unless the sweep cannot be preempted
+        return _sweep_target(config) if sweep.get("preemptible", True) else None
     return _own_control(config)
 
 
@@ -171,7 +182,8 @@ def control_poller(config: dict, rank: int) -> ControlPoller | None:
     trial but rank 0, scripts)."""
     preemption = control_target(config) if rank == 0 else None
     own = _own_control(config)
-    target = preemption or own
+    trial = _trial_with_deadline(config) if rank == 0 else None
+    target = preemption or own or (_sweep_target(config) if trial else None)
     if target is None:
         return None
     url, collection, run_id, attempt, token = target
@@ -186,7 +198,22 @@ def control_poller(config: dict, rank: int) -> ControlPoller | None:
         collection=collection,
         preemption=preemption is not None,
         stacks_rank=stacks_rank,
+        trial=trial,
     )
+
+
+def _sweep_target(config: dict) -> tuple[str, str, str, int, RunToken | str]:
+    sweep = config["sweep_control"]
+    return sweep["url"], "sweeps", sweep["sweep_id"], int(sweep["attempt"]), sweep["token"]
+
+
+def _trial_with_deadline(config: dict) -> str | None:
+    """A sweep trial's Ray Tune id when it has a deadline of its own (its base's ``max_runtime_s``): its rank 0
+    then polls the sweep's control for ``stop_trials``, preemptible or not (a deadline is no preemption)."""
+    sweep = config.get("sweep_control") or {}
+    if sweep.get("trial") and (config.get("spec") or {}).get("max_runtime_s") is not None:
+        return str(sweep["trial"])
+    return None
 
 
 class SharedFlag:

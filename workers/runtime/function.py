@@ -52,7 +52,7 @@ from workers.runtime.manifest import MANIFEST_DIR, manifest_name, write_manifest
 from workers.runtime.rng import seed_everything
 from workers.runtime.step import autocast, prepare_model
 from workers.runtime.stragglers import FunctionOwnTime
-from workers.runtime.train_loop import PREEMPTED_KEY, Reporter, rank0_reporter
+from workers.runtime.train_loop import Reporter, rank0_reporter, stopped
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def run_function(config: dict, ctx: LoopContext, reporter: Reporter | None = Non
         result = train_ctx.result()
         if train_ctx.preempted:
             log.info("preempted: main returned at step %d after should_preempt(); stopping", train_ctx.step)
-            return {**result, PREEMPTED_KEY: train_ctx.step}
+            return {**result, **stopped(train_ctx.step, poller)}
         return result
 
 

@@ -47,6 +47,12 @@ class Reporter(Protocol):
 
 
 PREEMPTED_KEY = "preempted_at_step"  # in ``run_training``'s result: it checkpointed and stopped there
+DEADLINE_KEY = "deadline_exceeded"  # with PREEMPTED_KEY: the stop was a sweep trial's deadline, not a preemption
+
+
+def stopped(step: int, poller) -> dict:
+    """The result of a run that checkpointed at ``step`` and stopped when rank 0's ``poller`` heard so."""
+    return {PREEMPTED_KEY: step, **({DEADLINE_KEY: True} if getattr(poller, "deadline", False) else {})}
 
 
 class Preempted(Exception):
@@ -93,7 +99,7 @@ def run_training(config: dict, ctx: LoopContext, reporter: Reporter | None = Non
             loop.unwatch()
             return result
         except Preempted:
-            return {PREEMPTED_KEY: loop.position.step}
+            return stopped(loop.position.step, poller)
         finally:
             if poller is not None:
                 poller.close()

@@ -101,11 +101,21 @@ def classify_training_error(error: BaseException) -> FailureCause:
     return FailureCause(reason, _describe(error)[-MAX_DETAIL_CHARS:], conclusive=reason != WORKER_DIED)
 
 
+class TrialDeadlineExceeded(Exception):
+    """A sweep trial ran past its deadline (its base's ``max_runtime_s``): checkpointed and stopped
+    (``workers.tune.tuner.run_trial``); the trial ends FAILED ``deadline_exceeded``."""
+
+
+DEADLINE_EXCEEDED = "deadline_exceeded"
+
+
 def classify_trial_error(error: BaseException | None) -> str:
     """The reason a sweep trial failed with, the same as a job's failing the same way; "" when Tune's error
     is not a Train run's failure (an error it could not unpickle, say): the trial's default reason then."""
     while isinstance(error, RayError) and isinstance(getattr(error, "cause", None), BaseException):
         error = error.cause  # the trial's actor task failed with what fit() raised
+    if isinstance(error, TrialDeadlineExceeded):
+        return DEADLINE_EXCEEDED
     if not isinstance(error, TrainingFailedError):
         return ""
     cause = classify_training_error(error)

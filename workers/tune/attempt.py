@@ -35,9 +35,9 @@ log = logging.getLogger("workers.tune.driver")
 def build_tuner(assignment: SweepAssignment, callbacks: list, control: SweepControl | None = None) -> tune.Tuner:
     spec, sweep_id = assignment.spec, assignment.sweep_id
     folder = sweep_folder(assignment.storage_path, sweep_id)
-    fn = trainable(
-        spec, assignment.storage_path, sweep_id, control.as_config() if control else None, assignment.avoid_nodes
-    )
+    # The trials' rank 0 polls the sweep's control for its preemption, and for their own deadlines (stop_trials).
+    trial_control = {**control.as_config(), "preemptible": spec.may_be_preempted} if control else None
+    fn = trainable(spec, assignment.storage_path, sweep_id, trial_control, assignment.avoid_nodes)
     experiment = f"{folder}/{TUNE_EXPERIMENT}"
     if assignment.attempt > 1 and tune.Tuner.can_restore(experiment):
         log.info("sweep %s attempt %d: restoring Tune's experiment from %s", sweep_id, assignment.attempt, experiment)
@@ -85,15 +85,15 @@ def run_sweep(assignment: SweepAssignment, control_plane_url: str | None, token:
     reporter.emit(
         StateEvent(state="running", reason="sweep_started", message=f"attempt {attempt}: Ray Tune is running")
     )
-    preemption = None
-    if control_plane_url and token and spec.may_be_preempted:
+    preemption, control = None, None
+    if control_plane_url and token and (spec.may_be_preempted or spec.base.max_runtime_s is not None):
         markers = markers_folder(sweep_folder(assignment.storage_path, sweep_id), attempt)
-        preemption = PREEMPTIONS[sweep_id] = SweepPreemption(
-            SweepControl(control_plane_url, sweep_id, attempt, token, markers)
-        )
+        control = SweepControl(control_plane_url, sweep_id, attempt, token, markers)
+    if control is not None and spec.may_be_preempted:
+        preemption = PREEMPTIONS[sweep_id] = SweepPreemption(control)
     callbacks = [TrialEventForwarder(sweep_id, spec), PreemptionWatch(sweep_id)]
     try:
-        results = build_tuner(assignment, callbacks, preemption.control if preemption else None).fit()
+        results = build_tuner(assignment, callbacks, control).fit()
     except Exception as exc:
         log.error("sweep %s attempt %d: Ray Tune failed:\n%s", sweep_id, attempt, traceback.format_exc())
         reporter.emit(

@@ -15,14 +15,17 @@ restarts from another's checkpoint with a perturbed learning rate starts a new T
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from typing import Any
 
+import cloudpickle
 import pyarrow.fs
 import ray.tune
 from ray import tune
 from ray.train import Checkpoint, UserCallback
+from ray.tune.error import TuneError
 from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY, TuneReportCallback
 from ray.tune.result import AUTO_RESULT_KEYS
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTraining, TrialScheduler
@@ -48,8 +51,8 @@ from orchestrator_contract.sweeps import (
 )
 from workers.runtime.manifest import resolve
 from workers.runtime.reporter import EventReporter
-from workers.runtime.train_loop import PREEMPTED_KEY
-from workers.train.failures import classify_trial_error
+from workers.runtime.train_loop import DEADLINE_KEY, PREEMPTED_KEY
+from workers.train.failures import TrialDeadlineExceeded, classify_trial_error
 from workers.train.trainer import build_trainer
 from workers.tune.preemption import is_epoch_result, pause_trial
 
@@ -208,8 +211,14 @@ class TrialReportCallback(TuneReportCallback):
 
 def _pause_if_preempted(result, control: dict | None, trial_id: str) -> None:
     """A Train run that stopped for the sweep's preemption (``PREEMPTED_KEY``, rank 0's return) pauses the trial
-    here, never returning to Tune (``workers.tune.preemption.pause_trial``)."""
+    here, never returning to Tune (``workers.tune.preemption.pause_trial``). One that stopped at the trial's own
+    deadline (``DEADLINE_KEY``) fails the trial: ``deadline_exceeded``, its checkpoints kept."""
     returned = getattr(result, "return_value", None)
+    if isinstance(returned, dict) and returned.get(DEADLINE_KEY):
+        raise TrialDeadlineExceeded(
+            f"trial {trial_id} ran past its max_runtime_s: checkpointed at step {returned.get(PREEMPTED_KEY)} and "
+            "stopped"
+        )
     if control and isinstance(returned, dict) and PREEMPTED_KEY in returned:
         pause_trial(control, trial_id, result.metrics or {})
 
@@ -228,6 +237,8 @@ def run_trial(
     ``control``: the sweep's preemption (None: the sweep is not preemptible)."""
     spec = trial_spec(JobSpec.model_validate(base), config)
     trial_id = ray.tune.get_context().get_trial_id()
+    if control is not None:  # rank 0 looks for this trial in the sweep's stop_trials (its deadline)
+        control = {**control, "trial": trial_id}
     if pbt:
         run_pbt_trial(spec, trial_id, trials_storage, control, avoid_nodes)
         return
@@ -417,7 +428,7 @@ class TrialEventForwarder(tune.Callback):
         self.reporter.emit(TrialEvent(trial=trial.trial_id, state=state, config=self._config(trial), message=message))
 
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
-        error = trial.get_pickled_error() or trial.get_error()
+        error = trial_error(trial)
         self.reporter.emit(
             TrialEvent(
                 trial=trial.trial_id,
@@ -427,3 +438,20 @@ class TrialEventForwarder(tune.Callback):
                 reason=classify_trial_error(error),
             )
         )
+
+
+def trial_error(trial) -> BaseException | None:
+    """What a failed trial raised. Tune calls ``on_trial_error`` once it wrote the error into the trial's local
+    folder, before that folder reaches the run's storage, where ``trial.get_pickled_error()`` and
+    ``get_error()`` look (so they found nothing, and every trial failed with no message and no reason)."""
+    local = trial.pickled_error_file
+    if local and os.path.exists(local):
+        try:
+            with open(local, "rb") as file:
+                return cloudpickle.load(file)
+        except Exception:  # an error Tune could pickle but this process cannot load: its text, below
+            log.warning("trial %s: its pickled error cannot be loaded", trial.trial_id, exc_info=True)
+    if trial.error_file and os.path.exists(trial.error_file):
+        with open(trial.error_file) as file:
+            return TuneError(file.read())
+    return trial.get_pickled_error() or trial.get_error()
