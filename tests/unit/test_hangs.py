@@ -6,7 +6,6 @@ test_hangs_on_ray.py."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import re
 import threading
@@ -24,6 +23,7 @@ from orchestrator.loops.reconciler import Reconciler
 from orchestrator.services.hangs import STARTUP_FACTOR, timeout_s
 from tests.unit.api_helpers import ADMIN, auth, run_token, submit
 from tests.unit.api_helpers import reconcile as reconcile_just_started
+from tests.unit.http_stub import JsonHandler, serving
 from tests.unit.test_deadlines import job_events, running
 from workers.runtime import stacks
 from workers.runtime.control import ControlPoller
@@ -255,51 +255,37 @@ def test_a_rank_answers_a_request_once_with_its_training_threads_stack():
     posted: list[dict] = []
     requests = ["r1"]
 
-    class ControlPlane(http.server.BaseHTTPRequestHandler):
+    class ControlPlane(JsonHandler):
         def do_GET(self):
-            self._answer({"checkpoint_now": False, "stacks_wanted": requests[-1]})
+            self.answer({"checkpoint_now": False, "stacks_wanted": requests[-1]})
 
         def do_POST(self):
             posted.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self._answer({"received": 1, "applied": 1})
+            self.answer({"received": 1, "applied": 1})
 
-        def _answer(self, body: dict) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ControlPlane)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}"
     made: list[ControlPoller] = []
-    release = threading.Event()
+    with serving(ControlPlane) as url:
+        release = threading.Event()
 
-    def training() -> None:
-        made.append(ControlPoller(url, "j1", 3, "jtk_x", 0.05, preemption=False, stacks_rank=1))
-        release.wait(30)  # "hung" here, in the standard library's wait
+        def training() -> None:
+            made.append(ControlPoller(url, "j1", 3, "jtk_x", 0.05, preemption=False, stacks_rank=1))
+            release.wait(30)  # "hung" here, in the standard library's wait
 
-    trainer = threading.Thread(target=training, name="training")
-    trainer.start()
-    try:
-        deadline = time.monotonic() + 20
-        while len(posted) < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.3)  # more polls of the same request: no second answer
-        assert len(posted) == 1, posted
-        requests.append("r2")
-        while len(posted) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-    finally:
-        release.set()
-        trainer.join()
-        made[0].close()
-        server.shutdown()
+        trainer = threading.Thread(target=training, name="training")
+        trainer.start()
+        try:
+            deadline = time.monotonic() + 20
+            while len(posted) < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.3)  # more polls of the same request: no second answer
+            assert len(posted) == 1, posted
+            requests.append("r2")
+            while len(posted) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            release.set()
+            trainer.join()
+            made[0].close()
     first, second = posted
     assert first["attempt"] == 3 and [e["request"] for e in (first["events"][0], second["events"][0])] == ["r1", "r2"]
     event = first["events"][0]

@@ -6,9 +6,6 @@ tests/integration/test_sweeps_on_ray.py)."""
 
 from __future__ import annotations
 
-import http.server
-import json
-import threading
 import time
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
@@ -19,6 +16,7 @@ from sqlalchemy import select
 from orchestrator.db.models import JobState, SweepEvent, Trial, TrialEvent, TrialState
 from orchestrator.services.deadlines import trial_runtime_s
 from tests.unit.api_helpers import ADMIN, auth
+from tests.unit.http_stub import JsonHandler, serving
 from tests.unit.test_deadlines import SWEEP_BODY, age_history, running
 from workers.runtime.control import ControlPoller, control_poller
 from workers.runtime.train_loop import DEADLINE_KEY, PREEMPTED_KEY, stopped
@@ -84,27 +82,17 @@ def test_without_a_trial_deadline_no_trial_is_listed(app, client, backend):
     assert control.json()["stop_trials"] == []
 
 
-class StopTrials(http.server.BaseHTTPRequestHandler):
+class StopTrials(JsonHandler):
     stop: list[str] = []
 
     def do_GET(self):
-        data = json.dumps({"checkpoint_now": False, "stop_trials": self.stop}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+        self.answer({"checkpoint_now": False, "stop_trials": self.stop})
 
 
 @pytest.fixture
 def control_plane():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StopTrials)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
+    with serving(StopTrials) as url:
+        yield url
 
 
 def wait_for(condition, seconds: float = 10) -> bool:
