@@ -33,7 +33,6 @@ import math
 import numbers
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from orchestrator_contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
 from orchestrator_contract.metrics import DEFAULT_MAX_METRIC_NAMES, POSITION_KEYS, check_metric_name
 from orchestrator_contract.workloads import load_entrypoint
+from workers.runtime.blocking import CheckpointBlocking
 from workers.runtime.context import LoopContext
 from workers.runtime.control import SharedFlag, control_poller
 from workers.runtime.distributed import unwrap
@@ -125,7 +125,7 @@ class TrainContext:
         self._flag = SharedFlag(self.world_size)
         self._own_time = FunctionOwnTime(self.device, self.rank, self.world_size)  # stragglers: see its docstring
         self.preempted = False  # should_preempt() said True: main is expected to checkpoint and return
-        self._blocked_s = 0.0  # seconds checkpoints blocked main since the last metric point (goodput)
+        self._blocking = CheckpointBlocking()  # since the last metric point (goodput)
 
     # --- the model and the data ---------------------------------------------------------------------
 
@@ -193,17 +193,14 @@ class TrainContext:
                     step=max(self.step, 0),
                     values=values,
                     rank_step_s=self._own_time.gather(),
-                    checkpoint_blocked_s=self._take_blocked(),
+                    checkpoint_blocked_s=self._blocking.take(),
                 )
             )
         self._last = values
         if checkpoint_dir is None:
             return
-        started = time.perf_counter()  # goodput's checkpoint blocking: from here to the return, on every rank
-        try:
+        with self._blocking.timed():  # goodput's checkpoint blocking: from here to the return, on every rank
             self._checkpoint(Path(checkpoint_dir), values)
-        finally:
-            self._blocked_s += time.perf_counter() - started
 
     def _checkpoint(self, folder: Path, values: dict[str, float]) -> None:
         if not folder.is_dir():
@@ -252,19 +249,10 @@ class TrainContext:
         checkpoint's upload (the run's result names it)."""
         self._flag.close()
         if self._in_flight is not None:
-            started = time.perf_counter()
-            self._loop.wait_committed(self._in_flight)
+            with self._blocking.timed():
+                self._loop.wait_committed(self._in_flight)
             self._in_flight = None
-            self._blocked_s += time.perf_counter() - started
-        blocked = self._take_blocked()
-        if self._reporter is not None and blocked:  # the last checkpoint's: into the last report's point
-            self._reporter.emit(
-                MetricsEvent(epoch=max(self.epoch, 0), step=max(self.step, 0), values={}, checkpoint_blocked_s=blocked)
-            )
-
-    def _take_blocked(self) -> float | None:
-        seconds, self._blocked_s = self._blocked_s, 0.0
-        return seconds or None
+        self._blocking.flush(self._reporter, max(self.epoch, 0), max(self.step, 0))
 
     def restore(self) -> str | None:
         """A local folder holding the latest committed checkpoint (that verifies), or None on a fresh start.

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import torch
 
 from orchestrator_contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
+from workers.runtime.blocking import CheckpointBlocking
 from workers.runtime.checkpoint_io import Position, checkpoint_state, restore_checkpoint, save_checkpoint
 from workers.runtime.checkpoint_writer import CheckpointWriter
 from workers.runtime.context import LoopContext
@@ -157,7 +158,7 @@ class _Loop:
         self.poller = None  # this rank's ControlPoller (rank 0's hears a preemption)
         self.stop_after_epoch = False  # preempted at an epoch's last step: checkpoint at its end, then stop
         self.own_time = OwnTime(ctx.device)  # this rank's own time in the metric window (stragglers)
-        self.checkpoint_blocked_s = 0.0  # since the last metric point (goodput)
+        self.blocking = CheckpointBlocking()  # since the last metric point (goodput)
         self.writer = CheckpointWriter(ctx)  # asynchronous checkpoints: at most one in flight
         self.background_checkpoints = True  # False (sweep trials): checkpoint.async uploads in the background only
 
@@ -241,7 +242,7 @@ class _Loop:
             if self.reporter is not None:
                 self.reporter.emit(
                     MetricsEvent(
-                        epoch=epoch, step=self.position.step, values=metrics, checkpoint_blocked_s=self._take_blocked()
+                        epoch=epoch, step=self.position.step, values=metrics, checkpoint_blocked_s=self.blocking.take()
                     )
                 )
             every_epochs, every_steps = spec.checkpoint.every_epochs, spec.checkpoint.every_steps
@@ -256,11 +257,7 @@ class _Loop:
             self.position = Position(epoch + 1, 0, self.position.step)
             self.epoch_loss = self._zeros(2)
         self.writer.wait()  # nothing in flight once training ends
-        blocked = self._take_blocked()
-        if self.reporter is not None and blocked:  # the last checkpoint's: into the last point (the same step)
-            self.reporter.emit(
-                MetricsEvent(epoch=spec.epochs, step=self.position.step, values={}, checkpoint_blocked_s=blocked)
-            )
+        self.blocking.flush(self.reporter, spec.epochs, self.position.step)
         return {**metrics, "samples_per_s": self.samples_per_s()}
 
     def samples_per_s(self) -> float:
@@ -337,7 +334,7 @@ class _Loop:
                     step=self.position.step,
                     values=values,
                     rank_step_s=rank_step_s,
-                    checkpoint_blocked_s=self._take_blocked(),
+                    checkpoint_blocked_s=self.blocking.take(),
                 )
             )
 
@@ -392,15 +389,8 @@ class _Loop:
     def _timed_checkpoint(self, metrics: dict[str, float], committed: bool = False) -> None:
         """``_checkpoint``, its seconds added to the ones the next metric point reports (goodput's checkpoint
         blocking: the same on every rank, as every rank's checkpoint ends at the same barrier)."""
-        started = time.perf_counter()
-        try:
+        with self.blocking.timed():
             self._checkpoint(metrics, committed)
-        finally:
-            self.checkpoint_blocked_s += time.perf_counter() - started
-
-    def _take_blocked(self) -> float | None:
-        seconds, self.checkpoint_blocked_s = self.checkpoint_blocked_s, 0.0
-        return seconds or None
 
     def _checkpoint(self, metrics: dict[str, float], committed: bool = False) -> None:
         # Every rank writes its part into its own folder and reports it (Ray Train's report is a barrier).
