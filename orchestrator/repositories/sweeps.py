@@ -9,6 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import JobState, Sweep, SweepEvent, Trial, TrialEvent, TrialMetric, TrialState
+from orchestrator.repositories.by_ids import rows_for_ids
 from orchestrator.repositories.jobs import runs_for_checkpoint_upkeep
 from orchestrator.repositories.names import name_starts_with
 from orchestrator.repositories.paging import fetch_page
@@ -121,6 +122,15 @@ def get_trial(session: Session, trial_id: str, project_scope: str | None) -> Tri
 def list_trial_events(session: Session, trial_id: str) -> list[TrialEvent]:
     """A trial's state history, oldest first: its creation (PENDING) and every transition."""
     return list(session.scalars(select(TrialEvent).where(TrialEvent.trial_id == trial_id).order_by(TrialEvent.id)))
+
+
+def trial_histories(session: Session, trial_ids: list[str]) -> dict[str, list[TrialEvent]]:
+    """``list_trial_events`` of each trial, in one query (through the trial events' index) however many."""
+    histories: dict[str, list[TrialEvent]] = {trial_id: [] for trial_id in trial_ids}
+    rows = rows_for_ids(session, lambda condition: select(TrialEvent).where(condition), TrialEvent.trial_id, trial_ids)
+    for (event,) in sorted(rows, key=lambda row: row[0].id):
+        histories[event.trial_id].append(event)
+    return histories
 
 
 def page_trial_events(

@@ -76,10 +76,9 @@ def trials_past_deadline(session: Session, sweep: Sweep, now: datetime | None = 
     if not running:
         return []
     sweep_history = sweeps_repo.list_events(session, sweep.id)
+    histories = sweeps_repo.trial_histories(session, [trial.id for trial in running])
     return [
-        trial.tune_id
-        for trial in running
-        if trial_runtime_s(sweeps_repo.list_trial_events(session, trial.id), sweep_history, now) >= float(limit)
+        trial.tune_id for trial in running if trial_runtime_s(histories[trial.id], sweep_history, now) >= float(limit)
     ]
 
 
