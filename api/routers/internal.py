@@ -18,7 +18,8 @@ from orchestrator.control_plane import ControlPlane
 from orchestrator.db.models import Job, Sweep
 from orchestrator.errors import Conflict
 from orchestrator.limits import OverLimit, check_job_batch, check_sweep_batch
-from orchestrator.services import bad_nodes, deadlines, hangs, reported_ends, run_claims
+from orchestrator.repositories import sweeps as sweeps_repo
+from orchestrator.services import bad_nodes, deadlines, hangs, reported_ends, run_claims, trial_hangs
 from orchestrator.services.job_events import RefusedEvent, apply_events
 from orchestrator.services.runs import JOBS, SWEEPS, RunKind
 from orchestrator.services.sweep_events import apply_sweep_events
@@ -130,13 +131,18 @@ def sweep_assignment(
 
 @sweeps_router.get("/{sweep_id}/control", summary="What the control plane asks of a running sweep (internal)")
 def sweep_control(sweep_id: str, sweep: SweepCaller, attempt: int, session: SessionDep) -> ControlSignal:
-    """For the sweep's own driver and its trials' rank 0 (the sweep's run token), polled while it runs:
+    """For the sweep's own driver and its trials' ranks (the sweep's run token), polled while it runs:
     ``checkpoint_now`` when the sweep is being preempted (``orchestrator.services.preemption``), ``stop_trials``
-    those of its trials past their own deadline (``services.deadlines``). A stale attempt is 409."""
+    those of its trials past their own deadline (``services.deadlines``), and its trials' hangs
+    (``services.trial_hangs``). A stale attempt is 409."""
     _current_attempt(sweep, attempt)
+    trials = sweeps_repo.list_trials(session, sweep.id)
+    stacks_wanted, end_workers = trial_hangs.signal(trials)
     return ControlSignal(
         checkpoint_now=sweep.preempt_requested_at is not None,
-        stop_trials=deadlines.trials_past_deadline(session, sweep),
+        stop_trials=deadlines.trials_past_deadline(session, sweep, trials),
+        trial_stacks_wanted=stacks_wanted,
+        end_workers=end_workers,
     )
 
 
@@ -150,7 +156,9 @@ def post_sweep_events(
     applied = _refusing_foreign(
         lambda: (
             check_sweep_batch(batch, service.settings)
-            or apply_sweep_events(session, sweep, batch, service.checkpoints.storage)
+            or apply_sweep_events(
+                session, sweep, batch, service.checkpoints.storage, service.settings.straggler_windows
+            )
         ),
         session,
         sweep_id,

@@ -453,6 +453,16 @@ class ControlSignal(BaseModel):
         description="A sweep's: the Ray Tune ids of its trials past their deadline (base.max_runtime_s; docs/jobs.md "
         '"Deadlines"): each checkpoints at its next step, stops and ends FAILED deadline_exceeded.',
     )
+    trial_stacks_wanted: dict[str, str] = Field(
+        default_factory=dict,
+        description='A sweep\'s: its trials suspected hung (docs/jobs.md "Hangs"), by Ray Tune id: every rank of such a '
+        "trial sends its Python stack once per value (a StacksEvent with its trial). Polled by every rank of a trial.",
+    )
+    end_workers: list[str] = Field(
+        default_factory=list,
+        description="A sweep's: the workers (StacksEvent.worker) of a trial found hung: each ends its process, and Ray "
+        "Train restarts the trial's workers from its latest checkpoint (retries.max_worker_restarts).",
+    )
 
 
 # --- events the cluster reports back ----------------------------------------------------------------
@@ -513,6 +523,10 @@ class StacksEvent(_Strict):
     in_collective: bool = Field(description="The main thread was in torch.distributed or a backward pass.")
     where: str = Field("", max_length=500, description="The main thread's innermost frame outside torch.")
     stacks: str = Field("", max_length=64_000)
+    trial: str | None = Field(None, min_length=1, max_length=64, description="A sweep trial's rank: its Ray Tune id.")
+    worker: str = Field(
+        "", max_length=64, description="This worker process's own id, named in ControlSignal.end_workers to end it."
+    )
 
 
 Event = Annotated[StateEvent | MetricsEvent | CheckpointEvent | StacksEvent, Field(discriminator="type")]

@@ -22,6 +22,7 @@ from orchestrator_contract.jobs import (
     MODE_DESCRIPTION,
     CheckpointMetric,
     JobSpec,
+    StacksEvent,
     StateEvent,
 )
 
@@ -37,6 +38,15 @@ MAX_TRIALS = 10_000
 # <storage>/<sweep id>/trials/<run>: each trial's Ray Train runs and their checkpoints. A run is named
 # after Tune's trial id, or <trial id>-<n> for the n-th new run of a PBT trial (workers.tune.tuner).
 TRIALS_FOLDER = "trials"
+# Why a sweep's base (or a searched value) may not say ``failure.on_straggler: restart``.
+TRIAL_STRAGGLERS_WARN = (
+    "a straggler in a sweep trial only warns (a history row, the trial's stragglers): a trial cannot be restarted "
+    'away from its straggler\'s node, which the control plane does not know; leave it out or use "warn"'
+)
+# The key of a trial's epoch result (what its rank 0 reports to Ray Tune) holding each rank's own seconds per step
+# over the epoch, by rank (a list: no metric; ``TrialEvent.rank_step_s``, docs/jobs.md "Stragglers").
+RANK_STEP_S_KEY = "rank_step_s"
+MAX_RANKS = 1024  # as MetricsEvent.rank_step_s
 
 
 def trials_folder(sweep_id: str) -> str:
@@ -253,11 +263,8 @@ class SweepSpec(_Strict):
         return self
 
     def _check_base(self) -> None:
-        if self.base.failure.hang_timeout_s not in ("auto", None):
-            raise ValueError(
-                "base.failure.hang_timeout_s: hang detection watches jobs, not a sweep's trials yet; leave it out "
-                "(a hung trial ends at its base.max_runtime_s, or the sweep's)"
-            )
+        if self.base.failure.on_straggler == "restart":
+            raise ValueError(f"base.failure.on_straggler restart: {TRIAL_STRAGGLERS_WARN}")
         checkpoint = self.base.checkpoint
         # One report per epoch is one Tune result: the scheduler's clock and the metric's only source.
         if checkpoint.every_epochs != 1 or checkpoint.every_steps is not None or checkpoint.wait_for_commit:
@@ -350,10 +357,14 @@ def check_path(base: JobSpec, path: str, dim: Any) -> None:
         if path == "strategy" and value == "auto":
             raise ValueError(f"search_space[{path!r}]: a trial's strategy is ddp or fsdp; search those, not auto")
         try:
-            trial_spec(base, {path: value})
+            spec = trial_spec(base, {path: value})
         except ValidationError as exc:
             problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
             raise ValueError(f"search_space[{path!r}]: value {value!r} makes an invalid job: {problem}") from None
+        if spec.failure.on_straggler == "restart":
+            raise ValueError(
+                f"search_space[{path!r}]: value {value!r} sets failure.on_straggler restart: {TRIAL_STRAGGLERS_WARN}"
+            )
 
 
 def _config_model(workload: str) -> type | None:
@@ -403,13 +414,19 @@ class TrialEvent(_Strict):
     step: int | None = Field(None, ge=0)
     metrics: dict[str, float] = Field(default_factory=dict)
     checkpoint_path: str | None = Field(None, max_length=4096)
+    rank_step_s: list[Annotated[float, Field(ge=0)]] | None = Field(
+        None,
+        max_length=MAX_RANKS,
+        description="With an epoch: each rank's own seconds per step over the epoch (its data and its forward pass), "
+        'by rank, gathered by the trial\'s rank 0 (docs/jobs.md "Stragglers").',
+    )
     message: str = Field("", max_length=20_000)
     reason: str = Field(
         "", max_length=64, description="Why a failed trial failed, as a job's reason (code_error, ...)."
     )
 
 
-SweepEvent = Annotated[StateEvent | TrialEvent, Field(discriminator="type")]
+SweepEvent = Annotated[StateEvent | TrialEvent | StacksEvent, Field(discriminator="type")]
 
 
 class SweepEventBatch(_Strict):

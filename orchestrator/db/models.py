@@ -457,6 +457,18 @@ class Trial(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(default=None)  # when the driver reported it running
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
+    # When its latest report arrived (each one is progress: a function may report many times an epoch, which
+    # merge into one metric point), and hang detection (orchestrator/services/trial_hangs.py): when it was suspected hung and its ranks asked for
+    # their stacks, their answers, and its last verdict (its workers ended, Ray Train restarted them) and count.
+    progress_at: Mapped[datetime | None] = mapped_column(default=None)
+    stacks_requested_at: Mapped[datetime | None] = mapped_column(default=None)
+    stacks: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    hung_at: Mapped[datetime | None] = mapped_column(default=None)
+    hangs: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Straggler detection (orchestrator/services/stragglers.py), as a job's: the ranks found slow, and each
+    # rank's count of slow windows (the trial's epochs) in a row.
+    stragglers: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, default=None)
+    straggler_windows: Mapped[dict[str, int] | None] = mapped_column(JSON, default=None)
 
 
 class TrialEvent(_StateHistory, Base):

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.backend import BackendUnavailable, ClusterBackend, RunInfo, RunStatus
 from orchestrator.db.models import JobState, utcnow
 from orchestrator.request_context import log_context
-from orchestrator.services import bad_nodes, deadlines, hangs, reported_ends
+from orchestrator.services import bad_nodes, deadlines, hangs, reported_ends, trial_hangs
 from orchestrator.services.launch import Launch, new_driver_claim
 from orchestrator.services.preemption import PREEMPTIBLE_STATES, attempts_used, settle, stopped
 from orchestrator.services.runs import KINDS, Run, RunKind
@@ -94,6 +94,8 @@ class Reconciler:
                 return  # past its deadline, asked to checkpoint and stop: settled below on a later pass
             watched = kind.name == "job" and not status.finished
             hung = hangs.watch(session, run, self.settings, self.watching_since) if watched else None
+            if kind.name == "sweep" and not status.finished:  # its trials' hangs end inside it (trial_hangs)
+                trial_hangs.watch(session, run, self.settings, self.watching_since)
             if hung is not None:
                 # Its Ray job is stopped (the hung ranks with it) and the next attempt resumes from the latest
                 # checkpoint, as after a lost driver: the same budget (retries.max_attempts), then FAILED hung.

@@ -133,6 +133,21 @@ def trial_histories(session: Session, trial_ids: list[str]) -> dict[str, list[Tr
     return histories
 
 
+def trial_progress(session: Session, trial_ids: list[str], limit: int = 50) -> dict[str, list[datetime]]:
+    """When each trial's latest epochs (at most ``limit`` per trial) arrived, oldest first: a trial's hang
+    detection's evidence of progress (``services.trial_hangs``). One query, through the trial metrics' index."""
+    progress: dict[str, list[datetime]] = {trial_id: [] for trial_id in trial_ids}
+    rows = rows_for_ids(
+        session,
+        lambda condition: select(TrialMetric.trial_id, TrialMetric.created_at).where(condition),
+        TrialMetric.trial_id,
+        trial_ids,
+    )
+    for trial_id, created_at in rows:
+        progress[trial_id].append(created_at)
+    return {trial_id: sorted(times)[-limit:] for trial_id, times in progress.items()}
+
+
 def page_trial_events(
     session: Session, trial_id: str, cursor: str | None, limit: int
 ) -> tuple[list[TrialEvent], str | None]:

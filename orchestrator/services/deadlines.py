@@ -16,7 +16,7 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db.models import JobState, Sweep, TrialState, utcnow
+from orchestrator.db.models import JobState, Sweep, Trial, TrialState, utcnow
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.runs import Run, RunKind
 from orchestrator.states.jobs import request_deadline_stop
@@ -64,15 +64,19 @@ def trial_runtime_s(trial_history: Iterable, sweep_history: Iterable, now: datet
     return overlap
 
 
-def trials_past_deadline(session: Session, sweep: Sweep, now: datetime | None = None) -> list[str]:
+def trials_past_deadline(
+    session: Session, sweep: Sweep, trials: list[Trial] | None = None, now: datetime | None = None
+) -> list[str]:
     """The Ray Tune ids of the sweep's RUNNING trials past their deadline (its base's ``max_runtime_s``): each
     such trial's rank 0 is told so (``ControlSignal.stop_trials``), checkpoints and stops, and its trial ends
-    FAILED ``deadline_exceeded`` (``workers.tune.tuner.run_trial``)."""
+    FAILED ``deadline_exceeded`` (``workers.tune.tuner.run_trial``). ``trials``: the sweep's, when the caller has
+    them already."""
     limit = (((sweep.spec or {}).get("base")) or {}).get("max_runtime_s")
     if limit is None or sweep.state != JobState.RUNNING:
         return []
     now = now or utcnow()
-    running = [trial for trial in sweeps_repo.list_trials(session, sweep.id) if trial.state == TrialState.RUNNING]
+    trials = sweeps_repo.list_trials(session, sweep.id) if trials is None else trials
+    running = [trial for trial in trials if trial.state == TrialState.RUNNING]
     if not running:
         return []
     sweep_history = sweeps_repo.list_events(session, sweep.id)

@@ -20,6 +20,7 @@ import logging
 import statistics
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -39,7 +40,12 @@ MAX_STACK_CHARS = 4000  # of each rank's stacks kept on the job (the attempt's l
 def timeout_s(job: Job, progress: list[datetime], running_since: datetime, floor_s: float) -> float | None:
     """The job's hang timeout: its spec's seconds, None when off, or "auto" (the default, also for a spec stored
     before hang detection) from the arrival times of this attempt's reports."""
-    value = ((job.spec or {}).get("failure") or {}).get("hang_timeout_s", "auto")
+    return timeout_of(job.spec or {}, progress, running_since, floor_s)
+
+
+def timeout_of(spec: dict, progress: list[datetime], running_since: datetime, floor_s: float) -> float | None:
+    """``timeout_s`` of a run's spec (a job's, or a sweep trial's: its base with the trial's config)."""
+    value = (spec.get("failure") or {}).get("hang_timeout_s", "auto")
     if value != "auto":
         return None if value is None else float(value)
     if not progress:
@@ -102,14 +108,20 @@ def record_stacks(job: Job, answer: dict) -> bool:
     """Keep one rank's answer (a ``StacksEvent`` as a dict) if it answers the request still open from a rank the
     job has; True if kept. Each rank's stacks are kept to their last ``MAX_STACK_CHARS`` (the log has them whole),
     so a row holds at most world size x that."""
-    if job.stacks_requested_at is None or answer.get("request") != stacks_request_id(job):
+    return keep_answer(job, answer, world_size(job))
+
+
+def keep_answer(run: Any, answer: dict, ranks_in_run: int) -> bool:
+    """``record_stacks`` for a row with ``stacks_requested_at`` and ``stacks`` (a job, a sweep trial) of
+    ``ranks_in_run`` ranks."""
+    if run.stacks_requested_at is None or answer.get("request") != run.stacks_requested_at.isoformat():
         return False
-    if not 0 <= answer["rank"] < world_size(job):
+    if not 0 <= answer["rank"] < ranks_in_run:
         return False
-    answered = dict(job.stacks or {})
-    kept = {key: answer[key] for key in ("node", "pid", "in_collective", "where")}
+    answered = dict(run.stacks or {})
+    kept = {key: answer[key] for key in ("node", "pid", "in_collective", "where", "worker") if key in answer}
     answered[str(answer["rank"])] = {**kept, "stacks": answer["stacks"][-MAX_STACK_CHARS:]}
-    job.stacks = answered  # a new dict: the JSON column sees the change
+    run.stacks = answered  # a new dict: the JSON column sees the change
     return True
 
 
@@ -120,12 +132,18 @@ def stacks_request_id(job: Job) -> str | None:
 
 def verdict(job: Job, answered: dict, idle_s: float) -> str:
     """What the hung attempt's end says: how long without progress, and each rank's place."""
+    step = (job.latest_metrics or {}).get("step")
+    return ranks_verdict(world_size(job), answered, idle_s, "" if step is None else f"step {step}")
+
+
+def ranks_verdict(ranks_in_run: int, answered: dict, idle_s: float, last_reported: str = "") -> str:
+    """``verdict`` for a run of ``ranks_in_run`` ranks (a job's attempt, a sweep trial) whose last report was at
+    ``last_reported`` ("step 12", "epoch 3")."""
     ranks = _by_rank(answered)
     collective = [_rank_at(r, a) for r, a in ranks if a.get("in_collective")]
     elsewhere = [(r, a) for r, a in ranks if not a.get("in_collective")]
-    silent = [str(r) for r in range(world_size(job)) if str(r) not in answered]
-    step = (job.latest_metrics or {}).get("step")
-    lines = [f"hung: no progress for {idle_s:.0f} s" + (f" (last reported step {step})" if step is not None else "")]
+    silent = [str(r) for r in range(ranks_in_run) if str(r) not in answered]
+    lines = [f"hung: no progress for {idle_s:.0f} s" + (f" (last reported {last_reported})" if last_reported else "")]
     if collective:
         lines.append(f"in a collective (waiting for the others): {', '.join(collective)}")
     if elsewhere:

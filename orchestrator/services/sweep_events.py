@@ -7,14 +7,14 @@ import logging
 from sqlalchemy.orm import Session
 
 from orchestrator.checkpoint_policy import best_first, score
-from orchestrator.db.models import Sweep, Trial, TrialMetric, TrialState
+from orchestrator.db.models import Sweep, Trial, TrialMetric, TrialState, utcnow
 from orchestrator.repositories import sweeps as sweeps_repo
-from orchestrator.services import reported_ends
+from orchestrator.services import reported_ends, stragglers, trial_hangs
 from orchestrator.services.job_events import DEFAULT_REASON, TARGET_STATE, RefusedEvent, is_preemption_stop
 from orchestrator.states.core import IllegalTransition
 from orchestrator.states.sweeps import set_sweep_state, set_trial_state
 from orchestrator.storage import CheckpointStorage
-from orchestrator_contract.jobs import StateEvent
+from orchestrator_contract.jobs import StacksEvent, StateEvent
 from orchestrator_contract.sweeps import SweepEventBatch, SweepSpec, TrialEvent, trial_spec, trials_folder
 
 log = logging.getLogger(__name__)
@@ -27,10 +27,17 @@ _TRIAL_TARGET = {
 }
 
 
-def apply_sweep_events(session: Session, sweep: Sweep, batch: SweepEventBatch, storage: CheckpointStorage) -> int:
+def apply_sweep_events(
+    session: Session,
+    sweep: Sweep,
+    batch: SweepEventBatch,
+    storage: CheckpointStorage,
+    straggler_windows: int = stragglers.DEFAULT_WINDOWS,
+) -> int:
     """Apply a batch to a locked sweep; returns how many events changed something. Idempotent, like a job's:
     a trial is keyed by Tune's trial id, a metric point by (trial, epoch). RefusedEvent, before anything is
-    applied, for a trial checkpoint outside that trial's own Train runs."""
+    applied, for a trial checkpoint outside that trial's own Train runs. ``straggler_windows``: the settings'
+    (a trial's windows are its epochs, ``services.stragglers``)."""
     for event in batch.events:
         if isinstance(event, TrialEvent) and event.checkpoint_path:
             if storage.trial_run(sweep.id, event.trial, event.checkpoint_path) is None:
@@ -42,7 +49,9 @@ def apply_sweep_events(session: Session, sweep: Sweep, batch: SweepEventBatch, s
     applied = 0
     for event in batch.events:
         if isinstance(event, TrialEvent):
-            applied += _apply_trial(session, sweep, spec, event)
+            applied += _apply_trial(session, sweep, spec, event, straggler_windows)
+        elif isinstance(event, StacksEvent):  # a trial's rank answers a request for its stacks (trial_hangs)
+            applied += trial_hangs.record_stacks(session, sweep, event.model_dump())
         elif isinstance(event, StateEvent):
             if is_preemption_stop("sweep", sweep, event):
                 continue
@@ -63,7 +72,7 @@ def apply_sweep_events(session: Session, sweep: Sweep, batch: SweepEventBatch, s
     return applied
 
 
-def _apply_trial(session: Session, sweep: Sweep, spec: SweepSpec, event: TrialEvent) -> bool:
+def _apply_trial(session: Session, sweep: Sweep, spec: SweepSpec, event: TrialEvent, straggler_windows: int) -> bool:
     trial = sweeps_repo.find_trial(session, sweep.id, event.trial)
     changed = False
     if trial is None:
@@ -74,11 +83,16 @@ def _apply_trial(session: Session, sweep: Sweep, spec: SweepSpec, event: TrialEv
         # trains on under the new config (its metric history goes on; its earlier points stay).
         log.info("trial %s: config %s -> %s", trial.tune_id, trial.config, event.config)
         trial.config = dict(event.config)
+        trial.straggler_windows = None  # a new Train run, on workers of its own: its slow epochs count anew
         changed = True
+    # An epoch past every one recorded: not a re-sent one (a retried batch, a restored trial's last result again),
+    # which must not count twice for stragglers.
+    new_epoch = event.epoch is not None and event.epoch > trial.iterations
     if event.epoch is not None and event.metrics:
         sweeps_repo.record_trial_metric(
             session, trial, event.epoch, event.step or 0, event.metrics, event.checkpoint_path
         )
+        trial.progress_at = utcnow()  # hang detection's evidence (services.trial_hangs)
         trial.iterations = max(trial.iterations, event.epoch)
         trial.latest_metrics = {**event.metrics, "epoch": event.epoch}
         _consider_best(trial, spec, event)
@@ -88,6 +102,8 @@ def _apply_trial(session: Session, sweep: Sweep, spec: SweepSpec, event: TrialEv
         if event.state == "failed" and event.reason:
             reason = event.reason  # classified as a job's would be (code_error, oom, ...)
         message = event.message
+        if event.state == "failed":  # its restarts' budget spent on hangs: hung (services.trial_hangs)
+            reason, message = trial_hangs.failed_reason(session, trial, reason, message)
         if event.state == "stopped" and trial.iterations >= trial_spec(spec.base, trial.config).epochs:
             # A backstop: the driver judges by Tune's last result, and a restored trial whose Train run had
             # already finished reports it once more (workers/tune/tuner.py: run_trial); should that result
@@ -99,6 +115,17 @@ def _apply_trial(session: Session, sweep: Sweep, spec: SweepSpec, event: TrialEv
                 changed = True
         except IllegalTransition as exc:  # a late report about a trial that already ended
             log.info("ignoring reported trial state: %s", exc)
+    if new_epoch and event.rank_step_s and trial.state == TrialState.RUNNING:
+        # Each rank's own time per step over the epoch (services.stragglers: a trial's windows are its epochs).
+        stragglers.observe_trial(
+            session,
+            trial,
+            trial_spec(spec.base, trial.config),
+            event.epoch,
+            event.step or 0,
+            event.rank_step_s,
+            straggler_windows,
+        )
     return changed
 
 

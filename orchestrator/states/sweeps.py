@@ -21,9 +21,21 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import JobState, Sweep, SweepEvent, Trial, TrialEvent, TrialState
-from orchestrator.states.core import Change, Lifecycle, Rule, allowed, lock_row, record_creation, transition
+from orchestrator.states.core import (
+    Change,
+    Lifecycle,
+    Rule,
+    allowed,
+    lock_row,
+    record_creation,
+    record_request,
+    transition,
+)
 from orchestrator.states.jobs import (
+    HANG_SUSPECTED,
+    HUNG,
     JOB_RULES,
+    PROGRESS_RESUMED,
     TERMINAL,
     attempt_after,
     attempt_before,
@@ -90,6 +102,39 @@ def set_trial_state(session: Session, trial: Trial, to_state: TrialState, reason
 def record_trial_created(session: Session, trial: Trial) -> None:
     """The history row of a trial the search just created (PENDING). Never commits."""
     record_creation(session, TRIAL_LIFECYCLE, trial, "created")
+
+
+def request_trial_stacks(session: Session, trial: Trial, message: str) -> None:
+    """Ask every rank of ``trial`` (RUNNING; its sweep locked) for its Python stack, as a job's
+    (``states.jobs.request_stacks``): ``stacks_requested_at`` set, the answers emptied, a ``hang_suspected`` row."""
+
+    def ask(_session: Session, change: Change) -> None:
+        trial.stacks_requested_at = change.at
+        trial.stacks = {}
+
+    record_request(session, TRIAL_LIFECYCLE, trial, HANG_SUSPECTED, message, ask)
+
+
+def clear_trial_hang_suspicion(session: Session, trial: Trial, message: str) -> None:
+    """``trial`` made progress after its stacks were asked for: not hung (a ``progress_resumed`` row)."""
+
+    def clear(_session: Session, _change: Change) -> None:
+        trial.stacks_requested_at = None
+        trial.stacks = None  # its answering workers go on: none of them may be ended
+
+    record_request(session, TRIAL_LIFECYCLE, trial, PROGRESS_RESUMED, message, clear)
+
+
+def record_trial_hang(session: Session, trial: Trial, message: str, ended_workers: bool) -> None:
+    """``trial`` is hung (a ``hung`` row, its verdict): the request is closed, ``hung_at`` restarts its hang clock,
+    and ``hangs`` counts the verdicts that ended its workers (``ControlSignal.end_workers``)."""
+
+    def judge(_session: Session, change: Change) -> None:
+        trial.stacks_requested_at = None
+        trial.hung_at = change.at
+        trial.hangs = (trial.hangs or 0) + (1 if ended_workers else 0)
+
+    record_request(session, TRIAL_LIFECYCLE, trial, HUNG, message, judge)
 
 
 # --- sweeps ----------------------------------------------------------------------------------------------
@@ -161,3 +206,14 @@ def set_sweep_state(
 def record_sweep_created(session: Session, sweep: Sweep) -> None:
     """The history row of a sweep just submitted (QUEUED). Never commits."""
     record_creation(session, SWEEP_LIFECYCLE, sweep, "submitted")
+
+
+def record_trial_straggler(session: Session, trial: Trial, entry: dict, message: str) -> None:
+    """``trial`` (RUNNING; its sweep locked) has a straggler, as a job's (``states.jobs.record_straggler``): ``entry``
+    (rank, ratio, epoch, step...) added to its ``stragglers``, a history row (reason ``straggler``). Never commits."""
+    from orchestrator.states.jobs import STRAGGLER  # beside the other request reasons a trial shares with a job
+
+    def add(_session: Session, _change: Change) -> None:
+        trial.stragglers = [*(trial.stragglers or []), entry]  # a new list: the JSON column sees the change
+
+    record_request(session, TRIAL_LIFECYCLE, trial, STRAGGLER, message, add)

@@ -130,3 +130,56 @@ def test_a_rank_that_loads_its_data_slowly_is_flagged_a_straggler_and_restarted(
     second = [m["step"] for m in windows if m["attempt"] == 2]
     assert len(first) >= 3 and second, windows
     assert second[0] > 2 and second[0] <= first[-1] + 2, (first, second)  # resumed from the stop's checkpoint
+
+
+def test_a_hung_sweep_trial_has_its_workers_restarted_or_fails_hung(member, service_settings, tmp_path, monkeypatch):
+    """The same function as a sweep's two trials side by side: one hangs once, one at every try. A trial shares its
+    sweep's Ray job, so its hang ends inside it: its ranks answer the sweep's request for their stacks, the control
+    plane names its workers in ``end_workers``, they end their processes and Ray Train restarts them from the
+    trial's latest checkpoint (``retries.max_worker_restarts`` 1). Once: the trial resumes and succeeds. Always: the
+    restart hangs again, the restarts run out and the trial fails ``hung``."""
+    monkeypatch.setattr(service_settings, "hang_stacks_poll_s", 1.0)
+    code_id = upload(member, code_zip())
+    base = _spec(code_id, "hung-trials", str(tmp_path / "marker-"), False)
+    base["config"] = {**base["config"], "steps_per_epoch": 4}  # step 8 is epoch 2, the last
+    base.update(epochs=2, retries={"max_worker_restarts": 1})
+    del base["name"], base["config"]["always"]
+    sweep = member.http.post(
+        "/v1/sweeps",
+        json={
+            "name": "hung-trials",
+            "base": base,
+            "search_space": {"config.mode": {"type": "grid", "values": ["once", "always"]}},
+            "algorithm": "grid",
+            "metric": "total",
+            "mode": "max",
+            "max_concurrent_trials": 2,
+        },
+    )
+    assert sweep.status_code == 201, sweep.text
+    sweep_id = sweep.json()["id"]
+    deadline = time.monotonic() + 420
+    while (state := member.http.get(f"/v1/sweeps/{sweep_id}").json())["state"] not in TERMINAL:
+        assert time.monotonic() < deadline, state
+        time.sleep(1)
+    assert state["state"] == "SUCCEEDED", state  # one trial succeeded
+    trials = {t["config"]["config.mode"]: t for t in member.http.get(f"/v1/sweeps/{sweep_id}/trials").json()}
+
+    once = trials["once"]
+    assert (once["state"], once["iterations"]) == ("SUCCEEDED", 2), once
+    events = member.http.get(f"/v1/trials/{once['id']}/events").json()
+    events = events["items"] if isinstance(events, dict) else events
+    reasons = [e["reason"] for e in events]
+    assert reasons.count("hang_suspected") >= 1 and reasons.count("hung") == 1, reasons
+    (hung,) = [e for e in events if e["reason"] == "hung"]
+    assert hung["to_state"] == "RUNNING", hung
+    assert "in a collective (waiting for the others): rank 1" in hung["message"], hung["message"]
+    assert "elsewhere: rank 0" in hung["message"] and "time.sleep(3600)" in hung["message"], hung["message"]
+    assert "Ray Train restarts them" in hung["message"], hung["message"]
+
+    always = trials["always"]
+    assert (always["state"], always["reason"]) == ("FAILED", "hung"), always
+    assert "elsewhere: rank 0" in always["message"] and "hung 2 time(s)" in always["message"], always["message"]
+    log = member.http.get(f"/v1/sweeps/{sweep_id}/logs").text
+    assert "[rank 0 stacks] the control plane found no progress" in log, log[-3000:]
+    assert "the control plane found trial" in log and "hung" in log, log[-3000:]

@@ -128,6 +128,22 @@ def _wait_no_train_workers(cluster, timeout_s: float = 30) -> None:
     assert alive == 0, f"{alive} RayTrainWorker actors still alive {timeout_s} s after the sweep ended"
 
 
+def _straggler_windows(settings, trial_ids: list[str]) -> dict[str, set[str]]:
+    """Each trial's ranks with a count of slow epochs in a row, from the service's database."""
+    from sqlalchemy import select
+
+    from orchestrator.db.engine import make_engine, make_session_factory
+    from orchestrator.db.models import Trial
+
+    engine = make_engine(settings.database_url)
+    try:
+        with make_session_factory(engine)() as session:
+            rows = session.scalars(select(Trial).where(Trial.id.in_(trial_ids)))
+            return {row.id: set(row.straggler_windows or {}) for row in rows}
+    finally:
+        engine.dispose()
+
+
 GOOD_LR, POOR_LR = [0.3, 0.2], [1e-5, 2e-5]
 
 
@@ -152,9 +168,13 @@ def asha_sweep(admin) -> tuple[dict, list[dict]]:
     return sweep, _trials(admin, sweep["id"])
 
 
-def test_asha_stops_the_poor_trials_early_and_frees_their_workers(admin, ray_cluster, asha_sweep):
+def test_asha_stops_the_poor_trials_early_and_frees_their_workers(admin, ray_cluster, asha_sweep, service_settings):
     sweep, trials = asha_sweep
     assert len(trials) == 4
+    # Every epoch result carried each of the 2 ranks' own time per step (docs/jobs.md "Stragglers"), which the
+    # control plane counted for each rank (whether one was slow is the machine's timing: not asserted).
+    windows = _straggler_windows(service_settings, [t["id"] for t in trials])
+    assert windows == {t["id"]: {"0", "1"} for t in trials}, windows
     by_lr = {t["config"]["lr.base"]: t for t in trials}
     for lr in POOR_LR:
         trial = by_lr[lr]

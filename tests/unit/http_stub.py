@@ -19,6 +19,10 @@ class JsonHandler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def body(self) -> dict:
+        """The request's JSON body."""
+        return json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+
     def log_message(self, *args) -> None:
         pass
 

@@ -92,6 +92,8 @@ def test_a_job_past_its_deadline_checkpoints_stops_and_fails_deadline_exceeded(a
         "checkpoint_now": False,
         "stacks_wanted": None,
         "stop_trials": [],
+        "trial_stacks_wanted": {},
+        "end_workers": [],
     }
 
     age_history(app, JobEvent, JobEvent.job_id, job, 61)
@@ -103,6 +105,8 @@ def test_a_job_past_its_deadline_checkpoints_stops_and_fails_deadline_exceeded(a
         "checkpoint_now": True,
         "stacks_wanted": None,
         "stop_trials": [],
+        "trial_stacks_wanted": {},
+        "end_workers": [],
     }
     # The stop's own failure, reported by the driver, is not the job's failure.
     failed = {"attempt": 1, "events": [{"type": "state", "state": "failed", "reason": "worker_died"}]}
@@ -184,6 +188,8 @@ def test_a_sweep_past_its_deadline_fails_deadline_exceeded(app, client, backend)
         "checkpoint_now": True,
         "stacks_wanted": None,
         "stop_trials": [],
+        "trial_stacks_wanted": {},
+        "end_workers": [],
     }
     backend.runs[f"{sweep}-1"] = RunStatus.FAILED
     backend.exit_codes[f"{sweep}-1"] = DriverExit.PREEMPTED

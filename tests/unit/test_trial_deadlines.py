@@ -119,12 +119,16 @@ def test_a_trials_rank_0_hears_its_own_deadline_and_no_other_trials(control_plan
 
 def test_a_trial_polls_for_its_deadline_even_in_a_sweep_that_cannot_be_preempted(control_plane):
     sweep = {"url": control_plane, "sweep_id": "s1", "attempt": 1, "token": "stk_x", "markers": "/tmp/m"}
-    config = {"spec": {"max_runtime_s": 60}, "sweep_control": {**sweep, "preemptible": False, "trial": "t1"}}
+    no_hangs = {"failure": {"hang_timeout_s": None}}  # else every rank polls for its stacks (test_trial_hangs.py)
+    config = {
+        "spec": {"max_runtime_s": 60, **no_hangs},
+        "sweep_control": {**sweep, "preemptible": False, "trial": "t1"},
+    }
     poller = control_poller(config, 0)
     assert poller is not None and poller._trial == "t1" and not poller._preemption
     poller.close()
     assert control_poller(config, 1) is None  # rank 0 alone
-    no_deadline = {"spec": {}, "sweep_control": {**sweep, "preemptible": False, "trial": "t1"}}
+    no_deadline = {"spec": no_hangs, "sweep_control": {**sweep, "preemptible": False, "trial": "t1"}}
     assert control_poller(no_deadline, 0) is None
 
 

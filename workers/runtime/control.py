@@ -12,7 +12,10 @@ others every ``ORCHESTRATOR_STACKS_POLL_S``, default 5) and, when the control pl
 
 A sweep trial's rank 0 polls its sweep's ``/internal/v1/sweeps/{sweep_id}/control`` with the sweep's token
 (``sweep_control`` in its config, set by ``workers.tune``), and so does the sweep driver
-(``workers.tune.preemption``): a trial reports to no control plane of its own, but stops as a job does.
+(``workers.tune.preemption``): a trial reports to no control plane of its own, but stops as a job does. Where
+hang detection watches the trial (its base's ``failure.hang_timeout_s``, on by default), every rank of it polls
+there too: it answers its trial's ``trial_stacks_wanted``, and ends its own process when the control plane
+names it in ``end_workers`` (the trial is hung: Ray Train restarts its workers from the latest checkpoint).
 
 ``SharedFlag`` carries rank 0's answer to every rank without slowing a step: a blocking all-reduce of one
 number per step cost 2.4 ms a step on 2 CPU ranks here (1.5x the time of a tiny digits run), so the
@@ -26,6 +29,7 @@ import logging
 import os
 import sys
 import threading
+import uuid
 
 import httpx
 import torch
@@ -41,6 +45,7 @@ log = logging.getLogger(__name__)
 DEFAULT_POLL_S = 1.0
 DEFAULT_STACKS_POLL_S = 5.0
 REQUEST_TIMEOUT_S = 5.0
+HUNG_EXIT_CODE = 75  # a hung trial's worker, ended on the control plane's word (EX_TEMPFAIL: retried)
 
 
 def poll_interval_s(variable: str = "ORCHESTRATOR_CONTROL_POLL_S", default: float = DEFAULT_POLL_S) -> float:
@@ -74,6 +79,7 @@ class ControlPoller:
         preemption: bool = True,
         stacks_rank: int | None = None,
         trial: str | None = None,
+        stacks_trial: str | None = None,
     ) -> None:
         base = f"{url.rstrip('/')}/internal/v1/{collection}/{job_id}"
         self._endpoint, self._events = f"{base}/control", f"{base}/events"
@@ -84,6 +90,8 @@ class ControlPoller:
         self._stacks_rank = stacks_rank
         self._trial = trial  # a sweep trial with a deadline: its Ray Tune id, looked for in ``stop_trials``
         self.deadline = False  # checkpoint_now is this trial's deadline, not a preemption
+        self._stacks_trial = stacks_trial  # a sweep trial's rank: its Ray Tune id, for its requests for stacks
+        self.worker = uuid.uuid4().hex[:16]  # this process's id in its answers, for ControlSignal.end_workers
         self._training = threading.get_ident()
         self._answered: set[str] = set()
         self._requested = threading.Event()
@@ -118,9 +126,12 @@ class ControlPoller:
                     self._requested.set()
                     if self._stacks_rank is None:
                         return
-                wanted = signal.stacks_wanted
+                trial = self._stacks_trial
+                wanted = signal.stacks_wanted if trial is None else signal.trial_stacks_wanted.get(trial)
                 if self._stacks_rank is not None and wanted and wanted not in self._answered:
                     self._answer_stacks(client, wanted)
+                if trial is not None and self.worker in signal.end_workers:
+                    self._end_process()
 
     def _ask(self, client: httpx.Client) -> ControlSignal | None:
         """The control plane's answer; None for "no news" (unreachable, not a 2xx, not a signal)."""
@@ -138,7 +149,9 @@ class ControlPoller:
     def _answer_stacks(self, client: httpx.Client, request: str) -> None:
         """Print this rank's stacks to the attempt's log and post them; answered once, or again at the next poll
         if the post did not get through."""
-        answer = stacks.answer(request, self._stacks_rank, self._training)
+        answer = {**stacks.answer(request, self._stacks_rank, self._training), "worker": self.worker}
+        if self._stacks_trial is not None:
+            answer["trial"] = self._stacks_trial
         prefix = stacks_line_prefix(self._stacks_rank)  # Ray's log dedup lets these through (DEDUP_ALLOW)
         header = (
             f"the control plane found no progress and asked for this rank's stacks (rank {self._stacks_rank}, "
@@ -153,6 +166,19 @@ class ControlPoller:
             return
         if response.is_success:
             self._answered.add(request)
+
+    def _end_process(self) -> None:
+        """The control plane found this trial hung and names this worker: end the process, so Ray Train sees its
+        worker die and restarts the trial's workers from its latest checkpoint (``retries.max_worker_restarts``).
+        From this thread: the training thread is the one that hangs."""
+        print(
+            f"{stacks_line_prefix(self._stacks_rank or 0)}the control plane found trial {self._stacks_trial} hung "
+            f'(docs/jobs.md "Hangs"): ending worker process {os.getpid()} so Ray Train restarts the trial\'s workers '
+            "from its latest checkpoint",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(HUNG_EXIT_CODE)
 
 
 def control_target(config: dict) -> tuple[str, str, str, int, RunToken | str] | None:
@@ -183,12 +209,13 @@ def control_poller(config: dict, rank: int) -> ControlPoller | None:
     preemption = control_target(config) if rank == 0 else None
     own = _own_control(config)
     trial = _trial_with_deadline(config) if rank == 0 else None
-    target = preemption or own or (_sweep_target(config) if trial else None)
+    stacks_trial = _trial_watched_for_hangs(config)
+    target = preemption or own or (_sweep_target(config) if trial or stacks_trial else None)
     if target is None:
         return None
     url, collection, run_id, attempt, token = target
     interval = None if rank == 0 else stacks_poll_interval_s()
-    stacks_rank = rank if own is not None else None
+    stacks_rank = rank if own is not None or stacks_trial is not None else None
     return ControlPoller(
         url,
         run_id,
@@ -199,6 +226,7 @@ def control_poller(config: dict, rank: int) -> ControlPoller | None:
         preemption=preemption is not None,
         stacks_rank=stacks_rank,
         trial=trial,
+        stacks_trial=stacks_trial,
     )
 
 
@@ -212,6 +240,16 @@ def _trial_with_deadline(config: dict) -> str | None:
     then polls the sweep's control for ``stop_trials``, preemptible or not (a deadline is no preemption)."""
     sweep = config.get("sweep_control") or {}
     if sweep.get("trial") and (config.get("spec") or {}).get("max_runtime_s") is not None:
+        return str(sweep["trial"])
+    return None
+
+
+def _trial_watched_for_hangs(config: dict) -> str | None:
+    """A sweep trial's Ray Tune id when hang detection watches it (its base's ``failure.hang_timeout_s`` is not
+    null): each of its ranks then answers the sweep's requests for its stacks (``trial_stacks_wanted``)."""
+    sweep = config.get("sweep_control") or {}
+    failure = (config.get("spec") or {}).get("failure") or {}
+    if sweep.get("trial") and failure.get("hang_timeout_s", "auto") is not None:
         return str(sweep["trial"])
     return None
 

@@ -16,7 +16,8 @@
   it), a committed checkpoint through the ``LoopContext``, with a manifest so that a resume verifies it;
 - stragglers: the model ``prepare`` returns and the loader ``shard`` returns time this rank's own part of each
   step (its training forwards, its waits for batches; ``workers.runtime.stragglers.FunctionOwnTime``), and rank 0's
-  reports carry every rank's;
+  reports carry every rank's (a sweep trial's: its checkpoint reports, the epoch results Ray Tune gets, each
+  rank's since the one before, under ``RANK_STEP_S_KEY``);
 - ``restore()``: a local folder holding the latest committed checkpoint that verifies, or None;
 - ``should_preempt()``: True once the control plane asked the job to give its workers back (docs/scheduling.md), on every
   rank at the same call (rank 0's ``ControlPoller``, carried to the others by a ``SharedFlag``): save a
@@ -43,6 +44,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from orchestrator_contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
 from orchestrator_contract.metrics import DEFAULT_MAX_METRIC_NAMES, POSITION_KEYS, check_metric_name
+from orchestrator_contract.sweeps import RANK_STEP_S_KEY
 from orchestrator_contract.workloads import load_entrypoint
 from workers.runtime.blocking import CheckpointBlocking
 from workers.runtime.context import LoopContext
@@ -52,7 +54,7 @@ from workers.runtime.manifest import MANIFEST_DIR, manifest_name, write_manifest
 from workers.runtime.rng import seed_everything
 from workers.runtime.step import autocast, prepare_model
 from workers.runtime.stragglers import FunctionOwnTime
-from workers.runtime.train_loop import Reporter, rank0_reporter, stopped
+from workers.runtime.train_loop import EPOCH_RANK_TIMES, Reporter, rank0_reporter, stopped
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +79,9 @@ def run_function(config: dict, ctx: LoopContext, reporter: Reporter | None = Non
     with rank0_reporter(config, ctx.rank, reporter) as reporter, ctx.resume_dir() as resume_dir:
         # Chosen before main runs, on every rank together (rank 0 verifies, all take its choice), and kept
         # until main returns: restore() is then a plain look-up any rank may make, or not.
-        train_ctx = TrainContext(spec, plan, ctx, reporter, resume_dir, poller)
+        train_ctx = TrainContext(
+            spec, plan, ctx, reporter, resume_dir, poller, epoch_rank_times=bool(config.get(EPOCH_RANK_TIMES))
+        )
         if reporter is not None:
             reporter.emit(StateEvent(state="running", rank_nodes=ctx.rank_nodes))
         try:
@@ -104,6 +108,7 @@ class TrainContext:
         reporter: Reporter | None,
         resume_dir: str | None,
         poller=None,  # rank 0's ControlPoller, when the job can be preempted
+        epoch_rank_times: bool = False,  # a sweep trial's (train_loop.EPOCH_RANK_TIMES): times in its epoch results
     ) -> None:
         self.spec, self.plan, self._loop, self._reporter = spec, plan, loop, reporter
         self.rank, self.world_size, self.device = loop.rank, loop.world_size, loop.device
@@ -124,6 +129,7 @@ class TrainContext:
         # Made on every rank (on NCCL a gloo group of its own: a collective), used only when main asks.
         self._flag = SharedFlag(self.world_size)
         self._own_time = FunctionOwnTime(self.device, self.rank, self.world_size)  # stragglers: see its docstring
+        self._epoch_rank_times = epoch_rank_times
         self.preempted = False  # should_preempt() said True: main is expected to checkpoint and return
         self._blocking = CheckpointBlocking()  # since the last metric point (goodput)
 
@@ -192,7 +198,8 @@ class TrainContext:
                     epoch=max(self.epoch, 0),
                     step=max(self.step, 0),
                     values=values,
-                    rank_step_s=self._own_time.gather(),
+                    # A trial's go with its checkpoint reports, the results Tune gets (``_checkpoint``).
+                    rank_step_s=None if self._epoch_rank_times else self._own_time.gather(),
                     checkpoint_blocked_s=self._blocking.take(),
                 )
             )
@@ -214,7 +221,11 @@ class TrainContext:
         if self.rank == 0:
             (folder / CONTEXT_FILE).write_text(json.dumps({"epoch": self.epoch, "step": self.step}))
         write_manifest(folder, rank=self.rank, world_size=self.world_size)  # last: it lists the files above
-        reported = {**values, "epoch": self.epoch, "step": self.step}
+        reported: dict[str, Any] = {**values, "epoch": self.epoch, "step": self.step}
+        if self._epoch_rank_times and self.rank == 0:  # only rank 0's report is the trial's result
+            rank_step_s = self._own_time.gather()  # since the previous checkpoint report; None: not every rank yet
+            if rank_step_s is not None:
+                reported[RANK_STEP_S_KEY] = rank_step_s
         # The preemption's checkpoint is the one the next attempt resumes from: registered before main returns.
         wait = self.spec.checkpoint.wait_for_commit or self.preempted
         if self.spec.checkpoint.async_ and not wait:

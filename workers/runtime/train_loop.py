@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import torch
 
 from orchestrator_contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
+from orchestrator_contract.sweeps import RANK_STEP_S_KEY
 from workers.runtime.blocking import CheckpointBlocking
 from workers.runtime.checkpoint_io import Position, checkpoint_state, restore_checkpoint, save_checkpoint
 from workers.runtime.checkpoint_writer import CheckpointWriter
@@ -49,6 +50,10 @@ class Reporter(Protocol):
 
 PREEMPTED_KEY = "preempted_at_step"  # in ``run_training``'s result: it checkpointed and stopped there
 DEADLINE_KEY = "deadline_exceeded"  # with PREEMPTED_KEY: the stop was a sweep trial's deadline, not a preemption
+# In the config: true for a sweep trial's run (``workers.tune.tuner``), whose rank 0 reports to no control plane but
+# to Ray Tune: its epoch results carry each rank's own seconds per step over the epoch (``RANK_STEP_S_KEY``, a list),
+# what a job's metric windows send (``MetricsEvent.rank_step_s``; docs/jobs.md "Stragglers").
+EPOCH_RANK_TIMES = "epoch_rank_step_s"
 
 
 def stopped(step: int, poller) -> dict:
@@ -89,6 +94,7 @@ def run_training(config: dict, ctx: LoopContext, reporter: Reporter | None = Non
     with rank0_reporter(config, ctx.rank, reporter) as reporter:
         loop = _Loop(spec, plan, ctx, workload, state, batches, reporter)
         loop.background_checkpoints = config.get("background_checkpoints", True)
+        loop.epoch_rank_times = bool(config.get(EPOCH_RANK_TIMES))
         loop.start_writer()
         with ctx.resume_dir() as resume_dir:
             if resume_dir:  # last: the RNG states it restores are the next ones drawn
@@ -158,6 +164,8 @@ class _Loop:
         self.poller = None  # this rank's ControlPoller (rank 0's hears a preemption)
         self.stop_after_epoch = False  # preempted at an epoch's last step: checkpoint at its end, then stop
         self.own_time = OwnTime(ctx.device)  # this rank's own time in the metric window (stragglers)
+        self.epoch_rank_times = False  # a sweep trial's: each rank's own time over the epoch in its result
+        self.epoch_own = [0.0] * (ctx.world_size + 1)  # each rank's own seconds in the epoch's windows, their steps
         self.blocking = CheckpointBlocking()  # since the last metric point (goodput)
         self.writer = CheckpointWriter(ctx)  # asynchronous checkpoints: at most one in flight
         self.background_checkpoints = True  # False (sweep trials): checkpoint.async uploads in the background only
@@ -186,7 +194,7 @@ class _Loop:
             return False
         return self.flag.exchange(self.poller is not None and self.poller.checkpoint_now)
 
-    def _preemption_checkpoint(self, metrics: dict[str, float]) -> None:
+    def _preemption_checkpoint(self, metrics: dict[str, Any]) -> None:
         """The checkpoint outside the schedule, committed (registered by Ray Train) before training stops."""
         self._timed_checkpoint(metrics, committed=True)
         if self.ctx.rank == 0:
@@ -246,16 +254,18 @@ class _Loop:
                     )
                 )
             every_epochs, every_steps = spec.checkpoint.every_epochs, spec.checkpoint.every_steps
+            reported = {**metrics, "samples_per_s": self.samples_per_s(), **self._epoch_rank_step_s()}
             if self.stop_after_epoch and epoch < spec.epochs:
-                self._preemption_checkpoint({**metrics, "samples_per_s": self.samples_per_s()})
+                self._preemption_checkpoint(reported)
             if (
                 epoch == spec.epochs
                 or (every_epochs and epoch % every_epochs == 0)
                 or (every_steps and self.position.step % every_steps == 0)  # deferred to here, with metrics
             ):
-                self._timed_checkpoint({**metrics, "samples_per_s": self.samples_per_s()})
+                self._timed_checkpoint(reported)
             self.position = Position(epoch + 1, 0, self.position.step)
             self.epoch_loss = self._zeros(2)
+            self.epoch_own = [0.0] * (self.ctx.world_size + 1)
         self.writer.wait()  # nothing in flight once training ends
         self.blocking.flush(self.reporter, spec.epochs, self.position.step)
         return {**metrics, "samples_per_s": self.samples_per_s()}
@@ -317,6 +327,8 @@ class _Loop:
         own = self._zeros(self.ctx.world_size)
         own[self.ctx.rank] = self.own_time.take()
         loss_sum, steps, *own_s = all_reduce_sum(torch.cat([window, own])).tolist()
+        if self.epoch_rank_times:  # every rank adds the same sums: the epoch's result is the same on all
+            self.epoch_own = [total + more for total, more in zip(self.epoch_own, [*own_s, steps], strict=True)]
         samples_per_s = steps / self.ctx.world_size * self.samples_per_step / max(seconds, 1e-9)
         values = {
             "train_loss": loss_sum / steps,
@@ -337,6 +349,15 @@ class _Loop:
                     checkpoint_blocked_s=self.blocking.take(),
                 )
             )
+
+    def _epoch_rank_step_s(self) -> dict[str, list[float]]:
+        """A sweep trial's (``EPOCH_RANK_TIMES``): each rank's own seconds per step over the epoch's metric windows,
+        by rank, under ``RANK_STEP_S_KEY``; nothing for a job, one rank, or an epoch that ended no window."""
+        *own_s, steps = self.epoch_own
+        per_rank_steps = steps / self.ctx.world_size  # each rank counted its own steps
+        if not self.epoch_rank_times or self.ctx.world_size < 2 or per_rank_steps <= 0:
+            return {}
+        return {RANK_STEP_S_KEY: [seconds / per_rank_steps for seconds in own_s]}
 
     def _epoch_metrics(self) -> dict[str, float]:
         # One collective for everything: the same length and order on every rank (names are sorted).
@@ -386,13 +407,13 @@ class _Loop:
 
     # --- checkpoints --------------------------------------------------------------------------------
 
-    def _timed_checkpoint(self, metrics: dict[str, float], committed: bool = False) -> None:
+    def _timed_checkpoint(self, metrics: dict[str, Any], committed: bool = False) -> None:
         """``_checkpoint``, its seconds added to the ones the next metric point reports (goodput's checkpoint
         blocking: the same on every rank, as every rank's checkpoint ends at the same barrier)."""
         with self.blocking.timed():
             self._checkpoint(metrics, committed)
 
-    def _checkpoint(self, metrics: dict[str, float], committed: bool = False) -> None:
+    def _checkpoint(self, metrics: dict[str, Any], committed: bool = False) -> None:
         # Every rank writes its part into its own folder and reports it (Ray Train's report is a barrier).
         # Asynchronous (checkpoint.async): the loop waits only for a snapshot of the state on the CPU; the writer's
         # thread writes and reports it. FSDP's state dict and gathered model.pt are collectives on the training

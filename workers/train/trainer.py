@@ -9,6 +9,7 @@ from ray.train.torch import TorchTrainer
 from ray.util.placement_group import NODE_ID_LABEL_KEY
 
 from orchestrator_contract.jobs import JobSpec, TrainingPlan
+from workers.runtime.train_loop import EPOCH_RANK_TIMES
 from workers.train.callbacks import RunEventForwarder
 from workers.train.code_errors import blame_user_code
 from workers.train.failures import CauseAwareFailurePolicy, failure_policy
@@ -31,13 +32,16 @@ def build_trainer(
     sweep_control: dict | None = None,
     avoid_nodes: Sequence[str] = (),
     background_checkpoints: bool = True,
+    epoch_rank_times: bool = False,
 ) -> JobTrainer:
     """``control_plane_url=None`` makes every reporter only log (scripts, tests, sweep trials).
     ``start_from``: a checkpoint the run starts from while it has none of its own (``RayContext``).
     ``sweep_control``: a sweep trial's way to hear of its sweep's preemption (``workers.runtime.control``).
     ``avoid_nodes``: Ray node ids no worker may be placed on (bad nodes: ``DriverAssignment.avoid_nodes``).
     ``background_checkpoints``: whether ``checkpoint.async`` writes and reports on the loop's writer thread
-    (``workers.runtime.checkpoint_writer``); False: the loop writes, only the upload is in the background."""
+    (``workers.runtime.checkpoint_writer``); False: the loop writes, only the upload is in the background.
+    ``epoch_rank_times``: a sweep trial's epoch results carry each rank's own seconds per step over the epoch, for the
+    control plane's straggler detection (``workers.runtime.train_loop.EPOCH_RANK_TIMES``)."""
     # Ray Train would refuse to start on a run snapshot that names checkpoints retention deleted.
     forget_deleted_checkpoints(storage_path, job_id)
     scaling = spec.scaling
@@ -56,6 +60,7 @@ def build_trainer(
             "start_from": start_from,
             "sweep_control": sweep_control,
             "background_checkpoints": background_checkpoints,
+            EPOCH_RANK_TIMES: epoch_rank_times,
         },
         scaling_config=ScalingConfig(
             num_workers=scaling.num_workers,

@@ -35,7 +35,8 @@ log = logging.getLogger("workers.tune.driver")
 def build_tuner(assignment: SweepAssignment, callbacks: list, control: SweepControl | None = None) -> tune.Tuner:
     spec, sweep_id = assignment.spec, assignment.sweep_id
     folder = sweep_folder(assignment.storage_path, sweep_id)
-    # The trials' rank 0 polls the sweep's control for its preemption, and for their own deadlines (stop_trials).
+    # The trials' ranks poll the sweep's control: rank 0 for its preemption and their deadlines (stop_trials),
+    # every rank for requests for its stacks and the end of a hung trial's workers (services.trial_hangs).
     trial_control = {**control.as_config(), "preemptible": spec.may_be_preempted} if control else None
     fn = trainable(spec, assignment.storage_path, sweep_id, trial_control, assignment.avoid_nodes)
     experiment = f"{folder}/{TUNE_EXPERIMENT}"
@@ -86,7 +87,11 @@ def run_sweep(assignment: SweepAssignment, control_plane_url: str | None, token:
         StateEvent(state="running", reason="sweep_started", message=f"attempt {attempt}: Ray Tune is running")
     )
     preemption, control = None, None
-    if control_plane_url and token and (spec.may_be_preempted or spec.base.max_runtime_s is not None):
+    # The trials' ranks poll the sweep's control for its preemption, their deadlines and their hangs.
+    watched = (
+        spec.may_be_preempted or spec.base.max_runtime_s is not None or spec.base.failure.hang_timeout_s is not None
+    )
+    if control_plane_url and token and watched:
         markers = markers_folder(sweep_folder(assignment.storage_path, sweep_id), attempt)
         control = SweepControl(control_plane_url, sweep_id, attempt, token, markers)
     if control is not None and spec.may_be_preempted:

@@ -15,6 +15,7 @@ restarts from another's checkpoint with a perturbed learning rate starts a new T
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 from collections.abc import Sequence
@@ -35,6 +36,8 @@ from ray.util.queue import Empty, Queue
 from orchestrator_contract.jobs import JobSpec, TrainingPlan
 from orchestrator_contract.metrics import POSITION_KEYS
 from orchestrator_contract.sweeps import (
+    MAX_RANKS,
+    RANK_STEP_S_KEY,
     TRIAL_DRIVER_RESOURCES,
     AshaScheduler,
     Choice,
@@ -197,6 +200,7 @@ def _trainer(
         # A trial's reports are Tune's results (its scheduler's input): made on the loop, as before the writer
         # thread; not yet run through the full suite from that thread (docs/jobs.md "Asynchronous checkpoints").
         background_checkpoints=False,
+        epoch_rank_times=True,  # each epoch result carries every rank's own time per step (stragglers)
     )
 
 
@@ -376,6 +380,18 @@ REPORTERS: dict[str, EventReporter] = {}
 TUNE_KEYS = frozenset(AUTO_RESULT_KEYS) | POSITION_KEYS
 
 
+def rank_step_s(result: dict[str, Any]) -> list[float] | None:
+    """Each rank's own seconds per step over the epoch, as the trial's rank 0 put them in its result
+    (``RANK_STEP_S_KEY``); None where there are none, or what is there is not such a list (a user's function may
+    report a metric of that name): a bad value must not fail the sweep's callback."""
+    times = result.get(RANK_STEP_S_KEY)
+    if not isinstance(times, (list, tuple)) or not 2 <= len(times) <= MAX_RANKS:
+        return None
+    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0 for t in times):
+        return None
+    return [float(t) for t in times]
+
+
 def run_metrics(result: dict[str, Any]) -> dict[str, float]:
     """The numbers the trial's run reported with an epoch (the loop's and its workload's metrics), without what
     Tune adds (its clock, counters, ids)."""
@@ -417,6 +433,7 @@ class TrialEventForwarder(tune.Callback):
                 step=int(result.get("step", 0)),
                 metrics=metrics,
                 checkpoint_path=result.get(CHECKPOINT_PATH_KEY),
+                rank_step_s=rank_step_s(result),
             )
         )
 

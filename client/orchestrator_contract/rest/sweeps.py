@@ -28,6 +28,11 @@ class TrialOut(FromAttributes):
     best_metric: float | None = Field(description="The sweep's metric at the trial's best epoch.")
     best_epoch: int | None = Field(description="The epoch of best_metric.")
     stopped_early: bool = Field(description="Stopped by the scheduler (ASHA) before its last epoch.")
+    stragglers: list[dict[str, Any]] | None = Field(
+        None,
+        description="Ranks found slower than the others, each once (rank, ratio to the median, their time and the "
+        "median's per step, the epoch and step): docs/jobs.md, Stragglers. A trial's only warn. Null: none.",
+    )
     checkpoint_path: str | None = Field(
         description="The checkpoint of the best epoch (ties: the later) among those retention keeps: a folder that exists."
     )
