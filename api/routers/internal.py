@@ -23,6 +23,7 @@ from orchestrator.services import bad_nodes, deadlines, hangs, reported_ends, ru
 from orchestrator.services.job_events import RefusedEvent, apply_events
 from orchestrator.services.runs import JOBS, SWEEPS, RunKind
 from orchestrator.services.sweep_events import apply_sweep_events
+from orchestrator.states import startup
 from orchestrator_contract.claims import ClaimedToken, DriverClaim
 from orchestrator_contract.jobs import ControlSignal, DriverAssignment, EventBatch, JobSpec, TrainingPlan
 from orchestrator_contract.sweeps import SweepAssignment, SweepEventBatch, SweepSpec, TrialEvent
@@ -67,7 +68,7 @@ def assignment(
     """For the job's own driver (its run token): the spec, the plan and the storage path of this attempt, and
     the bad nodes its workers must avoid. A stale attempt is 409."""
     _current_attempt(job, attempt)
-    return DriverAssignment(
+    answer = DriverAssignment(
         job_id=job.id,
         attempt=job.attempt,
         spec=JobSpec.model_validate(job.spec),
@@ -75,6 +76,8 @@ def assignment(
         storage_path=service.settings.storage_path,
         avoid_nodes=bad_nodes.nodes_to_avoid(session, service.settings, service.backend, job, JOBS.demand(job)),
     )
+    _reached(session, JOBS, job.id, attempt, "assignment_fetched")
+    return answer
 
 
 @router.get("/{job_id}/control", summary="What the control plane asks of a running job (internal)")
@@ -120,13 +123,25 @@ def sweep_assignment(
     """For the sweep's own driver (its run token): the spec and the storage path of this attempt, and the bad
     nodes its trials' workers must avoid."""
     _current_attempt(sweep, attempt)
-    return SweepAssignment(
+    answer = SweepAssignment(
         sweep_id=sweep.id,
         attempt=sweep.attempt,
         spec=SweepSpec.model_validate(sweep.spec),
         storage_path=service.settings.storage_path,
         avoid_nodes=bad_nodes.nodes_to_avoid(session, service.settings, service.backend, sweep, SWEEPS.demand(sweep)),
     )
+    _reached(session, SWEEPS, sweep.id, attempt, "assignment_fetched")
+    return answer
+
+
+def _reached(session: Session, kind: RunKind, run_id: str, attempt: int, stage: str) -> None:
+    """The run's start-up timeline (``states.startup``): ``stage`` reached now, in a short transaction of its own
+    (the assignment is read unlocked: finding the bad nodes asks Ray)."""
+    session.commit()  # ends the read; the row is locked anew
+    run = kind.lock(session, run_id)
+    if run is not None and run.attempt == attempt:
+        startup.mark(run, stage)
+    session.commit()
 
 
 @sweeps_router.get("/{sweep_id}/control", summary="What the control plane asks of a running sweep (internal)")
@@ -136,7 +151,7 @@ def sweep_control(sweep_id: str, sweep: SweepCaller, attempt: int, session: Sess
     those of its trials past their own deadline (``services.deadlines``), and its trials' hangs
     (``services.trial_hangs``). A stale attempt is 409."""
     _current_attempt(sweep, attempt)
-    trials = sweeps_repo.list_trials(session, sweep.id)
+    trials = sweeps_repo.running_trials(session, sweep.id)
     stacks_wanted, end_workers = trial_hangs.signal(trials)
     return ControlSignal(
         checkpoint_now=sweep.preempt_requested_at is not None,
@@ -188,6 +203,7 @@ def sweep_claim(sweep_id: str, sweep: SweepClaimant, body: DriverClaim, session:
 
 def _exchange(session: Session, kind: str, run: Job | Sweep, body: DriverClaim) -> ClaimedToken:
     token = run_claims.exchange(kind, run, body.attempt, body.nonce)  # refused: nothing to commit
+    startup.mark(run, "driver_started")  # its start-up timeline (states.startup)
     session.commit()
     return ClaimedToken(token=token)
 

@@ -117,6 +117,8 @@ def job_summary(job: Job, events: list, checkpoints: list[Checkpoint]) -> dict[s
             "result": result,
             "samples_per_s": latest.get("samples_per_s", (result.get("metrics") or result).get("samples_per_s")),
             "stragglers": out.stragglers or [],
+            # The latest attempt's start-up timeline (docs/jobs.md "Start-up timeline"); None before admission.
+            "startup": out.startup[-1].model_dump(mode="json") if out.startup else None,
         },
         "events": [JobEventOut.model_validate(e).model_dump(mode="json") for e in events],
         "checkpoints": [

@@ -529,7 +529,26 @@ class StacksEvent(_Strict):
     )
 
 
-Event = Annotated[StateEvent | MetricsEvent | CheckpointEvent | StacksEvent, Field(discriminator="type")]
+# The stages of an attempt's start, in order (docs/jobs.md "Start-up timeline"): the control plane records the first
+# four itself (the attempt began, Ray took its submission, its driver claimed its token, fetched its assignment), the
+# run reports the rest with a StartupEvent (its driver before Ray Train starts, Ray Train's controller once the
+# worker group and its process group are up, rank 0 as its training function begins, its data is loaded, its first
+# step is done).
+CONTROL_PLANE_STAGES = ("admitted", "submitted", "driver_started", "assignment_fetched")
+RUN_STAGES = ("trainer_started", "workers_up", "training_started", "data_ready", "first_step")
+STARTUP_STAGES = CONTROL_PLANE_STAGES + RUN_STAGES
+TRIAL_STAGES = ("trial_started", "first_result")  # a sweep trial's: the control plane sees them arrive
+RunStage = Literal["trainer_started", "workers_up", "training_started", "data_ready", "first_step"]
+
+
+class StartupEvent(_Strict):
+    """A stage of the attempt's start reached (``RUN_STAGES``), timed by its arrival: the control plane's clock."""
+
+    type: Literal["startup"] = "startup"
+    stage: RunStage
+
+
+Event = Annotated[StateEvent | MetricsEvent | CheckpointEvent | StacksEvent | StartupEvent, Field(discriminator="type")]
 
 
 class EventBatch(_Strict):

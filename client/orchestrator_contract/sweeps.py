@@ -23,6 +23,7 @@ from orchestrator_contract.jobs import (
     CheckpointMetric,
     JobSpec,
     StacksEvent,
+    StartupEvent,
     StateEvent,
 )
 
@@ -426,7 +427,7 @@ class TrialEvent(_Strict):
     )
 
 
-SweepEvent = Annotated[StateEvent | TrialEvent | StacksEvent, Field(discriminator="type")]
+SweepEvent = Annotated[StateEvent | TrialEvent | StacksEvent | StartupEvent, Field(discriminator="type")]
 
 
 class SweepEventBatch(_Strict):

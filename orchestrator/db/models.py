@@ -175,6 +175,8 @@ class Job(Base):
     # Each rank's Ray node id, as rank 0 reported with ``running`` ({"attempt": n, "nodes": [...]}): which node
     # a straggler or a hung rank was on (orchestrator/services/bad_nodes.py). Null before the first report.
     rank_nodes: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    # Each attempt's start-up timeline (orchestrator/services/startup.py): {attempt: {stage: ISO time}}.
+    startup: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
 
     labels: Mapped[list[JobLabel]] = relationship(
         cascade="all, delete-orphan", lazy="selectin", order_by="JobLabel.key"
@@ -413,6 +415,7 @@ class Sweep(Base):
     queued_at: Mapped[datetime | None] = mapped_column(default=None)  # as Job.queued_at
     last_preempted_at: Mapped[datetime | None] = mapped_column(default=None)  # as Job.last_preempted_at
     last_preempted_by: Mapped[str] = mapped_column(String(256), default="", server_default="")
+    startup: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)  # as Job.startup
 
     @property
     def submission_id(self) -> str:
@@ -469,6 +472,8 @@ class Trial(Base):
     # rank's count of slow windows (the trial's epochs) in a row.
     stragglers: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, default=None)
     straggler_windows: Mapped[dict[str, int] | None] = mapped_column(JSON, default=None)
+    # Its start-up timeline (orchestrator/services/startup.py): {stage: ISO time}, its first Train run's.
+    startup: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
 
 
 class TrialEvent(_StateHistory, Base):

@@ -107,6 +107,12 @@ def list_trials(session: Session, sweep_id: str) -> list[Trial]:
     return list(session.scalars(select(Trial).where(Trial.sweep_id == sweep_id).order_by(Trial.number)))
 
 
+def running_trials(session: Session, sweep_id: str) -> list[Trial]:
+    """The sweep's RUNNING trials: what its control signal (deadlines, hangs) is about, polled by every trial rank."""
+    query = select(Trial).where(Trial.sweep_id == sweep_id, Trial.state == TrialState.RUNNING).order_by(Trial.number)
+    return list(session.scalars(query))
+
+
 def page_trials(session: Session, sweep_id: str, cursor: str | None, limit: int) -> tuple[list[Trial], str | None]:
     """By number, as ``list_trials`` (the id breaks a tie)."""
     return fetch_page(session, select(Trial).where(Trial.sweep_id == sweep_id), (Trial.number, Trial.id), cursor, limit)

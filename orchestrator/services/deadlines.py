@@ -69,13 +69,13 @@ def trials_past_deadline(
 ) -> list[str]:
     """The Ray Tune ids of the sweep's RUNNING trials past their deadline (its base's ``max_runtime_s``): each
     such trial's rank 0 is told so (``ControlSignal.stop_trials``), checkpoints and stops, and its trial ends
-    FAILED ``deadline_exceeded`` (``workers.tune.tuner.run_trial``). ``trials``: the sweep's, when the caller has
-    them already."""
+    FAILED ``deadline_exceeded`` (``workers.tune.tuner.run_trial``). ``trials``: the sweep's running ones, when the
+    caller has them already."""
     limit = (((sweep.spec or {}).get("base")) or {}).get("max_runtime_s")
     if limit is None or sweep.state != JobState.RUNNING:
         return []
     now = now or utcnow()
-    trials = sweeps_repo.list_trials(session, sweep.id) if trials is None else trials
+    trials = sweeps_repo.running_trials(session, sweep.id) if trials is None else trials
     running = [trial for trial in trials if trial.state == TrialState.RUNNING]
     if not running:
         return []

@@ -10,10 +10,18 @@ from orchestrator.db.models import Job, JobState, Sweep
 from orchestrator.errors import Refused
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.services import hangs, reported_ends, stragglers
+from orchestrator.states import startup
 from orchestrator.states.core import IllegalTransition
 from orchestrator.states.jobs import set_job_state
 from orchestrator.storage import CheckpointStorage
-from orchestrator_contract.jobs import CheckpointEvent, EventBatch, MetricsEvent, StacksEvent, StateEvent
+from orchestrator_contract.jobs import (
+    CheckpointEvent,
+    EventBatch,
+    MetricsEvent,
+    StacksEvent,
+    StartupEvent,
+    StateEvent,
+)
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +93,8 @@ def apply_events(
             applied += _apply_state(session, job, event)
         elif isinstance(event, StacksEvent):  # a rank's answer to a hang suspicion (services.hangs)
             applied += hangs.record_stacks(job, event.model_dump())
+        elif isinstance(event, StartupEvent):  # a stage of the attempt's start (states.startup)
+            applied += startup.mark(job, event.stage)
     return applied
 
 

@@ -20,6 +20,7 @@ from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.launch import CODE_MISSING, DRIVER_MODULE, CodeMissing, Launch, code_mount
 from orchestrator.settings import Settings
+from orchestrator.states import startup
 from orchestrator.states.core import Lifecycle, lock_row
 from orchestrator.states.jobs import JOB_LIFECYCLE, revoke_driver, set_job_state
 from orchestrator.states.sweeps import SWEEP_LIFECYCLE, set_sweep_state
@@ -75,6 +76,11 @@ class RunKind:
                 run = self.lock(session, launch.run_id)
                 if run is not None and run.submission_id == launch.submission_id and run.state in _NOT_STARTED:
                     self.set_state(session, run, JobState.FAILED, CODE_MISSING, str(exc))
+            return
+        with sessions.begin() as session:  # Ray took it: the start-up timeline's "submitted" (states.startup)
+            run = self.lock(session, launch.run_id)
+            if run is not None and run.submission_id == launch.submission_id:
+                startup.mark(run, "submitted")
 
 
 JOBS = RunKind(

@@ -11,10 +11,11 @@ from orchestrator.db.models import Sweep, Trial, TrialMetric, TrialState, utcnow
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services import reported_ends, stragglers, trial_hangs
 from orchestrator.services.job_events import DEFAULT_REASON, TARGET_STATE, RefusedEvent, is_preemption_stop
+from orchestrator.states import startup
 from orchestrator.states.core import IllegalTransition
 from orchestrator.states.sweeps import set_sweep_state, set_trial_state
 from orchestrator.storage import CheckpointStorage
-from orchestrator_contract.jobs import StacksEvent, StateEvent
+from orchestrator_contract.jobs import StacksEvent, StartupEvent, StateEvent
 from orchestrator_contract.sweeps import SweepEventBatch, SweepSpec, TrialEvent, trial_spec, trials_folder
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,8 @@ def apply_sweep_events(
             applied += _apply_trial(session, sweep, spec, event, straggler_windows)
         elif isinstance(event, StacksEvent):  # a trial's rank answers a request for its stacks (trial_hangs)
             applied += trial_hangs.record_stacks(session, sweep, event.model_dump())
+        elif isinstance(event, StartupEvent):  # a stage of the attempt's start (states.startup)
+            applied += startup.mark(sweep, event.stage)
         elif isinstance(event, StateEvent):
             if is_preemption_stop("sweep", sweep, event):
                 continue
@@ -93,6 +96,7 @@ def _apply_trial(session: Session, sweep: Sweep, spec: SweepSpec, event: TrialEv
             session, trial, event.epoch, event.step or 0, event.metrics, event.checkpoint_path
         )
         trial.progress_at = utcnow()  # hang detection's evidence (services.trial_hangs)
+        startup.mark_trial(trial, "first_result", trial.progress_at)
         trial.iterations = max(trial.iterations, event.epoch)
         trial.latest_metrics = {**event.metrics, "epoch": event.epoch}
         _consider_best(trial, spec, event)
@@ -112,6 +116,8 @@ def _apply_trial(session: Session, sweep: Sweep, spec: SweepSpec, event: TrialEv
         try:
             if set_trial_state(session, trial, to_state, reason, message):
                 trial.stopped_early = to_state == TrialState.STOPPED
+                if to_state == TrialState.RUNNING:
+                    startup.mark_trial(trial, "trial_started")
                 changed = True
         except IllegalTransition as exc:  # a late report about a trial that already ended
             log.info("ignoring reported trial state: %s", exc)

@@ -40,7 +40,7 @@ def watch(session: Session, sweep: Sweep, settings: Settings, watching_since: da
     module). A sweep not RUNNING, or being stopped, is left alone: its trials are paused, not hung."""
     if sweep.state != JobState.RUNNING or sweep.preempt_requested_at is not None:
         return
-    running = [trial for trial in sweeps_repo.list_trials(session, sweep.id) if trial.state == TrialState.RUNNING]
+    running = sweeps_repo.running_trials(session, sweep.id)
     if not running:
         return
     now = now or utcnow()

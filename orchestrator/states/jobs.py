@@ -21,6 +21,7 @@ from orchestrator.states.core import (
     transition,
 )
 from orchestrator.states.job_metrics import count_change, count_submitted
+from orchestrator.states.startup import startup_after
 from orchestrator.states.usage_ledger import job_usage
 
 S = JobState
@@ -174,6 +175,7 @@ JOB_LIFECYCLE = Lifecycle(
     # count_change last: it reads the times lifecycle_times sets.
     after=(
         attempt_after,
+        startup_after,
         lifecycle_times,
         queued_since,
         preempted_record,

@@ -45,6 +45,7 @@ from orchestrator.states.jobs import (
     queued_since,
     requeue_before,
 )
+from orchestrator.states.startup import startup_after
 from orchestrator.states.sweep_metrics import count_change, count_submitted
 from orchestrator.states.usage_ledger import trial_usage
 
@@ -173,6 +174,7 @@ SWEEP_LIFECYCLE = Lifecycle(
     before=(attempt_before, requeue_before),
     after=(
         attempt_after,
+        startup_after,
         lifecycle_times,
         queued_since,
         preempted_record,

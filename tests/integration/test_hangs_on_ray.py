@@ -76,6 +76,12 @@ def test_a_hung_function_is_found_its_stacks_taken_and_it_resumes_or_fails_hung(
     assert "in a collective (waiting for the others): rank 1" in message, message
     assert "elsewhere: rank 0" in message and "time.sleep(3600)" in message, message
     assert "starting attempt 2 of 2 from the latest checkpoint" in message, message
+    # Attempt 2's start has a timeline of its own (a training function's: no data_ready stage), after attempt 1's.
+    first, second = done["startup"]
+    assert (first["attempt"], second["attempt"]) == (1, 2), done["startup"]
+    stages = [s["stage"] for s in second["stages"]]
+    assert stages[0] == "admitted" and stages[-1] == "first_step" and "data_ready" not in stages, stages
+    assert second["stages"][0]["at"] > first["stages"][-1]["at"] and second["first_step_s"] > 0, done["startup"]
     points = [(m["attempt"], m["step"]) for m in member.http.get(f"/v1/jobs/{once_id}/metrics").json()]
     assert points == [(1, s) for s in range(1, HANG_AT)] + [(2, s) for s in range(HANG_AT, STEPS + 1)], points
     log = _logs(member, once_id, 1)
@@ -167,6 +173,7 @@ def test_a_hung_sweep_trial_has_its_workers_restarted_or_fails_hung(member, serv
 
     once = trials["once"]
     assert (once["state"], once["iterations"]) == ("SUCCEEDED", 2), once
+    assert [s["stage"] for s in once["startup"]] == ["trial_started", "first_result"], once["startup"]
     events = member.http.get(f"/v1/trials/{once['id']}/events").json()
     events = events["items"] if isinstance(events, dict) else events
     reasons = [e["reason"] for e in events]

@@ -13,6 +13,7 @@ from ray.job_submission import JobSubmissionClient
 from orchestrator.backend.local_cluster import LocalRayCluster
 from orchestrator.control_plane import ControlPlane
 from orchestrator.settings import Settings
+from orchestrator_contract.jobs import STARTUP_STAGES
 from workers.train.checkpoints import load_model_from_checkpoint
 from workers.workloads.digits import build
 
@@ -71,6 +72,15 @@ def test_digits_job_trains_to_95_percent_and_reports_everything(member, ray_clus
 
     history = [(e["from_state"], e["to_state"]) for e in member.http.get(f"/v1/jobs/{job_id}/events").json()]
     assert history == [(None, "QUEUED"), ("QUEUED", "STARTING"), ("STARTING", "RUNNING"), ("RUNNING", "SUCCEEDED")]
+
+    # Its start-up timeline (docs/jobs.md): every stage, from admitted first to first_step last. (Stages told by
+    # different processes, the controller's workers_up and rank 0's training_started, may arrive either way round.)
+    (startup,) = job["startup"]
+    assert [s["stage"] for s in startup["stages"]] == list(STARTUP_STAGES), startup
+    after = {s["stage"]: s["after_s"] for s in startup["stages"]}
+    assert after["admitted"] == 0 and max(after.values()) == after["first_step"] == startup["first_step_s"], startup
+    assert after["submitted"] <= after["driver_started"] <= after["assignment_fetched"] <= after["trainer_started"]
+    assert after["training_started"] <= after["data_ready"] <= after["first_step"] < 120, startup
 
     # A finished job's follow returns everything its driver printed (it waits for the driver to exit) and ends.
     followed = member.http.get(f"/v1/jobs/{job_id}/logs", params={"follow": "true"}).text

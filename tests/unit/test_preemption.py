@@ -330,6 +330,8 @@ def test_preemption_flow_over_the_api(app, client, backend):
         "checkpoint_now": False,
         "stacks_wanted": None,
         "stop_trials": [],
+        "trial_stacks_wanted": {},
+        "end_workers": [],
     }
 
     assert preempt(service.sessions, job, "job hi (priority 9)", "priority")
@@ -337,6 +339,8 @@ def test_preemption_flow_over_the_api(app, client, backend):
         "checkpoint_now": True,
         "stacks_wanted": None,
         "stop_trials": [],
+        "trial_stacks_wanted": {},
+        "end_workers": [],
     }
     assert client.get(control, params={"attempt": 1}).status_code == 401  # the run's own token only
     assert client.get(control, params={"attempt": 1}, headers=auth(ADMIN)).status_code == 401
@@ -432,6 +436,8 @@ def test_a_higher_priority_job_preempts_a_sweep_over_the_api(app, client, backen
         "checkpoint_now": False,
         "stacks_wanted": None,
         "stop_trials": [],
+        "trial_stacks_wanted": {},
+        "end_workers": [],
     }
 
     high = submit(client, keys["member"], scaling={"num_workers": 1, "cpus_per_worker": 1}, priority=10).json()["id"]
@@ -441,6 +447,8 @@ def test_a_higher_priority_job_preempts_a_sweep_over_the_api(app, client, backen
         "checkpoint_now": True,
         "stacks_wanted": None,
         "stop_trials": [],
+        "trial_stacks_wanted": {},
+        "end_workers": [],
     }
     assert client.get(control, params={"attempt": 1}, headers=auth(ADMIN)).status_code == 401
     assert client.get(control, params={"attempt": 2}, headers=auth(token)).status_code == 409

@@ -165,6 +165,8 @@ def _list_routes(session: Session, targets: dict) -> None:
     sweeps_repo.page_events(session, sweep.id, None, 50)
     sweeps_repo.page_trial_events(session, targets["trial"].id, None, 50)
     sweeps_repo.page_trial_metrics(session, targets["trial"].id, None, 50)
+    sweeps_repo.running_trials(session, sweep.id)  # the sweep's control signal, polled by every trial rank
+    sweeps_repo.trial_progress(session, [targets["trial"].id])  # its trials' hang detection
     assert trials and next_trials
 
     deployment = targets["deployment"]

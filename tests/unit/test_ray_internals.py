@@ -74,6 +74,17 @@ def test_the_hook_before_a_worker_group_starts_is_still_called_before_its_placem
     assert {"num_workers", "resources_per_worker"} <= context_fields
 
 
+def test_the_hook_after_a_worker_group_starts_still_runs_after_its_backend_and_before_training():
+    """``WorkersUp`` (the start-up timeline's workers_up) is told once the workers and their process group are up."""
+    hook = ray_internals.WorkerGroupCallback.after_worker_group_start
+    assert _parameters(hook) == ["worker_group"]
+    start = inspect.getsource(ray_internals.WorkerGroup._start_impl)
+    assert start.index("after_worker_group_start") < start.index("run_train_fn")
+    # The user's (our) callbacks come after Ray Train's own, BackendSetupCallback (the process group) among them.
+    default = inspect.getsource(DataParallelTrainer._create_default_callbacks)
+    assert default.index("BackendSetupCallback(") < default.index("run_config_callbacks")
+
+
 def test_the_datasets_callback_is_still_added_by_the_default_callbacks():
     assert inspect.isclass(ray_internals.DatasetsCallback)
     assert _parameters(DataParallelTrainer._create_default_callbacks) == []

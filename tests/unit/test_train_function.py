@@ -351,7 +351,9 @@ def _two_ranks(root: str) -> dict:
     for _ in range(2):
         seen.append(sorted(int(i) for (batch,) in loader for i in batch))
     wrapped = type(train_ctx.prepare(torch.nn.Linear(2, 2))).__name__
-    return {"result": result, "events": len(reporter.events), "seen": seen, "wrapped": wrapped}
+    stages = [event.stage for event in reporter.events if event.type == "startup"]  # the start-up timeline's
+    events = [event for event in reporter.events if event.type != "startup"]
+    return {"result": result, "events": len(events), "stages": stages, "seen": seen, "wrapped": wrapped}
 
 
 def _two_ranks_preempted(root: str) -> dict:
@@ -405,6 +407,7 @@ def test_on_two_ranks_ddp_wraps_shards_are_disjoint_and_a_checkpoint_has_both_pa
     assert rank0["seen"][0] != rank0["seen"][1]
     # running, 2 epochs and the last checkpoint's blocking, from rank 0 only
     assert rank0["events"] == 4 and rank1["events"] == 0
+    assert rank0["stages"] == ["training_started", "first_step"] and rank1["stages"] == []
     assert rank0["result"]["epoch"] == 2
     checkpoint = latest_checkpoint(tmp_path / "ckpt")
     verification = verify_checkpoint(checkpoint)

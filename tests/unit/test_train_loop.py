@@ -17,7 +17,7 @@ import pytest
 import torch
 from ray.train import Checkpoint
 
-from orchestrator_contract.jobs import DriverAssignment, JobSpec, MetricsEvent, StateEvent, TrainingPlan
+from orchestrator_contract.jobs import DriverAssignment, JobSpec, MetricsEvent, StartupEvent, StateEvent, TrainingPlan
 from tests.unit.harness import RecordingReporter, job_config, loop_device
 from workers.runtime import torchrun
 from workers.runtime.context import LocalContext
@@ -70,7 +70,8 @@ def test_loop_learns_digits(first_run):
 
 
 def test_loop_emits_running_then_step_and_epoch_metrics(first_run):
-    events = first_run.reporter.events
+    # The start-up timeline's stages aside (tests/unit/test_startup_timeline.py).
+    events = [event for event in first_run.reporter.events if not isinstance(event, StartupEvent)]
     assert events[0] == StateEvent(state="running")
     assert all(isinstance(event, MetricsEvent) for event in events[1:])
     epochs = epoch_events(first_run.reporter)

@@ -54,7 +54,7 @@ from workers.runtime.manifest import MANIFEST_DIR, manifest_name, write_manifest
 from workers.runtime.rng import seed_everything
 from workers.runtime.step import autocast, prepare_model
 from workers.runtime.stragglers import FunctionOwnTime
-from workers.runtime.train_loop import EPOCH_RANK_TIMES, Reporter, rank0_reporter, stopped
+from workers.runtime.train_loop import EPOCH_RANK_TIMES, Reporter, rank0_reporter, reached, stopped
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,7 @@ def run_function(config: dict, ctx: LoopContext, reporter: Reporter | None = Non
         )
         if reporter is not None:
             reporter.emit(StateEvent(state="running", rank_nodes=ctx.rank_nodes))
+        reached(reporter, "training_started")  # its start-up timeline: main begins (first_step: its first report)
         try:
             main(train_ctx)
         finally:
@@ -124,6 +125,7 @@ class TrainContext:
         self._start_epoch = self.epoch
         self._names: set[str] = set()
         self._last: dict[str, float] = {}
+        self._reported = False  # a first report made (the start-up timeline's first_step)
         self._poller = poller
         self._in_flight: dict[str, Any] | None = None  # the metrics of an asynchronous checkpoint not yet committed
         # Made on every rank (on NCCL a gloo group of its own: a collective), used only when main asks.
@@ -190,6 +192,9 @@ class TrainContext:
         checkpoint."""
         metrics, epoch, step = report_position(metrics, epoch, step)
         values = self._checked(metrics)
+        if not self._reported:  # its first report: the last stage of the attempt's start
+            self._reported = True
+            reached(self._reporter, "first_step")
         self.epoch = self.epoch if epoch is None else epoch
         self.step = self.step + 1 if step is None else step
         if self._reporter is not None and values:

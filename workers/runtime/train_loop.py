@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import torch
 
-from orchestrator_contract.jobs import JobSpec, MetricsEvent, StateEvent, TrainingPlan
+from orchestrator_contract.jobs import JobSpec, MetricsEvent, StartupEvent, StateEvent, TrainingPlan
 from orchestrator_contract.sweeps import RANK_STEP_S_KEY
 from workers.runtime.blocking import CheckpointBlocking
 from workers.runtime.checkpoint_io import Position, checkpoint_state, restore_checkpoint, save_checkpoint
@@ -74,24 +74,25 @@ def run_training(config: dict, ctx: LoopContext, reporter: Reporter | None = Non
     spec = JobSpec.model_validate(config["spec"])
     plan = TrainingPlan.model_validate(config["plan"])
     torch.set_num_threads(max(1, int(spec.scaling.cpus_per_worker)))
-    # The same seed on every rank for the model's initial weights: FSDP2 shards each rank's own copy.
-    seed_everything(spec.seed)
-    workload = load_workload(spec.workload)(spec.config, spec.seed)
-    state = build_train_state(workload, spec, plan, ctx.device, ctx.world_size)
-    batches = TrainBatches(
-        workload.train_dataset,
-        rank=ctx.rank,
-        world_size=ctx.world_size,
-        per_worker=spec.batch.per_worker,
-        accumulation_steps=spec.batch.accumulation_steps,
-        seed=spec.seed,
-    )
-    seed_everything(rank_seed(spec.seed, ctx.rank))  # dropout: different masks on each rank
-
-    # Every rank knows (from the same config) whether rank 0 listens for a preemption: then all of them
-    # learn its answer at each step, so they checkpoint and stop at the same one.
-    watched = control_target(config) is not None
     with rank0_reporter(config, ctx.rank, reporter) as reporter:
+        reached(reporter, "training_started")
+        # The same seed on every rank for the model's initial weights: FSDP2 shards each rank's own copy.
+        seed_everything(spec.seed)
+        workload = load_workload(spec.workload)(spec.config, spec.seed)
+        state = build_train_state(workload, spec, plan, ctx.device, ctx.world_size)
+        batches = TrainBatches(
+            workload.train_dataset,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            per_worker=spec.batch.per_worker,
+            accumulation_steps=spec.batch.accumulation_steps,
+            seed=spec.seed,
+        )
+        seed_everything(rank_seed(spec.seed, ctx.rank))  # dropout: different masks on each rank
+        reached(reporter, "data_ready")
+        # Every rank knows (from the same config) whether rank 0 listens for a preemption: then all of them
+        # learn its answer at each step, so they checkpoint and stop at the same one.
+        watched = control_target(config) is not None
         loop = _Loop(spec, plan, ctx, workload, state, batches, reporter)
         loop.background_checkpoints = config.get("background_checkpoints", True)
         loop.epoch_rank_times = bool(config.get(EPOCH_RANK_TIMES))
@@ -110,6 +111,13 @@ def run_training(config: dict, ctx: LoopContext, reporter: Reporter | None = Non
         finally:
             if poller is not None:
                 poller.close()
+
+
+def reached(reporter: Reporter | None, stage: str) -> None:
+    """Rank 0 tells the control plane a stage of the attempt's start is reached (docs/jobs.md "Start-up timeline");
+    the other ranks (no reporter) say nothing."""
+    if reporter is not None:
+        reporter.emit(StartupEvent(stage=stage))
 
 
 @contextlib.contextmanager
@@ -165,6 +173,7 @@ class _Loop:
         self.stop_after_epoch = False  # preempted at an epoch's last step: checkpoint at its end, then stop
         self.own_time = OwnTime(ctx.device)  # this rank's own time in the metric window (stragglers)
         self.epoch_rank_times = False  # a sweep trial's: each rank's own time over the epoch in its result
+        self.stepped = False  # the first step is done ("first_step" of the start-up timeline)
         self.epoch_own = [0.0] * (ctx.world_size + 1)  # each rank's own seconds in the epoch's windows, their steps
         self.blocking = CheckpointBlocking()  # since the last metric point (goodput)
         self.writer = CheckpointWriter(ctx)  # asynchronous checkpoints: at most one in flight
@@ -298,6 +307,9 @@ class _Loop:
                 own_time=self.own_time,
             )
             steps_run += 1
+            if not self.stepped:  # this process's first step: the last stage of the attempt's start
+                self.stepped = True
+                reached(self.reporter, "first_step")
             self.position = Position(epoch, self.position.epoch_steps + 1, self.position.step + 1)
             counted = torch.stack([loss, torch.ones((), device=ctx.device)])
             window += counted

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import traceback
 
-from orchestrator_contract.jobs import DriverAssignment, DriverExit, StateEvent
+from orchestrator_contract.jobs import DriverAssignment, DriverExit, StartupEvent, StateEvent
 from workers.runtime.claim import RunToken
 from workers.runtime.reporter import EventReporter
 from workers.runtime.train_loop import PREEMPTED_KEY
@@ -49,6 +49,7 @@ def run_attempt(assignment: DriverAssignment, control_plane_url: str | None, tok
             token=token,
             avoid_nodes=assignment.avoid_nodes,
         )
+        reporter.emit(StartupEvent(stage="trainer_started"))  # its start-up timeline: Ray Train starts now
         result = trainer.fit()
     except Exception as exc:
         cause = classify_training_error(exc)

@@ -1,7 +1,7 @@
 """Two cuts to how long Ray Train 2.60 takes to start a worker group, which is most of a restart after a
-worker dies (``bench/recovery.py``; docs/benchmarks.md has the numbers).
+worker dies (``bench/recovery.py``; docs/benchmarks.md has the numbers), and the start-up timeline's ``workers_up``.
 
-Both lean on Ray Train internals (there is no public option for either), imported through
+All lean on Ray Train internals (there is no public option for either), imported through
 ``workers.train.ray_internals``: ``tests/unit/test_group_start.py`` fails if the hooks move.
 """
 
@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import ray
 
+from orchestrator_contract.jobs import StartupEvent
+from workers.runtime.reporter import EventReporter
 from workers.train.ray_internals import DatasetsCallback, WorkerGroupCallback
 
 log = logging.getLogger(__name__)
@@ -73,3 +75,23 @@ def without_unused_datasets_callback(callbacks: Sequence, datasets: Mapping | No
     if datasets:
         return list(callbacks)
     return [callback for callback in callbacks if not isinstance(callback, DatasetsCallback)]
+
+
+class WorkersUp(WorkerGroupCallback):
+    """The start-up timeline's ``workers_up`` (docs/jobs.md "Start-up timeline"): told to the control plane from the
+    controller once the worker group is up. Ray Train's own callbacks run first (the list's end is ours), so the
+    workers' actors are started and their process group made by then. A restarted group is told again; the control
+    plane keeps an attempt's first."""
+
+    def __init__(self, reporter_args: tuple) -> None:
+        self.reporter_args = reporter_args  # (url, job_id, attempt, token): the reporter is made in the controller
+        self._reporter = None
+
+    def after_worker_group_start(self, worker_group) -> None:
+        if self._reporter is None:
+            self._reporter = EventReporter(*self.reporter_args)
+        self._reporter.emit(StartupEvent(stage="workers_up"))
+
+    def __getstate__(self) -> dict:
+        # Pickled into the controller actor; a reporter (a thread) is made there on first use.
+        return {**self.__dict__, "_reporter": None}

@@ -26,6 +26,9 @@ What is used, where, and why:
   ``WorkerGroupContext`` with ``num_workers`` and ``resources_per_worker``) and ``WorkerGroup`` (its ``_start_impl`` calls that hook
   before it creates the placement group): ``workers.train.group_start.WaitForFreedResources`` waits there
   until a failed group's resources show free, so a restart's placement group is placed on the first try.
+  Its ``after_worker_group_start(worker_group)``, which ``_start_impl`` calls after Ray Train's own callbacks
+  (``BackendSetupCallback``: the process group) and before the training function starts:
+  ``workers.train.group_start.WorkersUp`` tells the start-up timeline's ``workers_up`` there.
 - ``DatasetsCallback`` and ``DataParallelTrainer._create_default_callbacks`` (private method):
   ``workers.train.trainer`` overrides the method and ``workers.train.group_start.without_unused_datasets_callback``
   drops the callback (and the idle Ray Data actor it starts) from runs without Ray Datasets.

@@ -13,7 +13,7 @@ from workers.runtime.train_loop import EPOCH_RANK_TIMES
 from workers.train.callbacks import RunEventForwarder
 from workers.train.code_errors import blame_user_code
 from workers.train.failures import CauseAwareFailurePolicy, failure_policy
-from workers.train.group_start import WaitForFreedResources, without_unused_datasets_callback
+from workers.train.group_start import WaitForFreedResources, WorkersUp, without_unused_datasets_callback
 from workers.train.ray_context import train_loop_per_worker
 from workers.train.run_snapshot import forget_deleted_checkpoints
 
@@ -79,6 +79,7 @@ def build_trainer(
             callbacks=[
                 RunEventForwarder(control_plane_url, job_id, attempt, token),
                 WaitForFreedResources(),
+                WorkersUp((control_plane_url, job_id, attempt, token)),
                 *extra_callbacks,
             ],
         ),

@@ -11,7 +11,7 @@ import traceback
 
 from ray import tune
 
-from orchestrator_contract.jobs import DriverExit, StateEvent
+from orchestrator_contract.jobs import DriverExit, StartupEvent, StateEvent
 from orchestrator_contract.sweeps import SweepAssignment
 from workers.runtime.claim import RunToken
 from workers.runtime.reporter import EventReporter
@@ -98,7 +98,9 @@ def run_sweep(assignment: SweepAssignment, control_plane_url: str | None, token:
         preemption = PREEMPTIONS[sweep_id] = SweepPreemption(control)
     callbacks = [TrialEventForwarder(sweep_id, spec), PreemptionWatch(sweep_id)]
     try:
-        results = build_tuner(assignment, callbacks, control).fit()
+        tuner = build_tuner(assignment, callbacks, control)
+        reporter.emit(StartupEvent(stage="trainer_started"))  # its start-up timeline: Ray Tune starts now
+        results = tuner.fit()
     except Exception as exc:
         log.error("sweep %s attempt %d: Ray Tune failed:\n%s", sweep_id, attempt, traceback.format_exc())
         reporter.emit(

@@ -8,7 +8,43 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from orchestrator_contract.base import FromAttributes
+from orchestrator_contract.jobs import STARTUP_STAGES, TRIAL_STAGES
 from orchestrator_contract.states import JobState
+
+
+class StartupStageOut(BaseModel):
+    """One stage of an attempt's start."""
+
+    stage: str = Field(description="Its name (docs/jobs.md, Start-up timeline), in the order stages happen.")
+    at: datetime = Field(description="When it was reached, by the control plane's clock (UTC).")
+    after_s: float = Field(description="Seconds since the attempt's first stage (admitted).")
+
+
+class StartupOut(BaseModel):
+    """An attempt's start-up timeline: where the seconds from its admission to its first step went."""
+
+    attempt: int = Field(description="The attempt.")
+    stages: list[StartupStageOut] = Field(description="The stages reached so far, in order.")
+    first_step_s: float | None = Field(description="Seconds from admitted to first_step; null until then.")
+
+
+def startup_timeline(attempts: Any) -> Any:
+    """A run row's ``startup`` column (``{attempt: {stage: ISO time}}``) as ``StartupOut`` values, oldest attempt
+    first, each attempt's stages in the order of ``STARTUP_STAGES`` (then by time)."""
+    if not isinstance(attempts, dict):
+        return attempts or []
+    order = {stage: index for index, stage in enumerate(STARTUP_STAGES + TRIAL_STAGES)}
+    timelines = []
+    for attempt, stages in sorted(attempts.items(), key=lambda item: int(item[0])):
+        times = sorted(
+            ((name, datetime.fromisoformat(at)) for name, at in stages.items()),
+            key=lambda item: (order.get(item[0], len(order)), item[1]),
+        )
+        start = times[0][1] if times else None
+        rows = [{"stage": name, "at": at, "after_s": round((at - start).total_seconds(), 3)} for name, at in times]
+        first = next((row["after_s"] for row in rows if row["stage"] == "first_step"), None)
+        timelines.append({"attempt": int(attempt), "stages": rows, "first_step_s": first})
+    return timelines
 
 
 class RunOut(FromAttributes):
@@ -52,6 +88,16 @@ class RunOut(FromAttributes):
     updated_at: datetime = Field(description="When the row last changed.")
     started_at: datetime | None = Field(description="When it first ran; null until then.")
     finished_at: datetime | None = Field(description="When it reached a terminal state; null until then.")
+    startup: list[StartupOut] = Field(
+        default_factory=list,
+        description="Each attempt's start-up timeline, oldest first: when each stage of its start was reached, from "
+        "its admission to its first training step (docs/jobs.md, Start-up timeline).",
+    )
+
+    @field_validator("startup", mode="before")
+    @classmethod
+    def _startup_column(cls, attempts: Any) -> Any:
+        return startup_timeline(attempts)
 
 
 class JobOut(RunOut):

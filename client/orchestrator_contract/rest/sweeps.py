@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from orchestrator_contract.base import FromAttributes
-from orchestrator_contract.rest.jobs import RunOut
+from orchestrator_contract.rest.jobs import RunOut, StartupStageOut, startup_timeline
 from orchestrator_contract.states import TrialState
 
 
@@ -40,6 +40,19 @@ class TrialOut(FromAttributes):
     updated_at: datetime = Field(description="When the row last changed.")
     started_at: datetime | None = Field(None, description="When the sweep driver reported the trial running.")
     finished_at: datetime | None = Field(description="When it ended; null until then.")
+    startup: list[StartupStageOut] = Field(
+        default_factory=list,
+        description="Its start-up timeline (docs/jobs.md, Start-up timeline): trial_started (Ray Tune started it) and "
+        "first_result (its first epoch arrived), after_s from the first.",
+    )
+
+    @field_validator("startup", mode="before")
+    @classmethod
+    def _startup_column(cls, stages: Any) -> Any:
+        if not isinstance(stages, dict):
+            return stages or []
+        (timeline,) = startup_timeline({"1": stages}) or [{"stages": []}]
+        return timeline["stages"]
 
 
 class TrialEventOut(FromAttributes):
