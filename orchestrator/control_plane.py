@@ -50,6 +50,7 @@ class ControlPlane:
         self.run_loops = run_loops
         self.local_cluster = None
         self.loops: list[Loop] = []
+        self.scheduler_loop: Loop | None = None  # woken by a submission (wake_scheduler)
         # PostgreSQL: who runs the loops is elected (several replicas may share the database).
         self.elector: LeaseElector | None = None
         if run_loops and self.engine.dialect.name == "postgresql":
@@ -128,9 +129,12 @@ class ControlPlane:
             log.error("the first reconcile failed; the loop will try again")
         if self.run_loops:
             # The names are the `loop` label of orchestrator_loop_last_success_timestamp_seconds.
+            self.scheduler_loop = Loop(
+                "scheduler", scheduler.tick, self.settings.scheduler_interval_s, last_success, **after_adopting
+            )
             self.loops = [
                 reconcile,
-                Loop("scheduler", scheduler.tick, self.settings.scheduler_interval_s, last_success, **after_adopting),
+                self.scheduler_loop,
                 Loop(
                     "retention",
                     self.checkpoints.tick,
@@ -167,6 +171,12 @@ class ControlPlane:
                 )
             for loop in self.loops:
                 loop.start()
+
+    def wake_scheduler(self) -> None:
+        """A run was submitted: the scheduler looks now (``Loop.wake``), so one that fits is admitted at once (the
+        start-up timeline's ``admitted``). Nothing where this process runs no loops."""
+        if self.scheduler_loop is not None:
+            self.scheduler_loop.wake()
 
     def stop(self) -> None:
         for loop in self.loops:

@@ -45,6 +45,8 @@ def create_job(
     spec is 409."""
     job, created = submit_job(session, service.settings, service.backend, principal, spec, project_id, idempotency_key)
     session.commit()
+    if created:  # admitted now if it fits, not at the scheduler's next tick
+        service.wake_scheduler()
     answer_created(response, created)
     return JobOut.model_validate(job)
 

@@ -54,6 +54,8 @@ def create_sweep(
         session, service.settings, service.backend, principal, spec, project_id, idempotency_key
     )
     session.commit()
+    if created:  # admitted now if it fits, not at the scheduler's next tick
+        service.wake_scheduler()
     answer_created(response, created)
     return _out(session, sweep)
 

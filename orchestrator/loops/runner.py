@@ -24,6 +24,7 @@ class Loop:
     them (SQLite, one process) it ticks as it always did."""
 
     IDLE_S = 0.2  # how soon a replica that was not leading looks again: an in-memory check
+    WAKE_GAP_S = 0.05  # a woken loop waits this long first, so a burst of wakes makes one tick
 
     def __init__(
         self,
@@ -41,6 +42,7 @@ class Loop:
         self.runs_now = runs_now
         self._last_success = last_success.labels(name) if last_success is not None else None
         self._stop = threading.Event()
+        self._wake = threading.Event()  # ``wake``: tick now rather than at the end of the interval
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
@@ -52,7 +54,14 @@ class Loop:
                 self._stop.wait(min(self.interval_s, self.IDLE_S))
                 continue
             self.run_once()
-            self._stop.wait(self.interval_s)
+            if self._wake.wait(self.interval_s):
+                self._stop.wait(self.WAKE_GAP_S)  # a burst of submissions: one tick for them all
+            self._wake.clear()
+
+    def wake(self) -> None:
+        """Tick now instead of at the end of the interval (the scheduler, on a submission: a run that fits is
+        admitted at once, not up to ``scheduler_interval_s`` later). A follower's loop only looks sooner."""
+        self._wake.set()
 
     def run_once(self) -> bool:
         """One tick; whether it succeeded."""
@@ -68,4 +77,5 @@ class Loop:
 
     def stop(self, timeout_s: float = 10) -> None:
         self._stop.set()
+        self._wake.set()
         self._thread.join(timeout_s)

@@ -17,7 +17,7 @@ from orchestrator.db.models import SweepEvent, Trial, TrialEvent, TrialMetric
 from tests.unit.api_helpers import ADMIN, auth
 from tests.unit.http_stub import JsonHandler, serving
 from tests.unit.test_deadlines import SWEEP_BODY, running
-from tests.unit.test_hangs import reconcile
+from tests.unit.test_hangs import reconcile, stacks_of
 from tests.unit.test_trial_deadlines import post_sweep, trial_event, wait_for
 from workers.runtime import control as control_module
 from workers.runtime.control import HUNG_EXIT_CODE, control_poller
@@ -71,18 +71,8 @@ def trial_of(client, sweep_id: str) -> dict:
 
 
 def stacks(request: str, rank: int, worker: str, in_collective: bool, where: str = "") -> dict:
-    return {
-        "type": "stacks",
-        "request": request,
-        "rank": rank,
-        "node": f"node-{rank}",
-        "pid": 100 + rank,
-        "in_collective": in_collective,
-        "where": where,
-        "stacks": f"Thread rank {rank}",
-        "trial": "t1",
-        "worker": worker,
-    }
+    """A trial rank's answer: a job rank's (``stacks_of``) with its trial and its worker process's id."""
+    return {**stacks_of(rank, request, in_collective, where), "trial": "t1", "worker": worker}
 
 
 def test_a_trial_without_progress_is_asked_for_stacks_judged_hung_and_its_workers_ended(app, client, backend):

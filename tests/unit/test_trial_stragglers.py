@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import math
 import tempfile
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.distributed as dist
 from sqlalchemy import select
 
 from orchestrator.db.models import NodeFault, Sweep, Trial
@@ -25,6 +23,7 @@ from tests.unit.api_helpers import ADMIN, auth
 from tests.unit.harness import RecordingReporter, loop_config, run_on_ranks, train
 from tests.unit.test_deadlines import running
 from tests.unit.test_stragglers import slow_run
+from tests.unit.test_train_function import SLOW_FORWARD_S, SlowOnRankOne
 from workers.runtime.context import LocalContext
 from workers.runtime.function import run_function
 from workers.runtime.train_loop import EPOCH_RANK_TIMES
@@ -199,20 +198,6 @@ def test_what_is_no_list_of_times_is_forwarded_as_none(value):
     """A user's function may report a metric of that name: the sweep driver's callback never fails on it."""
     result = _tune_result({"epoch": 1, "step": 10, "val_accuracy": 0.5, RANK_STEP_S_KEY: value})
     assert forwarded(result).rank_step_s is None
-
-
-SLOW_FORWARD_S = 0.03  # rank 1's extra time in each forward pass
-
-
-class SlowOnRankOne(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = torch.nn.Linear(4, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if dist.get_rank() == 1:
-            time.sleep(SLOW_FORWARD_S)
-        return self.linear(x)
 
 
 def slow_rank_epochs(ctx) -> None:
