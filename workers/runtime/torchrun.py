@@ -4,7 +4,7 @@
 
 Reads a JobSpec JSON, resolves its TrainingPlan as the control plane does (``--strategy`` stands in
 for the planner when the spec says ``auto``) and runs ``run_training`` (a training function's ``run_function``, for an ``entrypoint``) on every rank with a
-``LocalContext``; events are only logged. It is the reference arm of ``bench/train_throughput.py``:
+``LocalContext``; events are only logged, or posted to ``--report-to`` (a stand-in control plane). It is the reference arm of ``bench/train_throughput.py``:
 rank 0's last line of output is JSON with the steady-state ``samples_per_s`` (the first epoch left
 out) and the last epoch's metrics.
 """
@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-dir", help="where checkpoints go, the same folder for every rank")
     parser.add_argument("--resume", action="store_true", help="resume from the newest checkpoint there")
     parser.add_argument("--strategy", choices=("ddp", "fsdp"), help="overrides the spec's strategy")
+    parser.add_argument(
+        "--report-to", help="a URL that takes rank 0's events as the control plane would (bench/first_step.py)"
+    )
     args = parser.parse_args(argv)
     if args.resume and not args.checkpoint_dir:
         parser.error("--resume needs --checkpoint-dir")
@@ -68,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             config = {
                 "job_id": spec.name or "torchrun",
                 "attempt": 1,
-                "control_plane_url": None,
-                "token": "",
+                "control_plane_url": args.report_to,
+                "token": "torchrun",  # what --report-to is sent (an empty bearer is no valid header)
                 "spec": spec.model_dump(mode="json"),
                 "plan": plan.model_dump(mode="json"),
             }
