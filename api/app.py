@@ -13,7 +13,20 @@ from api.http_metrics import HttpMetrics
 from api.log_context import bind_log_context
 from api.openapi import document_error_shapes
 from api.request_id import RequestId
-from api.routers import code, deployments, health, identity, internal, jobs, metrics, plan, projects, sweeps, usage
+from api.routers import (
+    clusters,
+    code,
+    deployments,
+    health,
+    identity,
+    internal,
+    jobs,
+    metrics,
+    plan,
+    projects,
+    sweeps,
+    usage,
+)
 from api.ui.mount import install_ui
 from orchestrator.backend import ClusterBackend
 from orchestrator.control_plane import ControlPlane
@@ -87,6 +100,7 @@ def create_app(
         health.router,
         identity.router,
         projects.router,
+        clusters.router,
         jobs.router,
         code.router,
         sweeps.router,

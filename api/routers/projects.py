@@ -5,13 +5,15 @@ from fastapi import APIRouter, status
 from api.deps import AdminKey, ClusterAdminKey, ControlPlaneDep, CurrentKey, SessionDep
 from api.paging import Page
 from orchestrator.repositories import projects as projects_repo
-from orchestrator.use_cases import projects
+from orchestrator.use_cases import clusters, projects
 from orchestrator.use_cases.projects import visible_project
 from orchestrator_contract.rest import (
     KeyCreate,
     KeyCreated,
     KeyOut,
     Paged,
+    ProjectClusters,
+    ProjectClustersOut,
     ProjectCreate,
     ProjectOut,
     ProjectPatch,
@@ -66,6 +68,24 @@ def set_quota(project_id: str, body: Quota, session: SessionDep, _: ClusterAdmin
     project = projects.set_quota(session, project_id, body)
     session.commit()
     return ProjectOut.model_validate(project)
+
+
+@router.put("/{project_id}/clusters", summary="Bind a project to Ray clusters")
+def set_clusters(project_id: str, body: ProjectClusters, session: SessionDep, _: ClusterAdminKey) -> ProjectClustersOut:
+    """Cluster-wide admins: replace the clusters the project's runs may be placed on (docs/clusters.md). An unknown
+    cluster is 422 (naming the registered ones); a dedicated cluster another project is bound to is 409 (naming
+    that project). Runs already placed stay where they are."""
+    clusters.set_project_clusters(session, project_id, body)
+    session.commit()
+    return clusters.project_clusters_view(session, project_id)
+
+
+@router.get("/{project_id}/clusters", summary="A project's Ray clusters")
+def get_clusters(project_id: str, session: SessionDep, principal: CurrentKey) -> ProjectClustersOut:
+    """The clusters the project's runs may be placed on: those it is bound to, or else the default cluster
+    (``default: true``), each with whose code shares it (``trust``). Another project's is 404."""
+    visible_project(session, principal, project_id)
+    return clusters.project_clusters_view(session, project_id)
 
 
 @router.post("/{project_id}/keys", status_code=status.HTTP_201_CREATED, summary="Create an API key")

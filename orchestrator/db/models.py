@@ -104,6 +104,46 @@ class ApiKey(Base):
     last_used_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
+class Tenancy(enum.StrEnum):
+    """Who may run on a cluster (docs/clusters.md): one project, or the projects bound to it, which then trust
+    each other (a Ray cluster is one trust domain: whatever runs on it can reach everything else on it)."""
+
+    DEDICATED = "dedicated"
+    SHARED = "shared"
+
+
+class Cluster(Base):
+    """A Ray cluster the control plane drives (docs/clusters.md). Its token is never stored: ``token_ref`` says
+    where the control plane reads it (``env:NAME`` or ``file:/path``). The name is fixed: runs keep it."""
+
+    __tablename__ = "clusters"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    address: Mapped[str] = mapped_column(String(512))  # the dashboard URL (Ray's Jobs and State APIs)
+    token_ref: Mapped[str | None] = mapped_column(String(512), default=None)
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    storage_root: Mapped[str | None] = mapped_column(String(1024), default=None)  # None: the service's storage
+    # Where its Serve HTTP proxy is reached, the base of its deployments' URLs; None: the address's host on
+    # ORCHESTRATOR_SERVE_PORT (the default cluster: ORCHESTRATOR_SERVE_PUBLIC_URL's rule).
+    serve_url: Mapped[str | None] = mapped_column(String(512), default=None)
+    tenancy: Mapped[Tenancy] = mapped_column(_enum(Tenancy), default=Tenancy.SHARED)
+    # The one a project with no bindings may use; the service's own cluster (`local` or RAY_ADDRESS's).
+    is_default: Mapped[bool] = mapped_column(default=False, server_default=false())
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ProjectCluster(Base):
+    """A project may run on this cluster (``PUT /v1/projects/{id}/clusters``). A project with no row may use
+    the default cluster only."""
+
+    __tablename__ = "project_clusters"
+    __table_args__ = (Index("ix_project_clusters_cluster", "cluster_id"),)  # who may use a cluster (its page)
+
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+    cluster_id: Mapped[str] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"), primary_key=True)
+
+
 class Job(Base):
     __tablename__ = "jobs"
     __table_args__ = (
@@ -124,6 +164,9 @@ class Job(Base):
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    # The Ray cluster it runs on, by name (docs/clusters.md): placed at admission (a deployment at creation) and
+    # kept; None: the default cluster (rows from before clusters).
+    cluster: Mapped[str | None] = mapped_column(String(64), default=None)
     name: Mapped[str] = mapped_column(String(128), default="")
     workload: Mapped[str] = mapped_column(String(256))
     spec: Mapped[dict[str, Any]]  # the full submitted spec, defaults filled in
@@ -310,6 +353,9 @@ class Deployment(Base):
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    # The Ray cluster it runs on, by name (docs/clusters.md): placed at admission (a deployment at creation) and
+    # kept; None: the default cluster (rows from before clusters).
+    cluster: Mapped[str | None] = mapped_column(String(64), default=None)
     name: Mapped[str] = mapped_column(String(63))
     workload: Mapped[str] = mapped_column(String(256))
     route_prefix: Mapped[str] = mapped_column(String(256))
@@ -389,6 +435,9 @@ class Sweep(Base):
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    # The Ray cluster it runs on, by name (docs/clusters.md): placed at admission (a deployment at creation) and
+    # kept; None: the default cluster (rows from before clusters).
+    cluster: Mapped[str | None] = mapped_column(String(64), default=None)
     name: Mapped[str] = mapped_column(String(128), default="")
     workload: Mapped[str] = mapped_column(String(256))
     spec: Mapped[dict[str, Any]]  # orchestrator_contract.sweeps.SweepSpec, defaults filled in, base strategy resolved

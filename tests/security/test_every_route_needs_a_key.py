@@ -145,6 +145,13 @@ ROUTES: dict[tuple[str, str], Expect] = {
     ("POST", "/v1/projects/{project_id}/keys"): key(NOT_FOUND, send=lambda ids: {"json": {"role": "member"}}),
     ("GET", "/v1/projects/{project_id}/keys"): key(NOT_FOUND),
     ("DELETE", "/v1/projects/{project_id}/keys/{key_id}"): key(NOT_FOUND),
+    ("PUT", "/v1/projects/{project_id}/clusters"): key(CLUSTER_ADMIN, send=lambda ids: {"json": {"clusters": ["c"]}}),
+    ("GET", "/v1/projects/{project_id}/clusters"): key(NOT_FOUND),
+    ("POST", "/v1/clusters"): key(CLUSTER_ADMIN, send=lambda ids: {"json": {"name": "c", "address": "http://c:8265"}}),
+    ("GET", "/v1/clusters"): key(CLUSTER_ADMIN),
+    ("GET", "/v1/clusters/{name}"): key(CLUSTER_ADMIN),
+    ("PATCH", "/v1/clusters/{name}"): key(CLUSTER_ADMIN, send=lambda ids: {"json": {"labels": {"gpu": "a100"}}}),
+    ("DELETE", "/v1/clusters/{name}"): key(CLUSTER_ADMIN),
     ("POST", "/v1/jobs"): key(
         CREATES_OWN,
         send=lambda ids: {"json": {"workload": "digits"}},

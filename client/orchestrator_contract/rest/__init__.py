@@ -6,7 +6,22 @@ Plain pydantic: no SQLAlchemy, Ray, PyTorch or FastAPI. Response models read dat
 name (``Model.model_validate(row)``), without importing the ORM.
 """
 
-from orchestrator_contract.rest.cluster import BadNodeOut, ClusterStatus, NodeFaultOut, QueuedJobOut, WhoAmI
+from orchestrator_contract.rest.cluster import (
+    BadNodeOut,
+    ClusterHealthOut,
+    ClusterStatus,
+    NodeFaultOut,
+    QueuedJobOut,
+    WhoAmI,
+)
+from orchestrator_contract.rest.clusters import (
+    ClusterCreate,
+    ClusterOut,
+    ClusterPatch,
+    ProjectClusterOut,
+    ProjectClusters,
+    ProjectClustersOut,
+)
 from orchestrator_contract.rest.code import CodeFileOut, CodePackageOut, CodeUploaded
 from orchestrator_contract.rest.deployments import DeploymentEventOut, DeploymentOut, DeploymentVersionOut, ReplicaOut
 from orchestrator_contract.rest.errors import ErrorMessage, FieldError, FieldErrors
@@ -39,6 +54,10 @@ __all__ = [
     "BestTrialOut",
     "BytesPerParam",
     "CheckpointOut",
+    "ClusterCreate",
+    "ClusterHealthOut",
+    "ClusterOut",
+    "ClusterPatch",
     "ClusterStatus",
     "CodeFileOut",
     "CodePackageOut",
@@ -62,6 +81,9 @@ __all__ = [
     "Paged",
     "PlanRequest",
     "PlanResponse",
+    "ProjectClusterOut",
+    "ProjectClusters",
+    "ProjectClustersOut",
     "ProjectCreate",
     "ProjectOut",
     "ProjectPatch",
