@@ -3,6 +3,8 @@ Everything else is ``Model.model_validate(row)`` (the contract's models read row
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from orchestrator.db.models import Deployment, DeploymentState, Sweep, Trial
 from orchestrator_contract.deployments import auth_of, max_body_mb_of
 from orchestrator_contract.rest import BestTrialOut, DeploymentOut, DeploymentVersionOut, ReplicaOut, RunOut, SweepOut
@@ -31,7 +33,9 @@ def sweep_out(sweep: Sweep, counts: dict[str, int], best: Trial | None) -> Sweep
     )
 
 
-def deployment_out(deployment: Deployment, serve_url: str) -> DeploymentOut:
+def deployment_out(deployment: Deployment, serve_urls: Mapping[str | None, str]) -> DeploymentOut:
+    """``serve_urls``: each cluster's Serve base URL (``clusters_repo.serve_urls``): its URL names its cluster."""
+    serve_url = serve_urls.get(deployment.cluster, serve_urls[None])
     versions = [DeploymentVersionOut.model_validate(v) for v in deployment.versions]
     by_number = {v.version: v for v in versions}
     observed = deployment.observed or {}
@@ -47,6 +51,7 @@ def deployment_out(deployment: Deployment, serve_url: str) -> DeploymentOut:
         reason=deployment.reason,
         message=deployment.message,
         url=f"{serve_url}{deployment.route_prefix}",
+        cluster=deployment.cluster,
         route_prefix=deployment.route_prefix,
         version=deployment.version,
         serving_version=serving,

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import ClusterBackend
 from orchestrator.backend.metered import MeteredBackend
+from orchestrator.backend.registry import ClusterBackends
 from orchestrator.code_storage import CodeStorage
 from orchestrator.db.engine import make_engine, make_session_factory
 from orchestrator.db.migrate import upgrade_head
@@ -26,11 +28,13 @@ from orchestrator.loops.runner import Loop
 from orchestrator.loops.scheduler import Scheduler
 from orchestrator.loops.serving import ServingReconciler
 from orchestrator.metrics import Metrics
+from orchestrator.repositories import clusters as clusters_repo
 from orchestrator.repositories import projects as projects_repo
 from orchestrator.services.logs import LogFollows
 from orchestrator.services.runs import revoke_driver_tokens
 from orchestrator.settings import Settings
 from orchestrator.storage import CheckpointStorage
+from orchestrator.use_cases.clusters import register_from_settings
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,7 @@ class ControlPlane:
         # then needs no key lookup of its own (api/deps.py); a revoke here empties it (api/routers/projects.py).
         self.api_keys = KeyCache(settings.api_key_cache_s)
         self._backend = backend
+        self.backends: ClusterBackends | None = None  # start(): one backend per registered cluster
         self.run_loops = run_loops
         self.local_cluster = None
         self.loops: list[Loop] = []
@@ -102,18 +107,26 @@ class ControlPlane:
         self.prepare_database()
         if self._backend is None:
             self._backend = self._connect_ray()
-        # Every Ray call counted by method and outcome, whoever makes it (loops, services, routes).
-        self._backend = MeteredBackend(self._backend, self.metrics.ray_calls)
+        address, token_ref = self._default_cluster_address()
+        # One backend per registered cluster (docs/clusters.md), each Ray call counted by method and outcome,
+        # whoever makes it (loops, services, routes). The service's own cluster is the default one.
+        self.backends = ClusterBackends(
+            self.sessions, connect_ray, wrap=lambda backend: MeteredBackend(backend, self.metrics.ray_calls)
+        )
+        self.backends.set_default(self.settings.cluster_name, self._backend)
+        self._backend = self.backends.default
+        self._register_clusters(address, token_ref)
+        self.backends.refresh()
         self.log_follows = LogFollows(
             self.sessions,
-            self.backend,
+            self.backends,
             self.log_archive,
             self.settings.max_log_follows_per_key,
             self.settings.log_follow_poll_s,
             keep_ray_chatter=self.settings.log_ray_chatter,
         )
-        scheduler = Scheduler(self.sessions, self.backend, self.settings)
-        reconciler = Reconciler(self.sessions, self.backend, self.settings)
+        scheduler = Scheduler(self.sessions, self.backends, self.settings)
+        reconciler = Reconciler(self.sessions, self.backends, self.settings)
         last_success = self.metrics.loop_last_success
         elected = self.elector is not None
         # A loop of an elected replica: ticks while it leads, fenced; the others wait for the first reconcile.
@@ -145,7 +158,7 @@ class ControlPlane:
                 # Re-applies every live deployment's Serve config after a Ray or control-plane restart.
                 Loop(
                     "serving",
-                    ServingReconciler(self.sessions, self.backend, self.settings).tick,
+                    ServingReconciler(self.sessions, self.backends, self.settings).tick,
                     self.settings.serve_reconciler_interval_s,
                     last_success,
                     **after_adopting,
@@ -159,7 +172,7 @@ class ControlPlane:
                 ),
                 Loop(
                     "log_archive",
-                    LogArchiver(self.sessions, self.backend, self.log_archive).tick,
+                    LogArchiver(self.sessions, self.backends, self.log_archive).tick,
                     self.settings.log_archive_interval_s,
                     last_success,
                     **after_adopting,
@@ -171,6 +184,10 @@ class ControlPlane:
                 )
             for loop in self.loops:
                 loop.start()
+
+    def serve_urls(self, session: Session) -> dict[str | None, str]:
+        """Each cluster's Serve base URL: a deployment's URL is its cluster's (docs/clusters.md)."""
+        return clusters_repo.serve_urls(session, self.settings.serve_url, self.settings.serve_port)
 
     def wake_scheduler(self) -> None:
         """A run was submitted: the scheduler looks now (``Loop.wake``), so one that fits is admitted at once (the
@@ -196,6 +213,31 @@ class ControlPlane:
             revoked = revoke_driver_tokens(session, "the Ray head was lost")
         log.warning("revoked the driver tokens of %d active job(s) and sweep(s) of the lost Ray head", revoked)
         self.local_cluster.restart()
+
+    def _register_clusters(self, address: str, token_ref: str | None) -> None:
+        """The default cluster and ORCHESTRATOR_CLUSTERS, registered or brought in line (docs/clusters.md). Replicas
+        starting together may race to insert the same row: the loser tries again and finds it."""
+        for last_try in (False, True):
+            try:
+                with self.sessions.begin() as session:
+                    clusters_repo.ensure_default_cluster(session, self.settings.cluster_name, address, token_ref)
+                    for refused in register_from_settings(session, self.settings.clusters):
+                        log.error("%s", refused)
+                return
+            except IntegrityError:
+                if last_try:
+                    raise
+
+    def _default_cluster_address(self) -> tuple[str, str | None]:
+        """The service's own cluster as registered: its dashboard address and where its token is read."""
+        from orchestrator.backend.dashboard import token_ref_from_environment
+
+        if self.local_cluster is not None:
+            return self.local_cluster.dashboard_url, f"file:{self.local_cluster.token_path}"
+        if self.settings.ray_address:
+            return self.settings.ray_address, token_ref_from_environment()
+        # A backend handed in (tests): its address if it has one.
+        return getattr(self._backend, "dashboard_url", "") or "unknown", None
 
     def _connect_ray(self) -> ClusterBackend:
         from orchestrator.backend.dashboard import token_from_environment
@@ -233,3 +275,10 @@ class ControlPlane:
             "choose your own.\n" + "=" * 72 + "\n",
             flush=True,
         )
+
+
+def connect_ray(address: str, token: str | None) -> ClusterBackend:
+    """A registered cluster's backend: Ray's Jobs, State and Serve APIs at its dashboard address."""
+    from orchestrator.backend.ray_backend import RayBackend
+
+    return RayBackend(address, token)

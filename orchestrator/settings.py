@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -52,6 +52,19 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("RAY_ADDRESS"),
         description="Dashboard address of an existing Ray cluster (e.g. http://head:8265), whose nodes have this "
         "package installed; unset: the service starts a local one.",
+    )
+    cluster_name: str = Field(
+        "local",
+        pattern=r"^[a-z0-9]([a-z0-9-]{0,62})$",
+        description="The name the service's own cluster (the local one, or RAY_ADDRESS's) is registered under: the "
+        "default cluster, which every project with no cluster binding uses (docs/clusters.md).",
+    )
+    clusters: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="More Ray clusters, registered (or brought in line) at every start, as a JSON list of "
+        'POST /v1/clusters bodies: [{"name", "address", "token_ref", "labels", "storage_root", '
+        '"serve_url", "tenancy"}] (docs/clusters.md). How the Helm chart registers the clusters it creates; '
+        "the API registers others.",
     )
     ray_gcs_port: int = Field(6390, description="GCS port of the local cluster the service starts.")
     ray_dashboard_port: int = Field(8265, description="Dashboard port of the local cluster.")

@@ -46,11 +46,11 @@ def create_deployment(
     repeated `Idempotency-Key` returns the deployment the first request made (200, `Idempotent-Replayed:
     true`); the same key with another body is 409."""
     deployment, created = deployments.create_deployment(
-        session, service.settings, service.backend, principal, body, project_id, idempotency_key
+        session, service.settings, service.backends, principal, body, project_id, idempotency_key
     )
     session.commit()
     answer_created(response, created)
-    return deployment_out(deployment, service.settings.serve_url)
+    return deployment_out(deployment, service.serve_urls(session))
 
 
 @router.get("", summary="List deployments")
@@ -66,13 +66,14 @@ def list_deployments(
     """Newest first; paged (X-Next-Cursor)."""
     scope = principal.project_scope()
     deployments = page.fetch(lambda c, n: deployments_repo.list_deployments(session, scope, state, c, n))
-    return page.answer([deployment_out(d, service.settings.serve_url) for d in deployments])
+    urls = service.serve_urls(session)
+    return page.answer([deployment_out(d, urls) for d in deployments])
 
 
 @router.get("/{name}", summary="Get a deployment")
 def get_deployment(name: str, session: SessionDep, service: ControlPlaneDep, principal: CurrentKey) -> DeploymentOut:
     """State and why, the URL, the serving and newest versions, replica states, and every version."""
-    return deployment_out(_deployment_or_404(session, name, principal), service.settings.serve_url)
+    return deployment_out(_deployment_or_404(session, name, principal), service.serve_urls(session))
 
 
 @router.get("/{name}/events", summary="A deployment's state history")
@@ -92,10 +93,10 @@ def update_deployment(
     """A new source and/or settings: a new version, rolled out while the current one keeps serving."""
     scope = principal.project_scope()
     deployment = deployments.update_deployment(
-        session, service.settings, service.backend, scope, name, body, reading=service.sessions
+        session, service.settings, service.backends, scope, name, body, reading=service.sessions
     )
     session.commit()
-    return deployment_out(deployment, service.settings.serve_url)
+    return deployment_out(deployment, service.serve_urls(session))
 
 
 @router.post("/{name}/rollback", summary="Roll a deployment back")
@@ -105,7 +106,7 @@ def rollback_deployment(
     """Back to the version before the newest (as a new version with its checkpoint and settings)."""
     deployment = deployments.rollback_deployment(session, principal.project_scope(), name)
     session.commit()
-    return deployment_out(deployment, service.settings.serve_url)
+    return deployment_out(deployment, service.serve_urls(session))
 
 
 @router.delete("/{name}", summary="Delete a deployment")
@@ -113,4 +114,4 @@ def delete_deployment(name: str, session: SessionDep, service: ControlPlaneDep, 
     """DELETED now; Serve drops the application, and its route answers 404, within a reconciler tick."""
     deployment = deployments.delete_deployment(session, principal.project_scope(), name)
     session.commit()
-    return deployment_out(deployment, service.settings.serve_url)
+    return deployment_out(deployment, service.serve_urls(session))

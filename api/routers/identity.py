@@ -37,7 +37,7 @@ def cluster(session: SessionDep, service: ControlPlaneDep, principal: CurrentKey
     """Ray's total and available resources (what the scheduler reckons free), how many of the key's jobs are
     in each state, and its queued jobs in admission order with why each waits (cluster-wide admins: every
     project's). 200 with `ray: "unavailable"` and empty resources when the Ray cluster does not answer."""
-    return cluster_status(session, service.backend, principal.project_scope(), service.settings)
+    return cluster_status(session, service.backends, principal.project_scope(), service.settings)
 
 
 @router.delete(

@@ -74,7 +74,7 @@ def assignment(
         spec=JobSpec.model_validate(job.spec),
         plan=TrainingPlan.model_validate(job.plan),
         storage_path=service.settings.storage_path,
-        avoid_nodes=bad_nodes.nodes_to_avoid(session, service.settings, service.backend, job, JOBS.demand(job)),
+        avoid_nodes=bad_nodes.nodes_to_avoid(session, service.settings, service.backends, job, JOBS.demand(job)),
     )
     _reached(session, JOBS, job.id, attempt, "assignment_fetched")
     return answer
@@ -128,7 +128,7 @@ def sweep_assignment(
         attempt=sweep.attempt,
         spec=SweepSpec.model_validate(sweep.spec),
         storage_path=service.settings.storage_path,
-        avoid_nodes=bad_nodes.nodes_to_avoid(session, service.settings, service.backend, sweep, SWEEPS.demand(sweep)),
+        avoid_nodes=bad_nodes.nodes_to_avoid(session, service.settings, service.backends, sweep, SWEEPS.demand(sweep)),
     )
     _reached(session, SWEEPS, sweep.id, attempt, "assignment_fetched")
     return answer
@@ -217,7 +217,7 @@ def _confirm_reported_end(session: Session, service: ControlPlane, kind: RunKind
         return
     submission_id, attempt = run.submission_id, run.attempt
     try:
-        info = service.backend.info(submission_id)
+        info = service.backends.of(run).info(submission_id)  # its own cluster's Ray, never the run's word
     except BackendUnavailable:
         return  # the reconciler asks again
     if not info.status.finished:

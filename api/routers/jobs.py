@@ -43,7 +43,7 @@ def create_job(
     refused (422, naming the field) when it can never run on this cluster. A repeated `Idempotency-Key`
     returns the job the first request made (200, `Idempotent-Replayed: true`); the same key with another
     spec is 409."""
-    job, created = submit_job(session, service.settings, service.backend, principal, spec, project_id, idempotency_key)
+    job, created = submit_job(session, service.settings, service.backends, principal, spec, project_id, idempotency_key)
     session.commit()
     if created:  # admitted now if it fits, not at the scheduler's next tick
         service.wake_scheduler()
@@ -85,7 +85,7 @@ def get_job(job_id: str, session: SessionDep, principal: CurrentKey) -> JobOut:
 def cancel(job_id: str, session: SessionDep, service: ControlPlaneDep, principal: WriterKey) -> JobOut:
     """A queued job ends CANCELLED at once; a running one goes CANCELLING while Ray stops it, then CANCELLED.
     A job that already ended is 409."""
-    job = cancel_job(session, service.backend, principal.project_scope(), job_id)  # AlreadyFinished: 409
+    job = cancel_job(session, service.backends, principal.project_scope(), job_id)  # AlreadyFinished: 409
     return JobOut.model_validate(job)
 
 
@@ -166,5 +166,5 @@ def logs(
         key = principal.key_id or "environment-admin"
         stream = service.log_follows.start(job.id, key, tail, rank)  # 429 past the cap
         return StreamingResponse(stream, media_type="text/plain")
-    text = view(read_logs(service.backend, service.log_archive, job, attempt), service.settings.log_ray_chatter, rank)
+    text = view(read_logs(service.backends, service.log_archive, job, attempt), service.settings.log_ray_chatter, rank)
     return PlainTextResponse(last_lines(text, tail))

@@ -51,7 +51,7 @@ def create_sweep(
     repeated `Idempotency-Key` returns the sweep the first request made (200, `Idempotent-Replayed: true`);
     the same key with another spec is 409."""
     sweep, created = submit_sweep(
-        session, service.settings, service.backend, principal, spec, project_id, idempotency_key
+        session, service.settings, service.backends, principal, spec, project_id, idempotency_key
     )
     session.commit()
     if created:  # admitted now if it fits, not at the scheduler's next tick
@@ -119,14 +119,14 @@ def logs(
     escape codes or Ray Train's per-report lines (unless ORCHESTRATOR_LOG_RAY_CHATTER)."""
     with service.sessions() as session:  # released before Ray is asked
         sweep = _sweep_or_404(session, sweep_id, principal)
-    text = view(read_logs(service.backend, service.log_archive, sweep, attempt), service.settings.log_ray_chatter)
+    text = view(read_logs(service.backends, service.log_archive, sweep, attempt), service.settings.log_ray_chatter)
     return PlainTextResponse(last_lines(text, tail))
 
 
 @router.post("/{sweep_id}/cancel", summary="Cancel a sweep")
 def cancel(sweep_id: str, session: SessionDep, service: ControlPlaneDep, principal: WriterKey) -> SweepOut:
     """Stops the sweep's driver, and with it every running trial; the sweep and its open trials end CANCELLED."""
-    sweep = cancel_sweep(session, service.backend, principal.project_scope(), sweep_id)  # AlreadyFinished: 409
+    sweep = cancel_sweep(session, service.backends, principal.project_scope(), sweep_id)  # AlreadyFinished: 409
     return _out(session, sweep)
 
 

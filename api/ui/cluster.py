@@ -48,7 +48,7 @@ def queued_sweeps(session: Session, scope: str | None) -> list[dict[str, Any]]:
 
 
 def cluster_view(session: Session, service, user: UiUser) -> dict[str, Any]:
-    status = cluster_status(session, service.backend, user.scope, service.settings).model_dump(mode="json")
+    status = cluster_status(session, service.backends, user.scope, service.settings).model_dump(mode="json")
     resources = []
     for name in RESOURCES:
         total = float(status["total"].get(name, 0.0))
@@ -80,6 +80,7 @@ def cluster_view(session: Session, service, user: UiUser) -> dict[str, Any]:
         "queue_limit": status["queue_limit"],
         "queued_sweeps": queued_sweeps(session, user.scope),
         "all_projects": user.scope is None,
+        "clusters": status["clusters"],  # every cluster the user's runs may use (docs/clusters.md)
     }
 
 

@@ -16,6 +16,7 @@ import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from contextlib import contextmanager
 from typing import Annotated, Any, Literal
 
@@ -67,8 +68,8 @@ def deployment_or_404(session: Session, ref: str, user: UiUser) -> Deployment:
     return deployment
 
 
-def deployment_row(deployment: Deployment, serve_url: str) -> dict[str, Any]:
-    out = deployment_out(deployment, serve_url)
+def deployment_row(deployment: Deployment, serve_urls: Mapping[str | None, str]) -> dict[str, Any]:
+    out = deployment_out(deployment, serve_urls)
     return {
         "id": out.id,
         "project_id": out.project_id,
@@ -113,10 +114,10 @@ def version_view(version: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def deployment_detail(session: Session, deployment: Deployment, serve_url: str) -> dict[str, Any]:
+def deployment_detail(session: Session, deployment: Deployment, serve_urls: Mapping[str | None, str]) -> dict[str, Any]:
     """What the deployment page shows and polls: the REST ``DeploymentOut`` (JSON), its versions newest first
     with where each came from, and the newest state changes."""
-    out = deployment_out(deployment, serve_url).model_dump(mode="json")
+    out = deployment_out(deployment, serve_urls).model_dump(mode="json")
     events = deployments_repo.list_events(session, deployment.id)[-EVENTS_SHOWN:]
     return {
         "deployment": out,
@@ -140,7 +141,8 @@ def deployment_detail(session: Session, deployment: Deployment, serve_url: str) 
 def list_page(session, service, user, state, cursor, limit) -> tuple[list[dict], str | None]:
     """One page of the deployments list: the REST list's query in the user's scope."""
     rows, next_cursor = deployments_repo.list_deployments(session, user.scope, state, cursor, limit)
-    return [deployment_row(d, service.settings.serve_url) for d in rows], next_cursor
+    urls = service.serve_urls(session)
+    return [deployment_row(d, urls) for d in rows], next_cursor
 
 
 # --- pages --------------------------------------------------------------------------------------------------
@@ -179,7 +181,7 @@ def deployment_page(
     request: Request, ref: str, session: SessionDep, service: ControlPlaneDep, user: UiUserDep
 ) -> Response:
     deployment = deployment_or_404(session, ref, user)
-    detail = deployment_detail(session, deployment, service.settings.serve_url)
+    detail = deployment_detail(session, deployment, service.serve_urls(session))
     descriptor = workloads.describe(deployment.workload)  # a body to start from: its workload's example
     example = dict(descriptor.example_request) if descriptor and descriptor.example_request else None
     return render(
@@ -228,7 +230,7 @@ def deployment_json(
     request: Request, ref: str, session: SessionDep, service: ControlPlaneDep, user: UiUserDep
 ) -> Response:
     deployment = deployment_or_404(session, ref, user)
-    return json_answer(request, deployment_detail(session, deployment, service.settings.serve_url))
+    return json_answer(request, deployment_detail(session, deployment, service.serve_urls(session)))
 
 
 class TryRequest(BaseModel):
@@ -270,7 +272,7 @@ def try_it(ref: str, request_body: TryRequest, service: ControlPlaneDep, user: C
     viewer's key calls the deployment as well), with the CSRF token (it is a POST)."""
     with service.sessions() as session:  # released before the deployment is called
         deployment = deployment_or_404(session, ref, user)
-        out = deployment_out(deployment, service.settings.serve_url)
+        out = deployment_out(deployment, service.serve_urls(session))
     if out.state == DeploymentState.DELETED:
         raise Conflict(f"deployment {out.name} was deleted: its route answers nothing")
     payload = None

@@ -117,6 +117,7 @@ def job_summary(job: Job, events: list, checkpoints: list[Checkpoint]) -> dict[s
             "result": result,
             "samples_per_s": latest.get("samples_per_s", (result.get("metrics") or result).get("samples_per_s")),
             "stragglers": out.stragglers or [],
+            "cluster": out.cluster,  # the Ray cluster it runs on (docs/clusters.md); None until admitted
             # The latest attempt's start-up timeline (docs/jobs.md "Start-up timeline"); None before admission.
             "startup": out.startup[-1].model_dump(mode="json") if out.startup else None,
         },

@@ -112,7 +112,7 @@ def deployment_name(job: Job) -> str:
 @router.post("/jobs/{job_id}/cancel")
 def cancel(request: Request, job_id: str, session: SessionDep, service: ControlPlaneDep, user: UiMember) -> Response:
     """The REST cancel (``cancel_job``): a queued job ends at once, a running one goes CANCELLING."""
-    cancel_job(session, service.backend, user.scope, job_id)  # AlreadyFinished: 409
+    cancel_job(session, service.backends, user.scope, job_id)  # AlreadyFinished: 409
     return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)
 
 
@@ -128,7 +128,7 @@ def deploy_job_checkpoint(
     """A deployment of exactly this checkpoint, made as ``POST /v1/deployments`` makes one (one use-case:
     ``deploy_checkpoint``), in the job's project."""
     source = SourceSpec(checkpoint_id=checkpoint_id)
-    deployment = deploy_checkpoint(session, service.settings, service.backend, user.scope, name, source, job_id=job_id)
+    deployment = deploy_checkpoint(session, service.settings, service.backends, user.scope, name, source, job_id=job_id)
     session.commit()
     return RedirectResponse(f"/ui/deployments/{deployment.name}", status_code=303)
 
@@ -146,6 +146,6 @@ def download_logs(
     attempt = attempt or job.attempt
     if attempt > max(job.attempt, 1):
         raise NotFound(f"job {job_id} has had {job.attempt} attempt(s), not {attempt}")
-    text = read_logs(service.backend, service.log_archive, job, attempt)
+    text = read_logs(service.backends, service.log_archive, job, attempt)
     filename = f"{job.id}-attempt-{attempt}.log"
     return PlainTextResponse(text, headers={"Content-Disposition": f'attachment; filename="{filename}"'})

@@ -97,7 +97,7 @@ def job_logs(
     attempt = attempt or job.attempt
     if attempt > max(job.attempt, 1):
         raise NotFound(f"job {job_id} has had {job.attempt} attempt(s), not {attempt}")
-    text = view(read_logs(service.backend, service.log_archive, job, attempt), service.settings.log_ray_chatter)
+    text = view(read_logs(service.backends, service.log_archive, job, attempt), service.settings.log_ray_chatter)
     lines = text.splitlines()
     total = len(lines)
     if q:

@@ -244,7 +244,7 @@ def deploy_trial(
     the sweep's project."""
     source = SourceSpec(trial_id=trial_id)
     deployment = deploy_checkpoint(
-        session, service.settings, service.backend, user.scope, name, source, sweep_id=sweep_id
+        session, service.settings, service.backends, user.scope, name, source, sweep_id=sweep_id
     )
     session.commit()
     return RedirectResponse(f"/ui/deployments/{deployment.name}", status_code=303)
@@ -254,7 +254,7 @@ def deploy_trial(
 def cancel(sweep_id: str, session: SessionDep, service: ControlPlaneDep, user: UiMember) -> Response:
     """The REST cancel (``cancel_run``): a queued sweep ends at once, a running one goes CANCELLING and its
     trials end with it; an ended one is a 409."""
-    cancel_sweep(session, service.backend, user.scope, sweep_id)
+    cancel_sweep(session, service.backends, user.scope, sweep_id)
     return RedirectResponse(f"/ui/sweeps/{sweep_id}", status_code=303)
 
 

@@ -13,6 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from orchestrator_contract.base import Strict as _Strict
 from orchestrator_contract.metrics import DEFAULT_MAX_METRIC_NAME_CHARS, check_metric_name
+from orchestrator_contract.placement import Placement
 from orchestrator_contract.workloads import LOOP_METRICS
 
 # The Serve application the control plane asks Ray for (it never imports it: it needs ray and torch).
@@ -126,6 +127,11 @@ class DeploymentCreate(_Strict):
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="Per replica.")
     auth: Auth = Field("project", description=AUTH_DESCRIPTION)
     max_body_mb: float = Field(1.0, gt=0, le=MAX_BODY_MB, description=MAX_BODY_DESCRIPTION)
+    placement: Placement | None = Field(
+        None,
+        description="Which Ray cluster serves it, as a job's placement (docs/clusters.md); null: the project's "
+        "cluster with the most free capacity. Fixed for the deployment's life: its URL names the cluster.",
+    )
 
     @field_validator("name")
     @classmethod

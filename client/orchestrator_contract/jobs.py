@@ -35,6 +35,7 @@ from orchestrator_contract.metrics import (
     check_metric_name,
     compared_metric_problem,
 )
+from orchestrator_contract.placement import Placement
 from orchestrator_contract.workloads import CUSTOM_WORKLOAD_PATTERN as CUSTOM_WORKLOAD_PATTERN
 from orchestrator_contract.workloads import DATA_PATH as DATA_PATH
 from orchestrator_contract.workloads import LOOP_METRICS
@@ -321,6 +322,12 @@ class JobSpec(_Strict):
         None,
         description="The job's own code, uploaded with POST /v1/code: its working directory on the cluster, "
         "where `workload` may come from.",
+    )
+    placement: Placement | None = Field(
+        None,
+        description="Which Ray cluster it runs on: {cluster: name} or {labels: {...}}, among its project's "
+        "(docs/clusters.md). null: the scheduler picks one where it fits. In a sweep's base: the sweep's, unless "
+        "the sweep sets its own.",
     )
 
     @field_validator("workload")

@@ -26,6 +26,7 @@ from orchestrator_contract.jobs import (
     StartupEvent,
     StateEvent,
 )
+from orchestrator_contract.placement import Placement
 
 # What the function trainable (one small actor per running trial, which only drives its TorchTrainer and
 # waits on it) asks of Ray: no CPU, and 1 byte of Ray's "memory" resource, which every node has, because Tune
@@ -228,6 +229,12 @@ class SweepSpec(_Strict):
         description="May be preempted as a job may (its running trials checkpoint and pause, the sweep is requeued "
         "and resumes them; finished trials are kept). false (here or in base): as a job's, only a cluster-wide "
         "admin's key or a key of a project that allows it (allow_non_preemptible).",
+    )
+
+    placement: Placement | None = Field(
+        None,
+        description="Which Ray cluster the sweep (every trial) runs on, as a job's placement; null: base's, and "
+        "then the scheduler's pick.",
     )
 
     max_runtime_s: float | None = Field(

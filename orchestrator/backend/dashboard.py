@@ -28,6 +28,16 @@ def token_from_environment() -> str | None:
     return None
 
 
+def token_ref_from_environment() -> str | None:
+    """Where ``token_from_environment`` found the token, as a cluster's ``token_ref`` (docs/clusters.md)."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return "env:RAY_AUTH_TOKEN"
+    for candidate in (os.environ.get("RAY_AUTH_TOKEN_PATH"), str(Path.home() / ".ray" / "auth_token")):
+        if candidate and Path(candidate).is_file():
+            return f"file:{candidate}"
+    return None
+
+
 def alive_nodes(dashboard_url: str, headers: dict[str, str], timeout_s: float = 10) -> list[dict[str, Any]]:
     """The State API's node list, alive nodes only. Raises httpx.HTTPError or KeyError on failure."""
     response = httpx.get(

@@ -89,6 +89,8 @@ class RayBackend:
             nodes = alive_nodes(self.dashboard_url, self.headers)
         except (httpx.HTTPError, KeyError, ValueError) as exc:
             raise BackendUnavailable(f"listing Ray nodes at {self.dashboard_url}: {exc}") from exc
+        if not nodes:  # a head still starting (or restarting): nothing can run yet, and nothing "never fits"
+            raise BackendUnavailable(f"the Ray cluster at {self.dashboard_url} has no alive node yet")
         total = {"CPU": 0.0, "GPU": 0.0}
         largest = {"CPU": 0.0, "GPU": 0.0}
         for node in nodes:

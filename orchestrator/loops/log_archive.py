@@ -19,6 +19,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend
+from orchestrator.backend.registry import ClusterBackends, backends_of
 from orchestrator.db.models import Job, Sweep, utcnow
 from orchestrator.services.log_lines import strip_ansi
 from orchestrator.states.jobs import ACTIVE
@@ -70,9 +71,11 @@ class LogArchive:
 class LogArchiver:
     """The loop's tick: copy what Ray has of each recent attempt into the archive."""
 
-    def __init__(self, sessions: sessionmaker[Session], backend: ClusterBackend, archive: LogArchive):
+    def __init__(
+        self, sessions: sessionmaker[Session], backends: ClusterBackends | ClusterBackend, archive: LogArchive
+    ):
         self.sessions = sessions
-        self.backend = backend
+        self.backends = backends_of(backends, sessions)
         self.archive = archive
         self._copied: dict[str, int] = {}  # submission id -> characters copied
         self._final: set[str] = set()  # submissions that ended and are fully copied
@@ -84,27 +87,31 @@ class LogArchiver:
                 row
                 for model in (Job, Sweep)
                 for row in session.execute(
-                    select(model.id, model.attempt).where(
+                    select(model.id, model.attempt, model.cluster).where(
                         model.attempt > 0, or_(model.state.in_(ACTIVE), model.finished_at >= recent)
                     )
                 ).all()
             ]
-        for job_id, current in jobs:
+        unreachable: set[str | None] = set()
+        for job_id, current, cluster in jobs:
             for attempt in range(1, current + 1):
+                if cluster in unreachable:
+                    break
                 try:
-                    self.copy(job_id, attempt)
+                    self.copy(job_id, attempt, cluster)
                 except BackendUnavailable as exc:
-                    log.warning("log archive: Ray unreachable, will retry: %s", exc)
-                    return
+                    log.warning("log archive: cluster %s unreachable, will retry: %s", cluster or "default", exc)
+                    unreachable.add(cluster)
                 except OSError as exc:
                     log.warning("log archive: cannot write the logs of job %s attempt %d: %s", job_id, attempt, exc)
 
-    def copy(self, job_id: str, attempt: int) -> None:
+    def copy(self, job_id: str, attempt: int, cluster: str | None = None) -> None:
         submission_id = f"{job_id}-{attempt}"
         if submission_id in self._final:
             return
-        finished = self.backend.info(submission_id).status.finished  # asked first: no output after it
-        text = self.backend.logs(submission_id)
+        backend = self.backends.get(cluster)  # every attempt of a run is on the cluster it was placed on
+        finished = backend.info(submission_id).status.finished  # asked first: no output after it
+        text = backend.logs(submission_id)
         if text is None:  # Ray has none (never started, or the cluster was replaced): keep our copy
             if finished:
                 self._final.add(submission_id)

@@ -14,6 +14,7 @@ from datetime import timedelta
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend, RunInfo, RunStatus
+from orchestrator.backend.registry import ClusterBackends, backends_of
 from orchestrator.db.models import JobState, utcnow
 from orchestrator.request_context import log_context
 from orchestrator.services import bad_nodes, deadlines, hangs, reported_ends, trial_hangs
@@ -40,39 +41,60 @@ CONCLUSIVE_EXITS = {
 
 
 class Reconciler:
-    def __init__(self, sessions: sessionmaker[Session], backend: ClusterBackend, settings: Settings):
+    def __init__(self, sessions: sessionmaker[Session], backends: ClusterBackends | ClusterBackend, settings: Settings):
         self.sessions = sessions
-        self.backend = backend
+        self.backends = backends_of(backends, sessions, settings.cluster_name)
         self.settings = settings
         # Hang detection counts silence from here at the earliest: while no control plane ran, reports waited.
         self.watching_since = utcnow()
 
     def tick(self) -> None:
         with self.sessions() as session:
+            self.backends.refresh(session)
             active = [
-                (kind, run.id, run.attempt, run.submission_id, kind.name == "job" and bad_nodes.needs_verifying(run))
+                (
+                    kind,
+                    run.id,
+                    run.attempt,
+                    run.submission_id,
+                    kind.name == "job" and bad_nodes.needs_verifying(run),
+                    run.cluster,
+                )
                 for kind in KINDS
                 for run in kind.active(session)
             ]
-        for kind, run_id, attempt, submission_id, verify_nodes in active:
+        unreachable: set[str | None] = set()  # a cluster that can't be reached: its runs wait, the others go on
+        for kind, run_id, attempt, submission_id, verify_nodes, cluster in active:
+            if cluster in unreachable:
+                continue
             with log_context(**{f"{kind.name}_id": run_id}):  # log lines name the job or sweep
                 try:
-                    info = self.backend.info(submission_id)
+                    backend = self.backends.get(cluster)
+                    info = backend.info(submission_id)
                 except BackendUnavailable as exc:
-                    log.warning("reconciler: Ray unreachable, will retry: %s", exc)
-                    return
+                    log.warning("reconciler: cluster %s unreachable, will retry: %s", cluster or "default", exc)
+                    unreachable.add(cluster)
+                    continue
                 try:
                     if info.status == RunStatus.FAILED:  # read the driver's output now, not under the lock
-                        info = replace(info, message=_failure_message(info, self.backend, submission_id))
+                        info = replace(info, message=_failure_message(info, backend, submission_id))
                     # Where Ray says the job's workers run, to check rank 0's report against (services.bad_nodes).
-                    worker_nodes = self.backend.worker_nodes(submission_id) if verify_nodes else None
-                    self._reconcile(kind, run_id, attempt, info, worker_nodes)
+                    worker_nodes = backend.worker_nodes(submission_id) if verify_nodes else None
+                    self._reconcile(kind, run_id, attempt, info, worker_nodes, backend)
                 except BackendUnavailable as exc:
                     log.warning("reconciler: %s %s: %s", kind.name, run_id, exc)
 
     def _reconcile(
-        self, kind: RunKind, run_id: str, attempt: int, info: RunInfo, worker_nodes: set[str] | None = None
+        self,
+        kind: RunKind,
+        run_id: str,
+        attempt: int,
+        info: RunInfo,
+        worker_nodes: set[str] | None = None,
+        backend: ClusterBackend | None = None,
     ) -> None:
+        """Decide under the row's lock; ``backend`` is the run's cluster's (None: the default one)."""
+        backend = backend or self.backends.default
         # Sent to Ray after the commit: a Ray call must not hold the row (on SQLite, the database) locked.
         resubmit: tuple[Launch, str] | None = None
         stop_again: str | None = None
@@ -170,11 +192,11 @@ class Reconciler:
             elif status == RunStatus.MISSING and utcnow() - run.updated_at > RESUBMIT_GRACE:
                 resubmit = _launch(session, kind, run)  # the same attempt, the same submission id
         if stop_again:
-            self.backend.stop(stop_again)
-        if resubmit:
+            backend.stop(stop_again)
+        if resubmit:  # on the cluster it was placed on: its checkpoints are there
             launch, claim_code = resubmit
             log.info("%s %s: submitting %s", kind.name, run_id, launch.submission_id)
-            kind.submit(self.sessions, launch, claim_code, self.backend, self.settings)
+            kind.submit(self.sessions, launch, claim_code, backend, self.settings)
 
     def _start_timed_out(self, session: Session, kind: RunKind, run: Run) -> bool:
         waited = utcnow() - kind.last_transition(session, run.id).created_at

@@ -1,6 +1,6 @@
 """Brings Ray Serve in line with the database, declaratively, the way KubeRay's RayService does.
 
-Every tick builds ONE multi-application Serve config from all live deployments in the database (a
+Every tick builds, for each cluster, ONE multi-application Serve config from the live deployments placed there (a
 PUT replaces Serve's whole set of applications, so the database, not Serve, is the source of truth),
 compares it with what Serve reports (``GET /api/serve/applications/``: each application's config as
 submitted, its status, its replicas), and sends it only when they differ. That same comparison
@@ -39,6 +39,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.admission import replicas_demand
 from orchestrator.backend import BackendUnavailable, ClusterBackend, ServeApp, ServeConfigRejected, ServeStatus
+from orchestrator.backend.registry import ClusterBackends, backends_of
 from orchestrator.db.models import ApiKey, Deployment, DeploymentState, DeploymentVersion, utcnow
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.request_context import log_context
@@ -201,6 +202,7 @@ class _Snapshot:
     applied: int | None  # the version number Serve should run
     config: dict | None  # its application config
     code: CodeMount | None = None  # a served training function's package
+    cluster: str | None = None  # where it serves; None: the default cluster
 
 
 @dataclass(frozen=True)
@@ -211,9 +213,9 @@ class _Decision:
 
 
 class ServingReconciler:
-    def __init__(self, sessions: sessionmaker[Session], backend: ClusterBackend, settings: Settings):
+    def __init__(self, sessions: sessionmaker[Session], backends: ClusterBackends | ClusterBackend, settings: Settings):
         self.sessions = sessions
-        self.backend = backend
+        self.backends = backends_of(backends, sessions, settings.cluster_name)
         self.settings = settings
         self.last_apply_error: str | None = None
 
@@ -224,20 +226,28 @@ class ServingReconciler:
             live = deployments_repo.live_deployments(session)
             hashes = project_key_hashes(session, {d.project_id for d in live})
             snapshots = [self._snapshot(session, d, hashes.get(d.project_id, [])) for d in live]
+            # Every cluster, not only those serving now: one whose last deployment went has apps to remove.
+            clusters = {e.name for e in self.backends.refresh(session)} | {self.backends.default_name}
+        default = self.backends.default_name
+        for cluster in sorted(clusters):  # each cluster's Serve holds its own deployments only (docs/clusters.md)
+            self._tick_cluster(cluster, [s for s in snapshots if (s.cluster or default) == cluster])
+
+    def _tick_cluster(self, cluster: str, snapshots: list[_Snapshot]) -> None:
         try:
-            status = self.backend.serve_status()
+            backend = self.backends.get(cluster)
+            status = backend.serve_status()
         except BackendUnavailable as exc:
-            log.warning("serving: Ray unreachable, will retry: %s", exc)
+            log.warning("serving: cluster %s unreachable, will retry: %s", cluster, exc)
             return
         desired = {s.name: s.config for s in snapshots if s.config is not None}
         if needs_apply(desired, status):
             try:  # Ray drops a package no job uses any more: a served function's goes back first
                 for mount in {s.code for s in snapshots if s.code is not None}:
-                    mount.upload(self.backend, self.settings)
+                    mount.upload(backend, self.settings)
             except BackendUnavailable as exc:
                 log.warning("serving: uploading a served function's code failed, will retry: %s", exc)
                 return
-            self._apply(list(desired.values()))
+            self._apply(backend, list(desired.values()))
         if status.http_port is not None and status.http_port != self.settings.serve_port:
             log.warning(
                 "Ray Serve already listens on port %s, not ORCHESTRATOR_SERVE_PORT %s: Serve keeps the port it "
@@ -265,12 +275,13 @@ class ServingReconciler:
             applied=version.version if version else None,
             config=app_config(deployment, version, key_hashes, code) if version else None,
             code=code,
+            cluster=deployment.cluster,
         )
 
-    def _apply(self, applications: list[dict]) -> None:
+    def _apply(self, backend: ClusterBackend, applications: list[dict]) -> None:
         names = ", ".join(app["name"] for app in applications) or "none"
         try:
-            self.backend.apply_serve(serve_config(self.settings, applications))
+            backend.apply_serve(serve_config(self.settings, applications))
             log.info("serving: applied the Serve config (applications: %s)", names)
             self.last_apply_error = None
         except ServeConfigRejected as exc:

@@ -86,6 +86,7 @@ def queued_jobs(session: Session) -> list[Job]:
         Job.spec,
         Job.reason,
         Job.message,
+        Job.cluster,  # placed before: it stays there (scheduling.placement)
     )
     query = select(Job).where(Job.state == JobState.QUEUED).options(admission, raiseload(Job.labels))
     return list(session.scalars(query.order_by(Job.priority.desc(), Job.created_at, Job.id)))

@@ -42,6 +42,7 @@ class QueuedDeployment:
     asked_at: datetime  # when the newest version was asked for
     demand: Demand  # its replicas, beyond what the serving version holds
     noted: tuple[str, str]  # (reason, message) as last written: only a change is written
+    cluster: str | None = None  # where it serves (placed at creation); None: the default cluster
 
     @property
     def key(self) -> str:
@@ -81,6 +82,7 @@ def queued_deployments(session: Session) -> list[QueuedDeployment]:
                 newest.created_at,
                 replicas_beyond(newest.settings, serving.settings if serving is not None else None),
                 (deployment.reason, deployment.message),
+                deployment.cluster,
             )
         )
     return queued

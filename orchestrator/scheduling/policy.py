@@ -107,6 +107,7 @@ class Holding:
     borrowing: bool = False
     is_run: bool = True  # counts against max_running_jobs (a deployment does not)
     preemptible: bool = True
+    cluster: str | None = None  # where it holds them (None: the default cluster); the policy plans one at a time
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ def serving_holdings(session: Session) -> list[Holding]:
                     request=request,
                     is_run=False,
                     preemptible=False,
+                    cluster=deployment.cluster,
                 )
             )
     return holdings

@@ -23,7 +23,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from orchestrator.admission import Demand
-from orchestrator.backend import BackendUnavailable, ClusterBackend, ClusterNode
+from orchestrator.backend import BackendUnavailable, ClusterNode
+from orchestrator.backend.registry import ClusterBackends
 from orchestrator.db.models import Job, NodeFault, Sweep, utcnow
 from orchestrator.settings import Settings
 
@@ -120,7 +121,7 @@ def excluded_until(times: list[datetime], faults: int, window: timedelta, cooldo
 
 
 def nodes_to_avoid(
-    session: Session, settings: Settings, backend: ClusterBackend, job: Job | Sweep, demand: Demand
+    session: Session, settings: Settings, backends: ClusterBackends, job: Job | Sweep, demand: Demand
 ) -> list[str]:
     """What a new attempt of ``job`` (or of a sweep: its trials) must not be placed on (``DriverAssignment`` and
     ``SweepAssignment.avoid_nodes``): the bad nodes, and with ``failure.on_straggler: restart`` the nodes the job
@@ -130,7 +131,7 @@ def nodes_to_avoid(
     if not bad:
         return []
     try:
-        alive = backend.nodes()
+        alive = backends.of(job).nodes()  # node ids are its cluster's
     except BackendUnavailable as exc:
         log.warning("bad nodes not avoided: the Ray cluster does not answer: %s", exc)
         return []

@@ -7,7 +7,8 @@ import logging
 
 from sqlalchemy.orm import Session
 
-from orchestrator.backend import BackendUnavailable, ClusterBackend
+from orchestrator.backend import BackendUnavailable
+from orchestrator.backend.registry import ClusterBackends
 from orchestrator.db.models import Job, JobState
 from orchestrator.errors import Conflict
 from orchestrator.services.runs import JOBS, Run, RunKind
@@ -20,7 +21,7 @@ class AlreadyFinished(Conflict):
     pass
 
 
-def cancel_run(session: Session, kind: RunKind, run_id: str, backend: ClusterBackend) -> Run:
+def cancel_run(session: Session, kind: RunKind, run_id: str, backends: ClusterBackends) -> Run:
     """Commits the transition, then asks Ray to stop; the reconciler finishes it (CANCELLING -> CANCELLED)."""
     run = kind.lock(session, run_id)
     assert run is not None, "callers check the run exists and is theirs"
@@ -33,11 +34,11 @@ def cancel_run(session: Session, kind: RunKind, run_id: str, backend: ClusterBac
     kind.set_state(session, run, JobState.CANCELLING, "cancel_requested", "stopping the Ray job")
     session.commit()
     try:
-        backend.stop(run.submission_id)
+        backends.of(run).stop(run.submission_id)  # on the cluster it runs on
     except BackendUnavailable as exc:
         log.warning("%s %s: stop failed, the reconciler will retry: %s", kind.name, run.id, exc)
     return run
 
 
-def cancel_job(session: Session, job_id: str, backend: ClusterBackend) -> Job:
-    return cancel_run(session, JOBS, job_id, backend)
+def cancel_job(session: Session, job_id: str, backends: ClusterBackends) -> Job:
+    return cancel_run(session, JOBS, job_id, backends)

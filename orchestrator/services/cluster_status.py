@@ -7,13 +7,15 @@ import logging
 from sqlalchemy.orm import Session
 
 from orchestrator.admission import free_of, reserved_by
-from orchestrator.backend import BackendUnavailable, ClusterBackend
-from orchestrator.loops.serving import serving_reservation
+from orchestrator.backend import BackendUnavailable
+from orchestrator.backend.registry import ClusterBackends
+from orchestrator.repositories import clusters as clusters_repo
 from orchestrator.repositories import jobs as jobs_repo
+from orchestrator.scheduling.quotas import serving_holdings
 from orchestrator.services.bad_nodes import bad_nodes
-from orchestrator.services.runs import active_demands
+from orchestrator.services.runs import active_runs
 from orchestrator.settings import Settings
-from orchestrator_contract.rest import BadNodeOut, ClusterStatus, NodeFaultOut, QueuedJobOut
+from orchestrator_contract.rest import BadNodeOut, ClusterHealthOut, ClusterStatus, NodeFaultOut, QueuedJobOut
 
 log = logging.getLogger(__name__)
 
@@ -21,28 +23,72 @@ QUEUE_LIMIT = 100  # jobs listed in ``queue``; the count of QUEUED jobs covers e
 
 
 def cluster_status(
-    session: Session, backend: ClusterBackend, project_scope: str | None, settings: Settings
+    session: Session, backends: ClusterBackends, project_scope: str | None, settings: Settings
 ) -> ClusterStatus:
     """Ray's total and what is free for new runs (the total less what active jobs, sweeps and deployments hold:
     the same arithmetic as the scheduler's), with the job counts and the queue of ``project_scope`` (None: all),
-    and the bad nodes kept out of placement (``services.bad_nodes``).
+    and the bad nodes kept out of placement (``services.bad_nodes``). The top-level resources are the default
+    cluster's; ``clusters`` lists every cluster the scope may use (docs/clusters.md).
     A cluster that does not answer is ``ray="unavailable"`` with empty resources, never an error."""
-    reserved = reserved_by([*active_demands(session), serving_reservation(session)])
-    try:
-        capacity = backend.capacity()
-    except BackendUnavailable as exc:
-        log.warning("cluster status: the Ray cluster does not answer: %s", exc)  # hosts stay in the log
-        ray, total, available = "unavailable", {}, {}
+    held = held_by_cluster(session, backends.default_name)
+    if project_scope is None:
+        visible = [(e.name, e.labels) for e in backends.refresh(session)]
     else:
-        ray, total, available = "ok", dict(capacity.total), free_of(capacity, reserved)
+        visible = [(c.name, dict(c.labels or {})) for c in clusters_repo.usable_clusters(session, project_scope)]
+    if backends.default_name not in {name for name, _ in visible} and project_scope is None:
+        visible.insert(0, (backends.default_name, {}))
+    clusters = [
+        _health(name, labels, backends, held.get(name, ([], 0)), backends.default_name) for name, labels in visible
+    ]
+    default = next((c for c in clusters if c.is_default), None) or _health(
+        backends.default_name, {}, backends, held.get(backends.default_name, ([], 0)), backends.default_name
+    )
     return ClusterStatus(
-        ray=ray,
-        total=total,
-        available=available,
+        ray=default.ray,
+        total=default.total,
+        available=default.available,
         jobs=jobs_repo.count_by_state(session, project_scope),
         queue=[QueuedJobOut.model_validate(j) for j in jobs_repo.queued_in_scope(session, project_scope, QUEUE_LIMIT)],
         queue_limit=QUEUE_LIMIT,
         bad_nodes=bad_nodes_seen_by(session, settings, project_scope),
+        clusters=clusters,
+    )
+
+
+def held_by_cluster(session: Session, default: str) -> dict[str, tuple[list[dict[str, float]], int]]:
+    """{cluster: (what its active runs and live deployments hold, how many runs are active on it)}."""
+    held: dict[str, tuple[list[dict[str, float]], int]] = {}
+    for run in active_runs(session):
+        demands, running = held.get(run.cluster or default, ([], 0))
+        held[run.cluster or default] = ([*demands, dict(run.request)], running + 1)
+    for holding in serving_holdings(session):
+        demands, running = held.get(holding.cluster or default, ([], 0))
+        held[holding.cluster or default] = ([*demands, dict(holding.request)], running)
+    return held
+
+
+def _health(
+    name: str, labels: dict, backends: ClusterBackends, held: tuple[list[dict[str, float]], int], default: str
+) -> ClusterHealthOut:
+    demands, running = held
+    try:
+        backend = backends.get(name)
+        capacity = backend.capacity()
+        nodes = len(backend.nodes())
+    except BackendUnavailable as exc:
+        log.warning("cluster status: cluster %s does not answer: %s", name, exc)  # hosts stay in the log
+        ray, nodes, total, available = "unavailable", 0, {}, {}
+    else:
+        ray, total, available = "ok", dict(capacity.total), free_of(capacity, reserved_by(demands))
+    return ClusterHealthOut(
+        name=name,
+        is_default=name == default,
+        labels={str(k): str(v) for k, v in labels.items()},
+        ray=ray,
+        nodes=nodes,
+        total=total,
+        available=available,
+        running=running,
     )
 
 

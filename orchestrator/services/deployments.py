@@ -13,7 +13,7 @@ does the quota arithmetic, for jobs, sweeps and deployments alike.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -295,6 +295,28 @@ def check_resources(resources: dict[str, float], backend: ClusterBackend, replic
                 f"{most} replicas x {resources[key]:g} {resource} is more than the cluster's {total:g} {resource} in "
                 f"all: at most {fit} replicas of this size fit",
             )
+
+
+def serving_cluster(clusters: Mapping[str, ClusterBackend], serving: dict[str, Any]) -> str:
+    """The cluster a new deployment serves on, among those it may use: one its replicas fit (``check_resources``),
+    the one with the most GPUs then CPUs. Raises the first cluster's SpecRejected when they fit none."""
+    fitting: list[tuple[tuple[float, float], str]] = []
+    refusal: SpecRejected | None = None
+    for name, backend in clusters.items():
+        try:
+            check_resources(serving["resources"], backend, serving["replicas"])
+        except SpecRejected as exc:
+            refusal = refusal or exc
+            continue
+        try:
+            total = backend.capacity().total
+        except BackendUnavailable:
+            total = {}
+        fitting.append(((total.get("GPU", 0.0), total.get("CPU", 0.0)), name))
+    if not fitting:
+        assert refusal is not None
+        raise refusal
+    return max(fitting)[1]
 
 
 def new_settings(body: DeploymentCreate, settings: Settings) -> dict[str, Any]:

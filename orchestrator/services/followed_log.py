@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from orchestrator.backend import BackendUnavailable, ClusterBackend, RunNotFound
+from orchestrator.backend import BackendUnavailable, RunNotFound
+from orchestrator.backend.registry import ClusterBackends
 from orchestrator.loops.log_archive import LogArchive
 from orchestrator.services.log_lines import LineViewer, Shown, strip_ansi
 
@@ -31,8 +32,9 @@ ENDED, LOST, UNAVAILABLE, BROKEN = "ended", "lost", "unavailable", "broken"
 
 
 class FollowedLog:
-    def __init__(self, job_id: str, backend: ClusterBackend, archive: LogArchive, keep_ray_chatter: bool):
-        self.job_id, self.backend, self.archive = job_id, backend, archive
+    def __init__(self, job_id: str, backends: ClusterBackends, archive: LogArchive, keep_ray_chatter: bool):
+        self.job_id, self.backends, self.archive = job_id, backends, archive
+        self.cluster: str | None = None  # the job's cluster, as its row last said (a queued job is placed later)
         self.keep_ray_chatter = keep_ray_chatter
         self.lock = asyncio.Lock()  # one poll at a time: the job's row read and the reads started once a poll
         self.checked_at = float("-inf")
@@ -141,7 +143,7 @@ class FollowedLog:
     async def _read_live(self, submission_id: str, generation: int) -> None:
         skip = len(self.entries)  # a tail starts at the first byte: the lines already had are not added again
         pending = ""
-        async for chunk in self.backend.tail_logs(submission_id):
+        async for chunk in self.backends.get(self.cluster).tail_logs(submission_id):
             if generation != self.generation or self.finished:
                 return
             text = pending + chunk.text
@@ -160,7 +162,7 @@ class FollowedLog:
     async def _run_finished(self, submission_id: str) -> bool:
         """Whether the tail ended because the run did (else its connection broke: it is read again)."""
         try:
-            return (await asyncio.to_thread(self.backend.info, submission_id)).status.finished
+            return (await asyncio.to_thread(self.backends.get(self.cluster).info, submission_id)).status.finished
         except BackendUnavailable:
             return False
 

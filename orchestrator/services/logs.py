@@ -16,6 +16,7 @@ import anyio
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import BackendUnavailable, ClusterBackend
+from orchestrator.backend.registry import ClusterBackends, backends_of
 from orchestrator.db.models import Job, Sweep, utcnow
 from orchestrator.errors import TooMany
 from orchestrator.loops.log_archive import LogArchive
@@ -28,14 +29,14 @@ from orchestrator.states.jobs import TERMINAL
 DRIVER_EXIT_GRACE_S = 30.0
 
 
-def read_logs(backend: ClusterBackend, archive: LogArchive, job: Job | Sweep, attempt: int | None = None) -> str:
+def read_logs(backends: ClusterBackends, archive: LogArchive, job: Job | Sweep, attempt: int | None = None) -> str:
     """The output of one attempt (default: the current one) of a job or a sweep's driver, without escape codes;
     empty before it has started."""
     attempt = job.attempt if attempt is None else attempt
     if not 1 <= attempt <= job.attempt:
         return ""
     try:
-        live = backend.logs(f"{job.id}-{attempt}")
+        live = backends.of(job).logs(f"{job.id}-{attempt}")
     except BackendUnavailable:
         live = None
     try:
@@ -73,14 +74,15 @@ class LogFollows:
     def __init__(
         self,
         sessions: sessionmaker[Session],
-        backend: ClusterBackend,
+        backends: ClusterBackends | ClusterBackend,
         archive: LogArchive,
         max_per_key: int,
         poll_s: float = 1.0,
         max_s: float = 24 * 3600,
         keep_ray_chatter: bool = False,
     ):
-        self.sessions, self.backend, self.archive = sessions, backend, archive
+        self.sessions, self.archive = sessions, archive
+        self.backends = backends_of(backends, sessions)
         self.keep_ray_chatter = keep_ray_chatter
         self.max_per_key, self.poll_s, self.max_s = max_per_key, poll_s, max_s
         self._lock = threading.Lock()
@@ -110,7 +112,7 @@ class LogFollows:
             with self._lock:
                 log = self._logs.get(job_id)
                 if log is None:
-                    log = self._logs[job_id] = FollowedLog(job_id, self.backend, self.archive, self.keep_ray_chatter)
+                    log = self._logs[job_id] = FollowedLog(job_id, self.backends, self.archive, self.keep_ray_chatter)
             generation, position = None, 0
             deadline = time.monotonic() + self.max_s
             while time.monotonic() < deadline:
@@ -149,14 +151,14 @@ class LogFollows:
                 log.gone = True
                 log.close()
                 return
-            attempt, ended, finished_at = row
+            attempt, ended, finished_at, log.cluster = row
             grace_passed = finished_at is None or (utcnow() - finished_at).total_seconds() > DRIVER_EXIT_GRACE_S
             await log.update(attempt, ended, ended and grace_passed)
 
-    def _job_row(self, job_id: str) -> tuple[int, bool, datetime | None] | None:
+    def _job_row(self, job_id: str) -> tuple[int, bool, datetime | None, str | None] | None:
         with self.sessions() as session:
             job = session.get(Job, job_id)
-            return None if job is None else (job.attempt, job.state in TERMINAL, job.finished_at)
+            return None if job is None else (job.attempt, job.state in TERMINAL, job.finished_at, job.cluster)
 
     def _release(self, job_id: str, key: str) -> None:
         with self._lock:

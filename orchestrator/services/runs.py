@@ -25,6 +25,7 @@ from orchestrator.states.core import Lifecycle, lock_row
 from orchestrator.states.jobs import JOB_LIFECYCLE, revoke_driver, set_job_state
 from orchestrator.states.sweeps import SWEEP_LIFECYCLE, set_sweep_state
 from orchestrator_contract.jobs import JobSpec, ScalingSpec
+from orchestrator_contract.placement import Placement
 from orchestrator_contract.sweeps import SweepSpec
 
 Run = Job | Sweep
@@ -126,6 +127,12 @@ def may_be_preempted(spec: dict) -> bool:
     return bool(spec.get("preemptible", True)) and bool((spec.get("base") or {}).get("preemptible", True))
 
 
+def placement_of(spec: dict) -> Placement | None:
+    """Where a job's spec, or a sweep's, asks to run: the sweep's own placement, else its base's (docs/clusters.md)."""
+    asked = spec.get("placement") or (spec.get("base") or {}).get("placement")
+    return Placement.model_validate(asked) if asked else None
+
+
 @dataclass(frozen=True)
 class QueuedRun:
     kind: RunKind
@@ -140,6 +147,8 @@ class QueuedRun:
     last_preempted_at: datetime | None = None
     last_preempted_by: str = ""
     preemptible: bool = True  # its spec's: a run that may not be preempted never borrows (scheduling.policy)
+    cluster: str | None = None  # placed before (it ran there, its checkpoints are there): it stays; None: not yet
+    placement: Placement | None = None
 
     @property
     def key(self) -> str:
@@ -174,6 +183,8 @@ def queued_runs(session: Session) -> list[QueuedRun]:
             run.last_preempted_at,
             run.last_preempted_by,
             may_be_preempted(run.spec),
+            run.cluster,
+            placement_of(run.spec),
         )
         for kind in KINDS
         for run in kind.queued(session)
@@ -198,6 +209,7 @@ class ActiveRun:
     request: dict[str, float]
     borrowing: bool
     preemptible: bool = True  # its spec's: the policy never counts a run that may not be preempted as a victim
+    cluster: str | None = None  # None: the default cluster (a row from before clusters)
 
     @property
     def key(self) -> str:
@@ -217,6 +229,7 @@ def active_runs(session: Session) -> list[ActiveRun]:
             kind.demand(run).total,
             run.borrowing,
             may_be_preempted(run.spec),
+            run.cluster,
         )
         for kind in KINDS
         for run in kind.active(session)

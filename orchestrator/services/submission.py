@@ -4,6 +4,7 @@ runs them, in order, before the insert)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -78,8 +79,9 @@ def _pinned(value: str, settings: Settings, loc: tuple[str, ...]) -> str:
         raise SpecRejected(loc, str(exc)) from None
 
 
-def check_runnable(spec: JobSpec, settings: Settings, backend: ClusterBackend) -> TrainingPlan:
-    """Everything about a spec that pydantic alone can't judge; returns the plan the job will run with."""
+def check_runnable(spec: JobSpec, settings: Settings, clusters: Mapping[str, ClusterBackend]) -> TrainingPlan:
+    """Everything about a spec that pydantic alone can't judge; returns the plan the job will run with.
+    ``clusters``: those it may be placed on (``services.placement.clusters_for``); it must fit one of them."""
     # A custom workload and a training function alike: "module:function" with code comes from the job's own
     # package (run on the cluster, never imported here); without, only from a package the operator installed
     # and allowed.
@@ -103,9 +105,9 @@ def check_runnable(spec: JobSpec, settings: Settings, backend: ClusterBackend) -
         plan = plan_job(spec)
     except DoesNotFit as exc:
         raise SpecRejected(("strategy",), f"the model does not fit the workers' memory: {exc}") from None
-    reason = _never_fits_now(spec, backend)
+    reason = _never_fits_now(spec, clusters)
     if reason:
-        raise SpecRejected(("scaling",), f"this job can never run on this cluster: {reason}")
+        raise SpecRejected(("scaling",), f"this job can never run on {_which(clusters)}: {reason}")
     return plan
 
 
@@ -127,23 +129,33 @@ def check_code(
         )
 
 
-def _never_fits_now(demand: Demand | JobSpec, backend: ClusterBackend) -> str | None:
-    """Why ``demand`` can never run on the cluster, or None. A rejection is checked against the cluster as
-    it is now, not a cached view that predates a node that just joined."""
-    try:
-        reason = never_fits(demand, backend.capacity())
-        return reason and never_fits(demand, backend.capacity(fresh=True))
-    except BackendUnavailable as exc:
-        # Accept it: the scheduler checks again, and fails the run with a reason if it never fits.
-        log.warning("could not check cluster capacity at submit: %s", exc)
-        return None
+def _never_fits_now(demand: Demand | JobSpec, clusters: Mapping[str, ClusterBackend]) -> str | None:
+    """Why ``demand`` can never run on any of the clusters, or None. A rejection is checked against each cluster
+    as it is now, not a cached view that predates a node that just joined."""
+    reasons = []
+    for name, backend in clusters.items():
+        try:
+            reason = never_fits(demand, backend.capacity())
+            reason = reason and never_fits(demand, backend.capacity(fresh=True))
+        except BackendUnavailable as exc:
+            # Accept it: the scheduler checks again, and fails the run with a reason if it never fits.
+            log.warning("could not check the capacity of cluster %s at submit: %s", name, exc)
+            return None
+        if reason is None:
+            return None
+        reasons.append(reason if len(clusters) == 1 else f"{name}: {reason}")
+    return "; ".join(reasons) or None
 
 
-def check_sweep_runnable(spec: SweepSpec, settings: Settings, backend: ClusterBackend) -> SweepSpec:
+def _which(clusters: Mapping[str, ClusterBackend]) -> str:
+    return "this cluster" if len(clusters) == 1 else "any of the clusters it may use"
+
+
+def check_sweep_runnable(spec: SweepSpec, settings: Settings, clusters: Mapping[str, ClusterBackend]) -> SweepSpec:
     """``check_runnable`` for the base job, and room for the concurrent trials; returns the spec to store
     (a base strategy ``auto`` resolved by the planner, for every trial; data paths pinned)."""
     try:
-        plan = check_runnable(spec.base, settings, backend)
+        plan = check_runnable(spec.base, settings, clusters)
         spec = spec.model_copy(update={"base": pin_data_paths(spec.base, settings)})
     except SpecRejected as exc:
         raise SpecRejected(("base", *exc.loc), str(exc)) from None
@@ -155,7 +167,7 @@ def check_sweep_runnable(spec: SweepSpec, settings: Settings, backend: ClusterBa
         data = spec.model_dump(mode="json")
         data["base"]["strategy"] = plan.strategy
         spec = SweepSpec.model_validate(data)
-    reason = _never_fits_now(sweep_demand(spec), backend)
+    reason = _never_fits_now(sweep_demand(spec), clusters)
     if reason:
-        raise SpecRejected(("max_concurrent_trials",), f"this sweep can never run on this cluster: {reason}")
+        raise SpecRejected(("max_concurrent_trials",), f"this sweep can never run on {_which(clusters)}: {reason}")
     return spec

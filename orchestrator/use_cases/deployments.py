@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from orchestrator.auth import Principal
-from orchestrator.backend import ClusterBackend
+from orchestrator.backend.registry import ClusterBackends
 from orchestrator.db.models import Deployment, DeploymentState
 from orchestrator.errors import Invalid, NotFound
 from orchestrator.repositories import deployments as deployments_repo
@@ -18,6 +18,7 @@ from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.scheduling.quotas import check_deployment_quota
 from orchestrator.services import deployments as ops
+from orchestrator.services.placement import clusters_for
 from orchestrator.services.submission import SpecRejected
 from orchestrator.settings import Settings
 from orchestrator.states.deployments import lock_deployment
@@ -29,7 +30,7 @@ from orchestrator_contract.deployments import DeploymentCreate, DeploymentPatch,
 def create_deployment(
     session: Session,
     settings: Settings,
-    backend: ClusterBackend,
+    backends: ClusterBackends,
     principal: Principal,
     body: DeploymentCreate,
     project_id: str | None = None,
@@ -39,7 +40,7 @@ def create_deployment(
     one a first request with ``idempotency_key`` made. Its replicas must fit the cluster (asked of Ray first)
     and its project's quota; its name and route must be free."""
     return _create(
-        session, settings, backend, principal.project_scope(), body, idempotency_key,
+        session, settings, backends, principal.project_scope(), body, idempotency_key,
         project=lambda: target_project(session, principal, project_id),
     )  # fmt: skip
 
@@ -47,7 +48,7 @@ def create_deployment(
 def deploy_checkpoint(
     session: Session,
     settings: Settings,
-    backend: ClusterBackend,
+    backends: ClusterBackends,
     scope: str | None,
     name: str,
     source: SourceSpec,
@@ -81,14 +82,14 @@ def deploy_checkpoint(
         if job_id is not None and resolved.job_id != job_id:
             raise NotFound(f"job {job_id} has no checkpoint {source.checkpoint_id}")
 
-    deployment, _ = _create(session, settings, backend, scope, body, None, project=project, check_source=belongs)
+    deployment, _ = _create(session, settings, backends, scope, body, None, project=project, check_source=belongs)
     return deployment
 
 
 def _create(
     session: Session,
     settings: Settings,
-    backend: ClusterBackend,
+    backends: ClusterBackends,
     scope: str | None,
     body: DeploymentCreate,
     idempotency_key: str | None,
@@ -96,15 +97,18 @@ def _create(
     check_source: Callable[[ops.ResolvedSource], None] = lambda _: None,
 ) -> tuple[Deployment, bool]:
     serving = ops.new_settings(body, settings)
-    ops.check_resources(serving["resources"], backend, serving["replicas"])  # asks Ray: before the first query
     target = project()
+    # 422: a cluster the project may not use; then the one its replicas fit with the most capacity (asks Ray).
+    cluster = ops.serving_cluster(clusters_for(session, target, body.placement, backends), serving)
     digest = request_digest(body)
 
     def create() -> Deployment:
         check_deployment_quota(session, target, serving)  # 422: its replicas could never fit the project's quota
         resolved = ops.resolve_source(session, body.source, scope)
         check_source(resolved)
-        return ops.create_deployment(session, target, body, resolved, serving, idempotency_key, digest)
+        deployment = ops.create_deployment(session, target, body, resolved, serving, idempotency_key, digest)
+        deployment.cluster = cluster  # for its whole life: its Serve application and URL are that cluster's
+        return deployment
 
     return create_once(
         session,
@@ -129,7 +133,7 @@ def _locked(session: Session, scope: str | None, name: str) -> Deployment:
 def update_deployment(
     session: Session,
     settings: Settings,
-    backend: ClusterBackend,
+    backends: ClusterBackends,
     scope: str | None,
     name: str,
     patch: DeploymentPatch,
@@ -153,7 +157,7 @@ def update_deployment(
     assert current is not None
     serving = ops.patched_settings(current.settings, patch, settings)
     if patch.resources is not None or patch.replicas is not None:
-        ops.check_resources(serving["resources"], backend, serving["replicas"])
+        ops.check_resources(serving["resources"], backends.of(deployment), serving["replicas"])
         check_deployment_quota(session, deployment.project_id, serving)
     resolved = ops.resolve_source(session, patch.source, scope) if patch.source else None
     locked = _locked(session, scope, name)

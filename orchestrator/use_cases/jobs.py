@@ -6,13 +6,14 @@ from sqlalchemy.orm import Session
 
 from orchestrator.admission import demand_of
 from orchestrator.auth import Principal
-from orchestrator.backend import ClusterBackend
+from orchestrator.backend.registry import ClusterBackends
 from orchestrator.db.models import Job
 from orchestrator.errors import NotFound
 from orchestrator.limits import check_preemptible, check_priority
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.scheduling.quotas import check_quota
 from orchestrator.services.cancellation import cancel_run
+from orchestrator.services.placement import clusters_for
 from orchestrator.services.runs import JOBS
 from orchestrator.services.submission import check_code, check_runnable, pin_data_paths
 from orchestrator.settings import Settings
@@ -24,7 +25,7 @@ from orchestrator_contract.jobs import JobSpec
 def submit_job(
     session: Session,
     settings: Settings,
-    backend: ClusterBackend,
+    backends: ClusterBackends,
     principal: Principal,
     spec: JobSpec,
     project_id: str | None = None,
@@ -35,9 +36,10 @@ def submit_job(
     this cluster (asked of Ray first), names a data path outside the data roots, a priority above its
     project's cap, a code package it does not have, or could never fit its project's quota (429: its
     project's queue is full)."""
-    plan = check_runnable(spec, settings, backend)  # asks Ray: before the session's first query
-    spec = pin_data_paths(spec, settings)  # its data files: inside a data root, resolved
     target = target_project(session, principal, project_id)
+    clusters = clusters_for(session, target, spec.placement, backends)  # 422: a cluster the project may not use
+    plan = check_runnable(spec, settings, clusters)  # asks Ray whether it fits one of them
+    spec = pin_data_paths(spec, settings)  # its data files: inside a data root, resolved
     check_priority(session, target, spec.priority, principal.is_cluster_admin, ("priority",))
     check_preemptible(session, target, spec.preemptible, principal.is_cluster_admin)
     check_code(session, target, spec.code, settings)
@@ -57,10 +59,10 @@ def submit_job(
     )
 
 
-def cancel_job(session: Session, backend: ClusterBackend, scope: str | None, job_id: str) -> Job:
+def cancel_job(session: Session, backends: ClusterBackends, scope: str | None, job_id: str) -> Job:
     """A queued job ends CANCELLED at once; a running one goes CANCELLING while Ray stops it (the reconciler
     ends it CANCELLED). ``scope``: the caller's project (None: every project); another's job is 404. Commits
     before asking Ray. AlreadyFinished (409) for a job that ended."""
     if jobs_repo.get_job(session, job_id, scope) is None:
         raise NotFound(f"no job {job_id}")
-    return cancel_run(session, JOBS, job_id, backend)
+    return cancel_run(session, JOBS, job_id, backends)

@@ -6,13 +6,14 @@ from sqlalchemy.orm import Session
 
 from orchestrator.admission import sweep_demand
 from orchestrator.auth import Principal
-from orchestrator.backend import ClusterBackend
+from orchestrator.backend.registry import ClusterBackends
 from orchestrator.db.models import Sweep
 from orchestrator.errors import NotFound
 from orchestrator.limits import check_preemptible, check_priority
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.scheduling.quotas import check_quota
 from orchestrator.services.cancellation import cancel_run
+from orchestrator.services.placement import clusters_for
 from orchestrator.services.runs import SWEEPS
 from orchestrator.services.submission import check_code, check_sweep_runnable
 from orchestrator.settings import Settings
@@ -24,7 +25,7 @@ from orchestrator_contract.sweeps import SweepSpec
 def submit_sweep(
     session: Session,
     settings: Settings,
-    backend: ClusterBackend,
+    backends: ClusterBackends,
     principal: Principal,
     spec: SweepSpec,
     project_id: str | None = None,
@@ -33,8 +34,9 @@ def submit_sweep(
     """``(sweep, created)``: a new QUEUED sweep, or the one a first request with ``idempotency_key`` made. Its
     base job is checked as a job is (``jobs.submit_job``), its metric must be one the base reports, and its
     concurrent trials must fit the cluster and the project's quota."""
-    spec = check_sweep_runnable(spec, settings, backend)  # asks Ray: before the session's first query
     target = target_project(session, principal, project_id)
+    clusters = clusters_for(session, target, spec.placement or spec.base.placement, backends)  # 422: not the project's
+    spec = check_sweep_runnable(spec, settings, clusters)  # asks Ray whether it fits one of them
     for priority, loc in ((spec.priority, ("priority",)), (spec.base.priority, ("base", "priority"))):
         check_priority(session, target, priority, principal.is_cluster_admin, loc)
     check_preemptible(session, target, spec.may_be_preempted, principal.is_cluster_admin)
@@ -57,9 +59,9 @@ def submit_sweep(
     )
 
 
-def cancel_sweep(session: Session, backend: ClusterBackend, scope: str | None, sweep_id: str) -> Sweep:
+def cancel_sweep(session: Session, backends: ClusterBackends, scope: str | None, sweep_id: str) -> Sweep:
     """Stops the sweep's driver, and with it every running trial; the sweep and its open trials end CANCELLED
     (a queued sweep at once). Commits before asking Ray. AlreadyFinished (409) for a sweep that ended."""
     if sweeps_repo.get_sweep(session, sweep_id, scope) is None:
         raise NotFound(f"no sweep {sweep_id}")
-    return cancel_run(session, SWEEPS, sweep_id, backend)
+    return cancel_run(session, SWEEPS, sweep_id, backends)

@@ -92,12 +92,12 @@ def driver_exits(app, backend, submission_id: str | None = None, status=None, ex
 
 def tick(app):
     service = app.state.service
-    Scheduler(service.sessions, service.backend, service.settings).tick()
+    Scheduler(service.sessions, service.backends, service.settings).tick()
 
 
 def reconcile(app):
     service = app.state.service
-    Reconciler(service.sessions, service.backend, service.settings).tick()
+    Reconciler(service.sessions, service.backends, service.settings).tick()
 
 
 def count_jobs(app) -> int:

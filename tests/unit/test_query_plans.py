@@ -217,8 +217,9 @@ def test_a_queue_that_stays_put_costs_the_scheduler_no_writes(engine, sessions):
         s for s, _ in statements if s.lstrip().upper().startswith(("UPDATE", "INSERT", "DELETE")) or "FOR UPDATE" in s
     ]
     assert writes == []
-    # the queued and active runs, the waiting deployments, serving's reservation: not one per job
-    assert len(statements) <= 9, [s for s, _ in statements]
+    # the queued and active runs, the waiting deployments, serving's reservation, the registered clusters and the
+    # projects' bindings (docs/clusters.md): not one per job
+    assert len(statements) <= 11, [s for s, _ in statements]
     with sessions() as session:
         queued = jobs_repo.queued_jobs(session)
     assert len(queued) == SIZES.queued

@@ -60,6 +60,21 @@ class BadNodeOut(BaseModel):
     )
 
 
+class ClusterHealthOut(BaseModel):
+    """One Ray cluster the caller's runs may use (docs/clusters.md), as ``GET /v1/cluster`` lists them."""
+
+    name: str = Field(description="The cluster's name (`placement.cluster`).")
+    is_default: bool = Field(description="The service's own cluster (every project with no binding uses it).")
+    labels: dict[str, str] = Field(description="Its labels (`placement.labels`).")
+    ray: Literal["ok", "unavailable"] = Field(description="Whether its Ray answered just now.")
+    nodes: int = Field(description="Its alive nodes (0 when it does not answer).")
+    total: dict[str, float] = Field(description="What its alive nodes hold.")
+    available: dict[str, float] = Field(
+        description="What is left on it for new runs: the total less what the runs and deployments on it hold."
+    )
+    running: int = Field(description="Jobs and sweeps admitted on it and not yet ended (all projects').")
+
+
 class ClusterStatus(BaseModel):
     """``GET /v1/cluster``: the Ray cluster's resources (what the scheduler sees) and the jobs in the key's scope.
     Answered (200) when Ray is down too: ``ray`` says so and the resources are empty."""
@@ -79,4 +94,9 @@ class ClusterStatus(BaseModel):
         default_factory=list,
         description="Nodes kept out of placement now, and why; a cluster admin clears one with "
         "DELETE /v1/cluster/bad-nodes/{node_id}.",
+    )
+    clusters: list[ClusterHealthOut] = Field(
+        default_factory=list,
+        description="Every Ray cluster the key's runs may use (a cluster-wide admin: every registered one), each "
+        "with its health, nodes and capacity; `ray`, `total` and `available` above are the default cluster's.",
     )

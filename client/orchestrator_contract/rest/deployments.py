@@ -44,7 +44,10 @@ class DeploymentOut(BaseModel):
     state: DeploymentState = Field(description="Where it is; DELETED is final.")
     reason: str = Field(description="Why it is in that state, as a code.")
     message: str = Field(description="The same, for people.")
-    url: str = Field(description="Where to send requests (Ray Serve's HTTP proxy + route_prefix).")
+    url: str = Field(description="Where to send requests (its cluster's Ray Serve HTTP proxy + route_prefix).")
+    cluster: str | None = Field(
+        None, description="The Ray cluster that serves it, fixed at creation (null: from before clusters, the default)."
+    )
     route_prefix: str = Field(description="The path Serve answers it under; fixed at creation.")
     version: int = Field(description="The newest version: the one serving, or being rolled out.")
     serving_version: int | None = Field(description="The version Serve runs; null while nothing serves.")

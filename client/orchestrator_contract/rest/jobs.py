@@ -57,6 +57,11 @@ class RunOut(FromAttributes):
         description="A built-in workload's name, or 'package.module:function'; for a training function's job, "
         "its entrypoint (the spec says which)."
     )
+    cluster: str | None = Field(
+        None,
+        description="The Ray cluster it runs on (docs/clusters.md): chosen when it is first admitted and kept for "
+        "every later attempt; null until then (and on runs from before clusters: the default cluster).",
+    )
     state: JobState = Field(description="Where it is in its lifecycle; terminal states are final.")
     reason: str = Field(description="Why it is in that state, as a code (e.g. insufficient_resources, worker_died).")
     message: str = Field(description="The same, for people.")

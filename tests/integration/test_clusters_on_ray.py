@@ -1,0 +1,106 @@
+"""Two real Ray clusters behind the session's service (docs/clusters.md): the session's cluster is the default one
+("local"), and a second 1-CPU cluster "b" with a token of its own is registered through the API. A project bound to
+b runs there and never on the default cluster; naming the default cluster is a 422; b's Ray refuses the default
+cluster's token; with b down, a run for b waits (cluster_unavailable) and runs once b is back."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from orchestrator.backend.local_cluster import LocalRayCluster
+from orchestrator.backend.ray_backend import RayBackend
+from tests.conftest import free_port
+from tests.integration.conftest import Api
+
+pytestmark = pytest.mark.integration
+
+ONE_CPU = {"num_workers": 1, "cpus_per_worker": 1.0}
+
+
+@pytest.fixture(scope="module")
+def cluster_b(tmp_path_factory):
+    cluster = LocalRayCluster(
+        tmp_path_factory.mktemp("ray-b"),
+        gcs_port=free_port(),
+        dashboard_port=free_port(),
+        client_port=free_port(),
+        num_cpus=1,
+        num_gpus=0,
+    )
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def on_b(admin: Api, cluster_b: LocalRayCluster) -> tuple[str, Api]:
+    """Cluster b registered (its token read from its file), and a project bound to it alone, with a member key."""
+    body = {"name": "b", "address": cluster_b.dashboard_url, "token_ref": f"file:{cluster_b.token_path}"}
+    registered = admin.http.post("/v1/clusters", json={**body, "labels": {"pool": "b"}, "tenancy": "dedicated"})
+    assert registered.status_code == 201, registered.text
+    assert cluster_b.token() not in registered.text  # only where it is read
+    project = admin.http.post("/v1/projects", json={"name": "team-b"}).json()
+    bound = admin.http.put(f"/v1/projects/{project['id']}/clusters", json={"clusters": ["b"]})
+    assert bound.status_code == 200 and [c["name"] for c in bound.json()["clusters"]] == ["b"], bound.text
+    key = admin.http.post(f"/v1/projects/{project['id']}/keys", json={"role": "member"}).json()["key"]
+    return project["id"], Api(str(admin.http.base_url), key)
+
+
+def ray_jobs(cluster: LocalRayCluster) -> set[str]:
+    """The submission ids a cluster's Ray lists."""
+    response = httpx.get(
+        f"{cluster.dashboard_url}/api/jobs/", headers={"Authorization": f"Bearer {cluster.token()}"}, timeout=30
+    )
+    response.raise_for_status()
+    return {job["submission_id"] for job in response.json() if job.get("submission_id")}
+
+
+def test_a_project_bound_to_b_runs_on_b_only_and_may_not_name_the_default(on_b, ray_cluster, cluster_b):
+    _, member = on_b
+    refused = member.submit(epochs=1, scaling=ONE_CPU, placement={"cluster": "local"})
+    assert refused.status_code == 422 and "may use: b (pool=b)" in refused.text, refused.text
+    response = member.submit(name="on-b", epochs=1, scaling=ONE_CPU)
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    done = member.wait(job_id, {"SUCCEEDED"}, timeout_s=240)
+    assert done["cluster"] == "b"
+    assert f"{job_id}-1" in ray_jobs(cluster_b) and f"{job_id}-1" not in ray_jobs(ray_cluster)
+    logs = member.http.get(f"/v1/jobs/{job_id}/logs")  # read from b's Ray (or its archive)
+    assert logs.status_code == 200 and logs.text.strip()
+
+
+def test_code_on_the_default_cluster_holds_nothing_b_accepts(on_b, ray_cluster, cluster_b):
+    """What a worker on the default cluster holds (its Ray token) is refused by b's Ray; b's runs are not in the
+    default cluster's job table, so no claim code or token of b's can be read from it."""
+    assert ray_cluster.token() != cluster_b.token()
+    refused = httpx.get(
+        f"{cluster_b.dashboard_url}/api/jobs/", headers={"Authorization": f"Bearer {ray_cluster.token()}"}, timeout=30
+    )
+    assert refused.status_code in (401, 403), refused.status_code
+    assert not any(sid for sid in ray_jobs(ray_cluster) if sid in ray_jobs(cluster_b))
+
+
+def test_with_b_down_its_run_waits_and_runs_once_b_is_back(on_b, cluster_b, member):
+    _, member_b = on_b
+    cluster_b.stop()
+    try:
+        response = member_b.submit(name="while-b-is-down", epochs=1, scaling=ONE_CPU)
+        assert response.status_code == 201, response.text  # capacity could not be asked: accepted, it waits
+        job_id = response.json()["id"]
+        deadline = time.monotonic() + 60
+        while (job := member_b.job(job_id))["reason"] != "cluster_unavailable":
+            assert job["state"] == "QUEUED" and time.monotonic() < deadline, job
+            time.sleep(0.5)
+        assert "b" in job["message"]
+        # The default cluster goes on meanwhile.
+        other = member.submit(name="default-goes-on", epochs=1, scaling=ONE_CPU).json()["id"]
+        assert member.wait(other, {"SUCCEEDED"}, timeout_s=240)["cluster"] == "local"
+    finally:
+        cluster_b.restart()
+    done = member_b.wait(job_id, {"SUCCEEDED"}, timeout_s=240)
+    assert done["cluster"] == "b" and RayBackend(cluster_b.dashboard_url, cluster_b.token()).info(f"{job_id}-1")
