@@ -19,6 +19,8 @@
 #   LOCAL_CLUSTER_PG_HOST / _PG_PORT / _PG_USER   the server              (default 127.0.0.1 / 5432 / postgres)
 #   ORCHESTRATOR_ADMIN_TOKEN admin key; unset: one is generated into $LOCAL_CLUSTER_DIR/admin_token
 #   LOCAL_CLUSTER_BIN        directory with python, ray, orchestrator     (default <repo>/.venv/bin)
+#   LOCAL_CLUSTER_HEAD_ONLY  1: the Ray head alone: no second node, no database, no control plane
+#                            (default 0; deploy/local-clusters.sh starts two such clusters for `make run`)
 #
 # Ray token auth is on: one token file ($LOCAL_CLUSTER_DIR/ray/auth_token, mode 0600) is given to both
 # nodes and to the control plane as RAY_AUTH_MODE=token + RAY_AUTH_TOKEN_PATH. Dashboards listen on
@@ -39,6 +41,7 @@ load_settings() {
   if [[ -f $STATE ]]; then
     # shellcheck disable=SC1090
     source "$STATE"
+    HEAD_ONLY=${HEAD_ONLY:-0}  # a state file written before the setting existed
     return 0
   fi
   BIN=${LOCAL_CLUSTER_BIN:-$ROOT/.venv/bin}
@@ -52,12 +55,13 @@ load_settings() {
   PG_HOST=${LOCAL_CLUSTER_PG_HOST:-127.0.0.1}
   PG_PORT=${LOCAL_CLUSTER_PG_PORT:-5432}
   PG_USER=${LOCAL_CLUSTER_PG_USER:-postgres}
+  HEAD_ONLY=${LOCAL_CLUSTER_HEAD_ONLY:-0}
 }
 
 save_settings() {
   local name
   : >"$STATE"
-  for name in BIN API_PORT GCS_PORT DASHBOARD_PORT CLIENT_PORT CPUS_PER_NODE OBJECT_STORE_BYTES DB PG_HOST PG_PORT PG_USER; do
+  for name in BIN API_PORT GCS_PORT DASHBOARD_PORT CLIENT_PORT CPUS_PER_NODE OBJECT_STORE_BYTES DB PG_HOST PG_PORT PG_USER HEAD_ONLY; do
     printf '%s=%q\n' "$name" "${!name}" >>"$STATE"
   done
 }
@@ -128,16 +132,16 @@ cmd_start() {
   # A start that fails half-way stops what it had started.
   trap 'if [[ ${started:-0} != 1 ]]; then say "start failed; stopping what it started"; cmd_stop; fi' EXIT
   [[ -x $BIN/ray && -x $BIN/orchestrator ]] || die "no ray/orchestrator in $BIN (run 'make install')"
-  ensure_database
+  [[ $HEAD_ONLY == 1 ]] || ensure_database
 
   # One token for both nodes and the control plane.
   if [[ ! -s $DIR/ray/auth_token ]]; then
     (umask 077 && "$BIN/python" -c 'import secrets; print(secrets.token_hex(32))' >"$DIR/ray/auth_token")
   fi
-  if [[ -z ${ORCHESTRATOR_ADMIN_TOKEN:-} && ! -s $DIR/admin_token ]]; then
+  if [[ $HEAD_ONLY != 1 && -z ${ORCHESTRATOR_ADMIN_TOKEN:-} && ! -s $DIR/admin_token ]]; then
     (umask 077 && "$BIN/python" -c 'import secrets; print("adm_" + secrets.token_urlsafe(24))' >"$DIR/admin_token")
   fi
-  local admin_token=${ORCHESTRATOR_ADMIN_TOKEN:-$(cat "$DIR/admin_token")}
+  local admin_token=${ORCHESTRATOR_ADMIN_TOKEN:-$(cat "$DIR/admin_token" 2>/dev/null || true)}
 
   local -a ray_env=(
     env -u RAY_ADDRESS -u RAY_AUTH_TOKEN
@@ -154,6 +158,11 @@ cmd_start() {
     --ray-client-server-port "$CLIENT_PORT" --dashboard-agent-listen-port "$(free_port)" \
     --num-cpus "$CPUS_PER_NODE" --num-gpus 0 --object-store-memory "$OBJECT_STORE_BYTES" --disable-usage-stats
   wait_for 90 "the Ray head" head nodes_at_least 1
+  if [[ $HEAD_ONLY == 1 ]]; then
+    started=1
+    cmd_status
+    return
+  fi
 
   say "starting a second Ray node (ray start --address 127.0.0.1:$GCS_PORT, $CPUS_PER_NODE CPU)"
   launch worker "${ray_env[@]}" "$BIN/ray" start --block --address "127.0.0.1:$GCS_PORT" \
@@ -179,14 +188,15 @@ cmd_start() {
 
 cmd_status() {
   load_settings
-  local c pid running=0
-  for c in head worker api; do
+  local c pid running=0 components=(head worker api)
+  [[ $HEAD_ONLY == 1 ]] && components=(head)
+  for c in "${components[@]}"; do
     pid=$(pid_of "$c")
     if alive "$pid"; then echo "$c: running (pid $pid)"; running=$((running + 1)); else echo "$c: stopped"; fi
   done
-  echo "api:       http://127.0.0.1:$API_PORT   (admin token: ${ORCHESTRATOR_ADMIN_TOKEN:+\$ORCHESTRATOR_ADMIN_TOKEN}${ORCHESTRATOR_ADMIN_TOKEN:-$DIR/admin_token})"
+  [[ $HEAD_ONLY == 1 ]] || echo "api:       http://127.0.0.1:$API_PORT   (admin token: ${ORCHESTRATOR_ADMIN_TOKEN:+\$ORCHESTRATOR_ADMIN_TOKEN}${ORCHESTRATOR_ADMIN_TOKEN:-$DIR/admin_token})"
   echo "dashboard: http://127.0.0.1:$DASHBOARD_PORT   (Ray token: $DIR/ray/auth_token; alive nodes: $(dashboard_nodes))"
-  echo "database:  postgresql+psycopg://$PG_USER@$PG_HOST:$PG_PORT/$DB"
+  [[ $HEAD_ONLY == 1 ]] || echo "database:  postgresql+psycopg://$PG_USER@$PG_HOST:$PG_PORT/$DB"
   echo "state:     $DIR"
   [[ $running -gt 0 ]]
 }

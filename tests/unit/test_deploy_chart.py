@@ -10,6 +10,7 @@ hadolint, and docker-compose.yaml is checked for the same wiring.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import shutil
@@ -724,6 +725,231 @@ def test_an_explicit_serve_public_url_wins_without_its_trailing_slash():
     assert one(objects, "Service", f"{RELEASE}-orchestrator-serve")["spec"]["type"] == "LoadBalancer"
 
 
+# ------------------------------------- several Ray clusters behind one control plane (issue 31, docs/clusters.md)
+
+CLUSTERS_FILE = "clusters-values.yaml"
+RAY_PORTS = {6379, 8265, 10001}  # GCS, dashboard, client (ray.ports)
+
+
+@pytest.fixture(scope="module")
+def multi() -> tuple[dict, list[dict]]:
+    values = values_file(CLUSTERS_FILE)
+    return values, render(values)
+
+
+def named(objects: list[dict], kind: str) -> dict[str, dict]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+def api_container(objects: list[dict]) -> dict:
+    return one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+
+def registered(objects: list[dict]) -> list[dict]:
+    return json.loads(container_env(api_container(objects))["ORCHESTRATOR_CLUSTERS"]["value"])
+
+
+def test_the_clusters_values_lint_and_every_manifest_validates(multi, raycluster_validator):
+    values, objects = multi
+    report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE, kube_version="v1.29.0")
+    assert report["errors"] == [], report
+    assert [m for m in report["messages"] if m["severity"] >= 2] == [], report
+    for k8s_version in K8S_VERSIONS:
+        for obj in objects:
+            doc = {k: v for k, v in obj.items() if k != "__template"}
+            if obj["kind"] == "RayCluster":
+                errors = list(raycluster_validator.iter_errors(doc))
+                assert not errors, [f"{list(e.path)}: {e.message}" for e in errors]
+                for group, template in ray_pod_templates(doc):
+                    pod = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": group}, "template": template}
+                    kubernetes_validate.validate(pod, k8s_version, strict=True)
+            else:
+                kubernetes_validate.validate(doc, k8s_version, strict=True)
+
+
+def test_one_raycluster_per_created_cluster_beside_the_charts_own_which_is_unchanged(multi):
+    values, objects = multi
+    clusters = named(objects, "RayCluster")
+    created = [c["name"] for c in values["clusters"] if c.get("create")]
+    assert created == ["gpu-a"]
+    assert set(clusters) == {f"{RELEASE}-orchestrator-ray", f"{RELEASE}-orchestrator-gpu-a"}  # none for "onprem"
+    # Everything the same values render without `clusters` is rendered unchanged (the Deployment gains env only).
+    base_values = {k: v for k, v in values.items() if k != "clusters"}
+    assert base_values == values_file("external-db-values.yaml")
+    strip = lambda o: {k: v for k, v in o.items() if k != "__template" and k != "stringData"}  # noqa: E731
+    for obj in render(base_values):
+        if obj["kind"] == "Deployment":
+            continue
+        assert strip(obj) in [strip(o) for o in objects], f"{obj['kind']} {obj['metadata']['name']} changed"
+    # The created cluster: ray.* with the entry's worker groups over it, field by field.
+    gpu_a = clusters[f"{RELEASE}-orchestrator-gpu-a"]
+    groups = {g["groupName"]: g for g in gpu_a["spec"]["workerGroupSpecs"]}
+    assert (groups["cpu"]["replicas"], groups["cpu"]["maxReplicas"]) == (1, 1)
+    assert groups["gpu"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert groups["gpu"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    main = clusters[f"{RELEASE}-orchestrator-ray"]
+    assert gpu_a["spec"]["headGroupSpec"]["rayStartParams"] == main["spec"]["headGroupSpec"]["rayStartParams"]
+    image = api_container(objects)["image"]
+    assert all(t["spec"]["containers"][0]["image"] == image for _, t in ray_pod_templates(gpu_a))
+
+
+def test_each_created_cluster_has_its_own_token_secret_network_policy_storage_and_serve_service(multi):
+    _, objects = multi
+    name = f"{RELEASE}-orchestrator-gpu-a"
+    cluster = one(objects, "RayCluster", name)
+    head = cluster["spec"]["headGroupSpec"]["template"]
+    api_labels = pod_labels(objects)
+
+    # Its own token: a Secret with KubeRay's key, another token than the chart's own cluster's.
+    secret = one(objects, "Secret", f"{name}-ray-token")
+    token = secret["stringData"]["auth_token"]
+    assert len(token) >= 32 and token != one(objects, "Secret", f"{RELEASE}-orchestrator")["stringData"]["auth_token"]
+    assert cluster["spec"]["authOptions"] == {"mode": "token", "secretName": secret["metadata"]["name"]}
+
+    # Its own NetworkPolicy: only its own pods (any port) and the control plane (the Ray ports) get in; Serve's port
+    # from anywhere (networkPolicy.serveFrom is empty), as on the chart's own cluster.
+    policies = named(objects, "NetworkPolicy")
+    policy = policies[f"{name}-ray"]
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"ray.io/cluster": name}}
+    own, control_plane, serve = policy["spec"]["ingress"]
+    assert own == {"from": [{"podSelector": {"matchLabels": {"ray.io/cluster": name}}}]}
+    assert control_plane["from"] == [{"podSelector": {"matchLabels": api_labels}}]
+    assert {p["port"] for p in control_plane["ports"]} == RAY_PORTS
+    assert serve == {"ports": [{"protocol": "TCP", "port": 8001}]}
+    # No other rule reaches a Ray port, and the chart's own cluster's policy does not let this cluster's pods in.
+    for rule in policy["spec"]["ingress"]:
+        if "ports" not in rule or RAY_PORTS & {p["port"] for p in rule["ports"]}:
+            for peer in rule["from"]:
+                assert peer["podSelector"]["matchLabels"] in ({"ray.io/cluster": name}, api_labels), peer
+    main_policy = policies[f"{RELEASE}-orchestrator-ray"]
+    assert main_policy["spec"]["ingress"][0]["from"] == [
+        {"podSelector": {"matchLabels": {"ray.io/cluster": f"{RELEASE}-orchestrator-ray"}}}
+    ]
+    # Its pods' egress: its own pods, the control plane's API, DNS; not the other cluster.
+    egress = policies[f"{name}-ray-egress"]
+    assert egress["spec"]["podSelector"] == {"matchLabels": {"ray.io/cluster": name}}
+    assert egress["spec"]["egress"][0] == {"to": [{"podSelector": {"matchLabels": {"ray.io/cluster": name}}}]}
+
+    # Its own storage: a PVC every one of its pods mounts, at what the control plane registers as its storage_root.
+    pvc = one(objects, "PersistentVolumeClaim", f"{name}-storage")
+    assert pvc["spec"]["storageClassName"] == "nfs-client"
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "100Gi"
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    [entry] = [c for c in registered(objects) if c["name"] == "gpu-a"]
+    for group, template in ray_pod_templates(cluster):
+        volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+        mounts = {m["name"]: m for m in template["spec"]["containers"][0]["volumeMounts"]}
+        assert volumes["storage"]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"], group
+        assert mounts["storage"]["mountPath"] == entry["storage_root"] == "/data/storage-gpu-a", group
+
+    # Its own Serve Service selects its head only; the chart's own one does not select it.
+    services = named(objects, "Service")
+    serve_service = services[f"{name}-serve"]
+    assert serve_service["spec"]["selector"].items() <= head["metadata"]["labels"].items()
+    main_head = one(objects, "RayCluster", f"{RELEASE}-orchestrator-ray")["spec"]["headGroupSpec"]["template"]
+    assert not serve_service["spec"]["selector"].items() <= main_head["metadata"]["labels"].items()
+    assert (
+        not services[f"{RELEASE}-orchestrator-serve"]["spec"]["selector"].items() <= head["metadata"]["labels"].items()
+    )
+    assert serve_service["spec"]["type"] == "ClusterIP"
+
+
+def test_the_control_plane_registers_both_clusters_and_reads_their_tokens_from_secrets(multi, monkeypatch):
+    from orchestrator.settings import Settings
+    from orchestrator_contract.rest.clusters import ClusterCreate
+
+    values, objects = multi
+    env = container_env(api_container(objects))
+    entries = registered(objects)
+    assert [e["name"] for e in entries] == ["gpu-a", "onprem"]
+    # What the service parses (ORCHESTRATOR_CLUSTERS) and what POST /v1/clusters accepts.
+    monkeypatch.setenv("ORCHESTRATOR_CLUSTERS", env["ORCHESTRATOR_CLUSTERS"]["value"])
+    assert Settings().clusters == entries
+    for entry in entries:
+        ClusterCreate.model_validate(entry)
+    gpu_a, onprem = entries
+
+    cluster = one(objects, "RayCluster", f"{RELEASE}-orchestrator-gpu-a")
+    head = cluster["spec"]["headGroupSpec"]
+    dashboard = next(p for p in head["template"]["spec"]["containers"][0]["ports"] if p["name"] == "dashboard")
+    serve_service = one(objects, "Service", f"{RELEASE}-orchestrator-gpu-a-serve")
+    assert gpu_a == {
+        "name": "gpu-a",
+        "address": f"http://{head['headService']['metadata']['name']}.{NAMESPACE}.svc:{dashboard['containerPort']}",
+        "token_ref": "env:RAY_TOKEN_GPU_A",
+        "labels": {"pool": "a", "gpu": "true"},
+        "storage_root": "/data/storage-gpu-a",
+        "serve_url": f"http://{serve_service['metadata']['name']}.{NAMESPACE}.svc:8001",
+        "tenancy": "dedicated",
+    }
+    external = values["clusters"][1]
+    assert onprem == {
+        "name": "onprem",
+        "address": external["address"],
+        "token_ref": "env:RAY_TOKEN_ONPREM",
+        "labels": {"site": "onprem"},
+        "storage_root": "s3://ml-checkpoints/onprem",
+        "serve_url": "https://models.onprem.example.com",
+        "tenancy": "shared",
+    }
+    # Each token_ref names a variable the Deployment fills from that cluster's Secret.
+    assert env["RAY_TOKEN_GPU_A"]["valueFrom"]["secretKeyRef"] == {
+        "name": cluster["spec"]["authOptions"]["secretName"],
+        "key": "auth_token",
+    }
+    assert env["RAY_TOKEN_ONPREM"]["valueFrom"]["secretKeyRef"] == external["tokenSecret"]
+    assert {name for name in env if name.startswith("RAY_TOKEN_")} == {"RAY_TOKEN_GPU_A", "RAY_TOKEN_ONPREM"}
+    # The chart's own cluster stays the default: RAY_ADDRESS and RAY_AUTH_TOKEN as before.
+    assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == f"{RELEASE}-orchestrator"
+    assert one(objects, "ConfigMap")["data"]["RAY_ADDRESS"].startswith(f"http://{RELEASE}-orchestrator-ray-head-svc.")
+
+
+@pytest.mark.parametrize("name", ["none", *VALUES_FILES])
+def test_without_clusters_nothing_of_theirs_is_rendered(name):
+    objects = render({} if name == "none" else values_file(name))
+    assert len([o for o in objects if o["kind"] == "RayCluster"]) == 1
+    assert not [o for o in objects if "orchestrator/cluster" in o["metadata"].get("labels", {})]
+    assert not [o for o in objects if o["metadata"]["name"].endswith("-ray-token")]
+    env = container_env(api_container(objects))
+    assert "ORCHESTRATOR_CLUSTERS" not in env and not [e for e in env if e.startswith("RAY_TOKEN_")]
+
+
+def test_a_created_cluster_on_shared_storage_mounts_the_charts_volume_and_auth_off_means_no_tokens():
+    values = values_file("external-db-values.yaml") | {
+        "clusters": [{"name": "b", "create": True, "storage": "shared", "labels": {"pool": "b"}}],
+        "ray": {"auth": {"mode": "disabled"}},
+    }
+    objects = render(values)
+    cluster = one(objects, "RayCluster", f"{RELEASE}-orchestrator-b")
+    assert cluster["spec"]["authOptions"] == {"mode": "disabled"}
+    [pvc] = [o for o in objects if o["kind"] == "PersistentVolumeClaim"]  # the chart's own only
+    for _, template in ray_pod_templates(cluster):
+        volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+        assert volumes["storage"]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
+    [entry] = registered(objects)
+    assert entry["storage_root"] == "/data/storage" and entry["token_ref"] is None
+    assert not [o for o in objects if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-ray-token")]
+    assert not [e for e in container_env(api_container(objects)) if e.startswith("RAY_TOKEN_")]
+    # An external cluster without a tokenSecret takes no token either.
+    external = {"name": "c", "address": "http://ray.c:8265"}
+    [entry] = registered(render(values_file("external-db-values.yaml") | {"clusters": [external]}))
+    assert entry["token_ref"] is None and entry["address"] == "http://ray.c:8265"
+
+
+@pytest.mark.parametrize(
+    ("clusters", "message"),
+    [
+        ([{"name": "a", "create": True}, {"name": "a", "address": "http://x:8265"}], 'the name "a" is given twice'),
+        ([{"name": "local", "create": True}], "is the name of the control plane's own cluster"),
+        ([{"name": "ray", "create": True}], "its RayCluster would be named demo-orchestrator-ray"),
+    ],
+)
+def test_clusters_that_cannot_work_fail_the_render_with_a_reason(clusters, message):
+    with pytest.raises(helm.HelmRenderError, match=re.escape(message)):
+        render(values_file("external-db-values.yaml") | {"clusters": clusters})
+
+
 # ----------------------------------------------------------------------------------------- the schema
 
 BAD_VALUES = {
@@ -756,6 +982,17 @@ BAD_VALUES = {
     ),
     "the old networkPolicy.servePort": ("networkPolicy:\n  servePort: 8001\n", "servePort"),
     "a short dashboard secret": ("auth:\n  uiSecret: short\n", "/auth/uiSecret"),
+    "a cluster both created and external": (
+        "clusters:\n  - {name: a, create: true, address: 'http://x:8265'}\n",
+        "/clusters/0",
+    ),
+    "a cluster neither created nor external": ("clusters:\n  - {name: a}\n", "/clusters/0"),
+    "a cluster name that is no DNS label": ("clusters:\n  - {name: GPU_A, create: true}\n", "/clusters/0/name"),
+    "an unknown tenancy": ("clusters:\n  - {name: a, create: true, tenancy: private}\n", "/clusters/0/tenancy"),
+    "an external cluster's worker groups": (
+        "clusters:\n  - {name: a, address: 'http://x:8265', workerGroups: {}}\n",
+        "/clusters/0",
+    ),
 }
 
 
@@ -963,3 +1200,27 @@ def test_local_cluster_script_is_valid_bash_and_its_ports_avoid_make_run_and_red
     assert not set(defaults.values()) & taken, defaults
     assert not 10002 <= defaults["CLIENT_PORT"] <= 19999, "Ray's default worker port range"
     assert "--dashboard-host 127.0.0.1" in text and "RAY_AUTH_MODE=token" in text
+
+
+def test_local_clusters_script_runs_two_lone_heads_through_local_cluster_sh_on_ports_of_their_own():
+    script = DEPLOY / "local-clusters.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    assert os.access(script, os.X_OK)
+    text = script.read_text()
+    ports = {
+        (cluster, kind): int(port)
+        for cluster, kind, port in re.findall(r"LOCAL_CLUSTERS_([AB])_(GCS|DASHBOARD|CLIENT)_PORT:-(\d+)\}", text)
+    }
+    assert len(ports) == 6 and len(set(ports.values())) == 6, ports
+    one = (DEPLOY / "local-cluster.sh").read_text()
+    local_cluster = {
+        int(re.search(rf"{name}=\$\{{LOCAL_CLUSTER_{name}:-(\d+)\}}", one).group(1))
+        for name in ("API_PORT", "GCS_PORT", "DASHBOARD_PORT", "CLIENT_PORT")
+    }
+    taken = {6379, 6390, 8265, 10001, 8000, 8001} | local_cluster  # as in the test above, and local-cluster.sh's own
+    assert not set(ports.values()) & taken, ports
+    assert not [p for p in ports.values() if 10002 <= p <= 19999], "Ray's default worker port range"
+    # Each cluster is deploy/local-cluster.sh's head alone (token auth, dashboard on loopback), with its token file.
+    assert "ONE=$ROOT/deploy/local-cluster.sh" in text and '"$ONE" "$@"' in text
+    assert "LOCAL_CLUSTER_HEAD_ONLY=1" in text and "HEAD_ONLY=${LOCAL_CLUSTER_HEAD_ONLY:-0}" in one
+    assert '"token_ref": f"file:{token}"' in text and '"labels": {"pool": name}' in text

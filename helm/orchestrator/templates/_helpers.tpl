@@ -87,17 +87,20 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/*
 Secret values: the value given in values.yaml, else the one already in the cluster's Secret (so an
-upgrade keeps generated tokens), else a new random one. Call with (list $ "key" "value-from-values" length).
+upgrade keeps generated tokens), else a new random one. Call with (list $ "key" "value-from-values" length),
+or (list $ "key" "value-from-values" length "secret-name") for a Secret other than the release's own.
 */}}
 {{- define "orchestrator.secretValue" -}}
 {{- $root := index . 0 -}}
 {{- $key := index . 1 -}}
 {{- $given := index . 2 -}}
 {{- $length := index . 3 -}}
+{{- $secretName := include "orchestrator.fullname" $root -}}
+{{- if gt (len .) 4 }}{{ $secretName = index . 4 }}{{ end -}}
 {{- if $given -}}
 {{- $given -}}
 {{- else -}}
-{{- $existing := lookup "v1" "Secret" $root.Release.Namespace (include "orchestrator.fullname" $root) -}}
+{{- $existing := lookup "v1" "Secret" $root.Release.Namespace $secretName -}}
 {{- if and $existing (hasKey ($existing.data | default dict) $key) -}}
 {{- index $existing.data $key | b64dec -}}
 {{- else -}}
@@ -106,8 +109,13 @@ upgrade keeps generated tokens), else a new random one. Call with (list $ "key" 
 {{- end -}}
 {{- end -}}
 
-{{/* Environment of every Ray container (head and workers). */}}
+{{/*
+Environment of every Ray container (head and workers). Called with (dict "root" $ "c" <cluster>), a cluster
+being "orchestrator.cluster.main" or "orchestrator.cluster.created" (templates/_clusters.tpl) read back with fromJson.
+*/}}
 {{- define "orchestrator.ray.env" -}}
+{{- $c := .c -}}
+{{- with .root -}}
 - name: RAY_USAGE_STATS_ENABLED
   value: "0"
 - name: RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S
@@ -127,11 +135,12 @@ upgrade keeps generated tokens), else a new random one. Call with (list $ "key" 
 - name: RAY_AUTH_TOKEN
   valueFrom:
     secretKeyRef:
-      name: {{ include "orchestrator.secretName" . }}
+      name: {{ $c.tokenSecret }}
       key: auth_token
 {{- end }}
 {{- with .Values.ray.extraEnv }}
 {{ toYaml . }}
+{{- end }}
 {{- end }}
 {{- end -}}
 
@@ -140,25 +149,28 @@ upgrade keeps generated tokens), else a new random one. Call with (list $ "key" 
 autoscaler-api-token
 {{- end -}}
 
-{{/* Volumes and mounts of every Ray pod: memory-backed /dev/shm and the shared checkpoint volume. */}}
+{{/*
+Volumes and mounts of every Ray pod: memory-backed /dev/shm and the cluster's checkpoint volume (none with an
+object-store URI). Called with (dict "root" $ "c" <cluster>).
+*/}}
 {{- define "orchestrator.ray.volumes" -}}
 - name: dshm
   emptyDir:
     medium: Memory
-    sizeLimit: {{ .Values.ray.shmSize }}
-{{- if not .Values.storage.uri }}
+    sizeLimit: {{ .root.Values.ray.shmSize }}
+{{- with .c.claimName }}
 - name: storage
   persistentVolumeClaim:
-    claimName: {{ include "orchestrator.storage.claimName" . }}
+    claimName: {{ . }}
 {{- end }}
 {{- end -}}
 
 {{- define "orchestrator.ray.volumeMounts" -}}
 - name: dshm
   mountPath: /dev/shm
-{{- if not .Values.storage.uri }}
+{{- if .c.claimName }}
 - name: storage
-  mountPath: {{ .Values.storage.mountPath }}
+  mountPath: {{ .c.mountPath }}
 {{- end }}
 {{- end -}}
 
@@ -209,4 +221,5 @@ Values that pass the schema but cannot work together: the render fails and says 
 {{- if and $sqlite (gt (int .Values.controlPlane.replicas) 1) -}}
 {{- fail (printf "controlPlane.replicas is %d but ORCHESTRATOR_DATABASE_URL is SQLite: SQLite allows one control-plane process only (leader election needs PostgreSQL); set controlPlane.replicas=1 or use PostgreSQL (postgresql.enabled, database.url or existingSecret)" (int .Values.controlPlane.replicas)) -}}
 {{- end -}}
+{{- include "orchestrator.clusters.checks" . -}}
 {{- end -}}
