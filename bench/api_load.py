@@ -391,6 +391,18 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
+def seed_fresh(url: str) -> None:
+    """Drop, create and seed the database ``url`` names with ``SEED_SIZES``, then ANALYZE it (the planner's view)."""
+    fresh_database(url)
+    engine = make_engine(url)
+    t0 = time.monotonic()
+    seed(engine, SEED_SIZES)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("ANALYZE")
+    engine.dispose()
+    print(f"seeded {url} in {time.monotonic() - t0:.0f} s", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("url", nargs="?", default=DEFAULT_URL)
@@ -407,14 +419,7 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.seed:
-        fresh_database(args.url)
-        engine = make_engine(args.url)
-        t0 = time.monotonic()
-        seed(engine, SEED_SIZES)
-        with engine.begin() as conn:
-            conn.exec_driver_sql("ANALYZE")
-        engine.dispose()
-        print(f"seeded {args.url} in {time.monotonic() - t0:.0f} s")
+        seed_fresh(args.url)
 
     tick = measure_tick(args.url, args.ticks)
     print(f"jobs by state: {tick['counts']}")
