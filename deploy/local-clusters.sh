@@ -59,6 +59,7 @@ print_export() {
   echo
   echo "# Before \`make run\` (the clusters are registered at start; bind a project: PUT /v1/projects/{id}/clusters):"
   echo "export ORCHESTRATOR_CLUSTERS='$(clusters_json)'"
+  echo "export ORCHESTRATOR_CLUSTER_TOKEN_DIR='$DIR'  # where file: token refs may point"
 }
 
 cmd_start() {

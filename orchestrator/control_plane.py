@@ -111,7 +111,10 @@ class ControlPlane:
         # One backend per registered cluster (docs/clusters.md), each Ray call counted by method and outcome,
         # whoever makes it (loops, services, routes). The service's own cluster is the default one.
         self.backends = ClusterBackends(
-            self.sessions, connect_ray, wrap=lambda backend: MeteredBackend(backend, self.metrics.ray_calls)
+            self.sessions,
+            connect_ray,
+            wrap=lambda backend: MeteredBackend(backend, self.metrics.ray_calls),
+            token_dir=self.settings.cluster_token_dir,
         )
         self.backends.set_default(self.settings.cluster_name, self._backend)
         self._backend = self.backends.default
@@ -221,7 +224,9 @@ class ControlPlane:
             try:
                 with self.sessions.begin() as session:
                     clusters_repo.ensure_default_cluster(session, self.settings.cluster_name, address, token_ref)
-                    for refused in register_from_settings(session, self.settings.clusters):
+                    for refused in register_from_settings(
+                        session, self.settings.clusters, self.settings.cluster_token_dir
+                    ):
                         log.error("%s", refused)
                 return
             except IntegrityError:

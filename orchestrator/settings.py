@@ -66,6 +66,13 @@ class Settings(BaseSettings):
         '"serve_url", "tenancy"}] (docs/clusters.md). How the Helm chart registers the clusters it creates; '
         "the API registers others.",
     )
+    cluster_token_dir: str = Field(
+        "/var/run/orchestrator/cluster-tokens",
+        description="The only folder a registered cluster's `token_ref: file:/path` may name a file in (resolved, "
+        "links followed); `env:` refs may name only variables starting RAY_TOKEN_. So that an admin key cannot make "
+        "the control plane send one of its own files or variables to an address of the key's choosing "
+        "(docs/clusters.md). The default cluster's token, which comes from the service's settings, is not confined.",
+    )
     ray_gcs_port: int = Field(6390, description="GCS port of the local cluster the service starts.")
     ray_dashboard_port: int = Field(8265, description="Dashboard port of the local cluster.")
     ray_client_port: int = Field(10001, description="Ray client server port of the local cluster.")

@@ -36,7 +36,7 @@ def create_cluster(
     """Cluster-wide admins: register a Ray cluster by its dashboard URL and where its token is read (never the
     token itself). A taken name, or an address already registered, is 409. No project uses it until one is bound
     to it (``PUT /v1/projects/{id}/clusters``)."""
-    cluster = clusters.create_cluster(session, body)
+    cluster = clusters.create_cluster(session, body, service.settings.cluster_token_dir)
     view = clusters.cluster_view(session, cluster)
     session.commit()
     refresh_backends(service)
@@ -66,7 +66,7 @@ def update_cluster(
     """Cluster-wide admins: change the fields given (the name never changes). Making it dedicated while two or more
     projects are bound to it is 409, and so is changing the default cluster's address or token (they come from the
     service's settings) or making it dedicated."""
-    cluster = clusters.update_cluster(session, name, body)
+    cluster = clusters.update_cluster(session, name, body, service.settings.cluster_token_dir)
     view = clusters.cluster_view(session, cluster)
     session.commit()
     refresh_backends(service)

@@ -19,19 +19,48 @@ from orchestrator.backend import BackendUnavailable, ClusterBackend
 Connect = Callable[[str, "str | None"], ClusterBackend]  # (dashboard address, token) -> backend
 
 
-def read_token(token_ref: str | None) -> str | None:
-    """The token a cluster's ``token_ref`` names: ``env:NAME`` (the control plane's environment) or ``file:/path``;
-    None: the cluster takes no token. Raises BackendUnavailable when it names nothing there."""
+TOKEN_ENV_PREFIX = "RAY_TOKEN_"  # the Helm chart's RAY_TOKEN_<NAME>; no other variable of the control plane
+
+
+def token_ref_problem(token_ref: str | None, token_dir: str) -> str | None:
+    """Why a registered cluster may not use ``token_ref``, or None. The control plane sends the token to the address
+    an admin key chose, so ``env:`` may name only ``RAY_TOKEN_*`` variables and ``file:`` only a file inside
+    ``token_dir`` (``Settings.cluster_token_dir``; resolved, links followed): never its database URL, its own key
+    material or any other file of its machine."""
     if not token_ref:
         return None
     kind, _, where = token_ref.partition(":")
     if kind == "env":
+        if where.startswith(TOKEN_ENV_PREFIX) and len(where) > len(TOKEN_ENV_PREFIX):
+            return None
+        return (
+            f"token_ref env:{where} is not allowed: a cluster's token variable must be named {TOKEN_ENV_PREFIX}<NAME>"
+        )
+    if kind == "file":
+        root, path = (Path(token_dir).resolve() if token_dir else None), Path(where).resolve()
+        if root is not None and path != root and path.is_relative_to(root):
+            return None
+        return (
+            f"token_ref file:{where} is not allowed: a cluster's token file must be inside {token_dir or '(none set)'} "
+            "(ORCHESTRATOR_CLUSTER_TOKEN_DIR; links are followed)"
+        )
+    return f"token_ref {token_ref!r} is neither env:NAME nor file:/path"
+
+
+def read_token(token_ref: str | None, token_dir: str) -> str | None:
+    """The token a registered cluster's ``token_ref`` names (None: the cluster takes no token). Raises
+    BackendUnavailable when the ref is not allowed (``token_ref_problem``) or names nothing there."""
+    if not token_ref:
+        return None
+    problem = token_ref_problem(token_ref, token_dir)
+    if problem:
+        raise BackendUnavailable(problem)
+    kind, _, where = token_ref.partition(":")
+    if kind == "env":
         value = os.environ.get(where, "").strip()
-    elif kind == "file":
-        path = Path(where)
-        value = path.read_text().strip() if path.is_file() else ""
     else:
-        raise BackendUnavailable(f"token_ref {token_ref!r} is neither env:NAME nor file:/path")
+        path = Path(where).resolve()
+        value = path.read_text().strip() if path.is_file() else ""
     if not value:
         raise BackendUnavailable(f"the cluster's token ({token_ref}) is not set where the control plane runs")
     return value
@@ -54,13 +83,16 @@ class ClusterBackends:
         sessions: sessionmaker[Session],
         connect: Connect,
         wrap: Callable[[ClusterBackend], ClusterBackend] = lambda backend: backend,
+        token_dir: str = "",
     ):
         self.sessions = sessions
         self.connect = connect
+        self.token_dir = token_dir  # where file: token refs may point (Settings.cluster_token_dir)
         self.wrap = wrap  # every backend counted the same way (MeteredBackend)
         self.default_name = ""
         self._default: ClusterBackend | None = None
         self._entries: dict[str, ClusterEntry] = {}
+        self._tokens: dict[str, str | BackendUnavailable | None] = {}  # read at refresh: once a tick, not per call
         self._built: dict[str, tuple[tuple[str, str | None], ClusterBackend]] = {}
         self._lock = threading.Lock()
 
@@ -87,8 +119,17 @@ class ClusterBackends:
         else:
             with self.sessions() as s:
                 entries = read(s)
+        tokens: dict[str, str | BackendUnavailable | None] = {}
+        for entry in entries:
+            if entry.name == self.default_name:
+                continue  # the service's own backend, built from its settings
+            try:
+                tokens[entry.name] = read_token(entry.token_ref, self.token_dir)
+            except (BackendUnavailable, OSError) as exc:
+                tokens[entry.name] = BackendUnavailable(f"cluster {entry.name!r}: {exc}")
         with self._lock:
             self._entries = {e.name: e for e in entries}
+            self._tokens = tokens
         return entries
 
     def entries(self) -> list[ClusterEntry]:
@@ -106,7 +147,10 @@ class ClusterBackends:
             entry = {e.name: e for e in self.refresh()}.get(name)
         if entry is None:
             raise BackendUnavailable(f"cluster {name!r} is not registered")
-        token = read_token(entry.token_ref)
+        with self._lock:
+            token = self._tokens.get(name)
+        if isinstance(token, BackendUnavailable):
+            raise BackendUnavailable(str(token))
         key = (entry.address, token)
         with self._lock:
             built = self._built.get(name)

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from orchestrator.backend.registry import token_ref_problem
 from orchestrator.db.models import Cluster, Project, Tenancy
 from orchestrator.errors import Conflict, Invalid, NotFound
 from orchestrator.repositories import clusters as clusters_repo
@@ -33,9 +34,11 @@ BIND_HINT = "PUT /v1/projects/{id}/clusters"
 # --- the writes ---------------------------------------------------------------------------------------------------
 
 
-def create_cluster(session: Session, body: ClusterCreate) -> Cluster:
+def create_cluster(session: Session, body: ClusterCreate, token_dir: str) -> Cluster:
     """Register a cluster. A taken name, or an address another cluster has (one Ray cluster under two names could
-    be dedicated under one and shared under the other), is a Conflict."""
+    be dedicated under one and shared under the other), is a Conflict; a ``token_ref`` outside what
+    ``token_ref_problem`` allows (``token_dir``: ``Settings.cluster_token_dir``) is Invalid."""
+    _token_ref_allowed(body.token_ref, token_dir)
     if clusters_repo.get_cluster(session, body.name) is not None:
         raise Conflict(f"a cluster named {body.name!r} already exists")
     _address_free(session, body.address)
@@ -56,7 +59,7 @@ def create_cluster(session: Session, body: ClusterCreate) -> Cluster:
     return cluster
 
 
-def update_cluster(session: Session, name: str, body: ClusterPatch) -> Cluster:
+def update_cluster(session: Session, name: str, body: ClusterPatch, token_dir: str) -> Cluster:
     """Change the fields ``body`` names. The default cluster's address and token come from the service's settings
     (set again on every start) and it serves every project with no binding, so it can't be dedicated; a cluster
     two or more projects are bound to can't become dedicated either."""
@@ -74,6 +77,8 @@ def update_cluster(session: Session, name: str, body: ClusterPatch) -> Cluster:
                 "the service's settings (RAY_ADDRESS, or the local cluster it starts) and are set again on every "
                 "start; change them there"
             )
+    if "token_ref" in given and not cluster.is_default:
+        _token_ref_allowed(body.token_ref, token_dir)
     if "address" in given and body.address is not None:
         _address_free(session, body.address, but=cluster)
     if body.tenancy == Tenancy.DEDICATED and cluster.tenancy != Tenancy.DEDICATED:
@@ -157,6 +162,12 @@ def set_project_clusters(session: Session, project_id: str, body: ProjectCluster
             )
     clusters_repo.set_bindings(session, project_id, clusters)
     return project
+
+
+def _token_ref_allowed(token_ref: str | None, token_dir: str) -> None:
+    problem = token_ref_problem(token_ref, token_dir)
+    if problem:
+        raise Invalid(problem, loc=("token_ref",))
 
 
 # --- the views ----------------------------------------------------------------------------------------------------
@@ -256,7 +267,7 @@ def _project_names(session: Session, project_ids: list[str]) -> list[str]:
     return sorted(names)
 
 
-def register_from_settings(session: Session, entries: list[dict]) -> list[str]:
+def register_from_settings(session: Session, entries: list[dict], token_dir: str) -> list[str]:
     """``ORCHESTRATOR_CLUSTERS`` (how the Helm chart registers the clusters it creates): each entry registered, or
     brought in line if it exists, with every check the API makes. Returns what was refused, one line each (the
     service starts anyway: the other clusters work)."""
@@ -265,9 +276,9 @@ def register_from_settings(session: Session, entries: list[dict]) -> list[str]:
         try:
             body = ClusterCreate.model_validate(entry)
             if clusters_repo.get_cluster(session, body.name) is None:
-                create_cluster(session, body)
+                create_cluster(session, body, token_dir)
             else:
-                update_cluster(session, body.name, ClusterPatch(**body.model_dump(exclude={"name"})))
+                update_cluster(session, body.name, ClusterPatch(**body.model_dump(exclude={"name"})), token_dir)
         except (ValidationError, Conflict, Invalid) as exc:
             refused.append(f"ORCHESTRATOR_CLUSTERS entry {entry.get('name', entry)!r}: {exc}")
     return refused

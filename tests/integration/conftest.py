@@ -149,6 +149,7 @@ def service_settings(tmp_path_factory) -> Settings:
         start_timeout_s=START_TIMEOUT_S,
         workload_packages="example_workloads",  # examples/, installed by `make install`
         data_roots=str(tmp_path_factory.getbasetemp()),  # the tests' text files
+        cluster_token_dir=str(tmp_path_factory.getbasetemp()),  # test_clusters_on_ray's second cluster's token
         serve_port=free_port(),
         serve_reconciler_interval_s=0.5,  # Ray Serve's proxy: a free port
     )

@@ -39,9 +39,11 @@ def bind(client, project_id: str, *clusters: str, key: str = ADMIN):
 
 def test_a_cluster_admin_registers_lists_gets_changes_and_deletes_a_cluster(app, client):
     default = default_cluster(app)
-    made = register(client, "gpu-a", token_ref="env:GPU_A_TOKEN", labels={"gpu": "h100"}, storage_root="s3://b/gpu-a")
+    made = register(
+        client, "gpu-a", token_ref="env:RAY_TOKEN_GPU_A", labels={"gpu": "h100"}, storage_root="s3://b/gpu-a"
+    )
     assert made["name"] == "gpu-a" and made["address"] == "http://gpu-a-head:8265"
-    assert made["token_ref"] == "env:GPU_A_TOKEN" and made["labels"] == {"gpu": "h100"}
+    assert made["token_ref"] == "env:RAY_TOKEN_GPU_A" and made["labels"] == {"gpu": "h100"}
     assert made["storage_root"] == "s3://b/gpu-a" and made["tenancy"] == "shared"
     assert made["is_default"] is False and made["projects"] == [] and made["created_at"]
     listed = client.get("/v1/clusters", headers=ADMIN_H).json()
@@ -100,18 +102,18 @@ def test_a_taken_name_or_address_is_409_and_a_bad_field_is_422_naming_it(app, cl
             field,
             refused.text,
         )
-    file_ref = register(client, "x", token_ref="file:/run/secrets/ray-token")
-    assert file_ref["token_ref"] == "file:/run/secrets/ray-token"
+    file_ref = register(client, "x", token_ref="file:/var/run/orchestrator/cluster-tokens/ray-token")
+    assert file_ref["token_ref"] == "file:/var/run/orchestrator/cluster-tokens/ray-token"
 
 
 def test_the_token_is_never_in_an_answer_only_where_it_is_read(app, client, monkeypatch):
-    monkeypatch.setenv("GPU_A_TOKEN", TOKEN)
+    monkeypatch.setenv("RAY_TOKEN_GPU_A", TOKEN)
     default_cluster(app)
     project_id, _ = make_project(client, "vision")
     answers = [
         client.post(
             "/v1/clusters",
-            json={"name": "gpu-a", "address": "http://a:8265", "token_ref": "env:GPU_A_TOKEN"},
+            json={"name": "gpu-a", "address": "http://a:8265", "token_ref": "env:RAY_TOKEN_GPU_A"},
             headers=ADMIN_H,
         ),
         client.get("/v1/clusters", headers=ADMIN_H),
@@ -123,7 +125,7 @@ def test_the_token_is_never_in_an_answer_only_where_it_is_read(app, client, monk
     ]
     assert [a.status_code for a in answers] == [201, 200, 200, 200, 200, 200, 200]
     assert all(TOKEN not in a.text for a in answers)
-    assert answers[2].json()["token_ref"] == "env:GPU_A_TOKEN"
+    assert answers[2].json()["token_ref"] == "env:RAY_TOKEN_GPU_A"
     with app.state.service.sessions() as session:  # nor is it stored
         row = clusters_repo.get_cluster(session, "gpu-a")
         assert TOKEN not in repr({c.name: getattr(row, c.name) for c in row.__table__.columns})

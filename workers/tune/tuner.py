@@ -417,6 +417,26 @@ class TrialEventForwarder(tune.Callback):
     def _config(self, trial) -> dict[str, Any]:
         return {path: trial.config.get(path) for path in self.spec.search_space}
 
+    def _epochs(self, trial) -> int:
+        """The epochs the trial was to run. A callback that raises fails the trial, so a config missing a path
+        (seen once, on a restored experiment: CI, trial.config without its "lr.base") falls back to the base's."""
+        config = self._config(trial)
+        given = {path: value for path, value in config.items() if value is not None}
+        if len(given) < len(config):
+            log.warning(
+                "trial %s: its config lacks %s (it holds %s)",
+                trial.trial_id,
+                sorted(set(config) - set(given)),
+                sorted(trial.config),
+            )
+        try:
+            return trial_spec(self.spec.base, given).epochs
+        except ValueError:  # pydantic's ValidationError too
+            log.warning(
+                "trial %s: its config %s makes no valid job; judged by the base's epochs", trial.trial_id, config
+            )
+            return self.spec.base.epochs
+
     def on_trial_start(self, iteration, trials, trial, **info) -> None:
         self.reporter.emit(TrialEvent(trial=trial.trial_id, state="running", config=self._config(trial)))
 
@@ -438,7 +458,7 @@ class TrialEventForwarder(tune.Callback):
         )
 
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
-        epochs = trial_spec(self.spec.base, self._config(trial)).epochs
+        epochs = self._epochs(trial)
         ran = int((trial.last_result or {}).get("epoch", 0))
         state = "succeeded" if ran >= epochs else "stopped"
         message = "" if state == "succeeded" else f"stopped by the scheduler after {ran} of {epochs} epochs"
