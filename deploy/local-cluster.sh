@@ -144,7 +144,9 @@ cmd_start() {
   local admin_token=${ORCHESTRATOR_ADMIN_TOKEN:-$(cat "$DIR/admin_token" 2>/dev/null || true)}
 
   local -a ray_env=(
-    env -u RAY_ADDRESS -u RAY_AUTH_TOKEN
+    # RAY_ADDRESS: its own GCS for every Ray process, else an address Ray resolves itself comes from the
+    # machine-wide /tmp/ray/ray_current_cluster, the last head's (another cluster's: local-clusters.sh).
+    env -u RAY_AUTH_TOKEN RAY_ADDRESS="127.0.0.1:$GCS_PORT"
     RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$DIR/ray/auth_token"
     # Drivers run `python -m workers.train.driver` through a shell: this interpreter first on PATH.
     PATH="$BIN:$PATH"

@@ -251,6 +251,12 @@ class SweepSpec(_Strict):
         """``preemptible: false`` on the sweep or on its base exempts it."""
         return self.preemptible and self.base.preemptible
 
+    @property
+    def run_placement(self) -> Placement | None:
+        """Where every trial runs: the sweep's own placement, else its base's (the stored form's twin:
+        ``orchestrator.services.runs.placement_of``)."""
+        return self.placement or self.base.placement
+
     @model_validator(mode="after")
     def _check(self) -> SweepSpec:
         if self.mode is None:

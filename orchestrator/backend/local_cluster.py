@@ -196,7 +196,11 @@ class LocalRayCluster:
             "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "5",
             **(serve_haproxy_env(self.gcs_port) if self.serve_haproxy else {}),
         }
-        env.pop("RAY_ADDRESS", None)
+        # Its own GCS, for every process of the cluster: Ray resolves an address left out (Ray Train's placement
+        # group cleaner asks the State API so) from RAY_ADDRESS, else from /tmp/ray/ray_current_cluster, which
+        # the last `ray start --head` on the machine wrote. With a second cluster started here later (tests,
+        # deploy/local-clusters.sh), this one's Train runs asked that one's GCS and stalled.
+        env["RAY_ADDRESS"] = self.gcs_address
         log.info("starting a local Ray cluster: %s (log: %s)", " ".join(command), self.log_path)
         with open(self.log_path, "ab") as out:
             self._process = subprocess.Popen(

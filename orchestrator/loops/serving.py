@@ -37,7 +37,6 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.admission import replicas_demand
 from orchestrator.backend import BackendUnavailable, ClusterBackend, ServeApp, ServeConfigRejected, ServeStatus
 from orchestrator.backend.registry import ClusterBackends, backends_of
 from orchestrator.db.models import ApiKey, Deployment, DeploymentState, DeploymentVersion, utcnow
@@ -385,19 +384,3 @@ def _without_time(observed: dict | None) -> dict | None:
     if observed is None:
         return None
     return {k: v for k, v in observed.items() if k != "observed_at"}
-
-
-def serving_reservation(session: Session) -> dict[str, float]:
-    """The logical CPUs and GPUs live deployments' replicas may hold (per replica x most replicas).
-
-    The scheduler counts them as taken: Ray would otherwise leave an admitted job pending for the
-    share a replica holds. 0 with the default ``resources.cpus`` of 0.
-    """
-    reserved = {"CPU": 0.0, "GPU": 0.0}
-    for deployment in deployments_repo.live_deployments(session):
-        version = applied_version(deployment)
-        if version is None:
-            continue
-        for resource, amount in replicas_demand(version.settings).total.items():
-            reserved[resource] += amount
-    return reserved

@@ -128,7 +128,8 @@ def may_be_preempted(spec: dict) -> bool:
 
 
 def placement_of(spec: dict) -> Placement | None:
-    """Where a job's spec, or a sweep's, asks to run: the sweep's own placement, else its base's (docs/clusters.md)."""
+    """Where a job's spec, or a sweep's, asks to run: the sweep's own placement, else its base's (docs/clusters.md;
+    ``SweepSpec.run_placement`` on the model)."""
     asked = spec.get("placement") or (spec.get("base") or {}).get("placement")
     return Placement.model_validate(asked) if asked else None
 

@@ -35,7 +35,7 @@ def submit_sweep(
     base job is checked as a job is (``jobs.submit_job``), its metric must be one the base reports, and its
     concurrent trials must fit the cluster and the project's quota."""
     target = target_project(session, principal, project_id)
-    clusters = clusters_for(session, target, spec.placement or spec.base.placement, backends)  # 422: not the project's
+    clusters = clusters_for(session, target, spec.run_placement, backends)  # 422: not the project's
     spec = check_sweep_runnable(spec, settings, clusters)  # asks Ray whether it fits one of them
     for priority, loc in ((spec.priority, ("priority",)), (spec.base.priority, ("base", "priority"))):
         check_priority(session, target, priority, principal.is_cluster_admin, loc)

@@ -171,9 +171,3 @@ def member(service, admin) -> Api:
     project = admin.http.post("/v1/projects", json={"name": "integration"}).json()
     key = admin.http.post(f"/v1/projects/{project['id']}/keys", json={"role": "member"}).json()["key"]
     return Api(service, key)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The second Ray cluster's module (test_clusters_on_ray.py) runs last: after it, runs on the session's cluster
-    stalled (docs/clusters.md, "Known issue"). A stable sort: every other test keeps its order."""
-    items.sort(key=lambda item: item.path.name == "test_clusters_on_ray.py")

@@ -1,17 +1,19 @@
 """Two real Ray clusters behind the session's service (docs/clusters.md): the session's cluster is the default one
 ("local"), and a second 1-CPU cluster "b" with a token of its own is registered through the API. A project bound to
 b runs there and never on the default cluster; naming the default cluster is a 422; b's Ray refuses the default
-cluster's token. (A cluster that is down, and back: tests/unit/test_cluster_placement.py, on fake clusters; the
-real-cluster version was removed: docs/clusters.md, "Known issue". This module runs last, see conftest.py.)"""
+cluster's token; with b down, a run for b waits (cluster_unavailable) and runs once b is back, while the default
+cluster goes on. The module deregisters b when it ends."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from orchestrator.backend.local_cluster import LocalRayCluster
+from orchestrator.backend.ray_backend import RayBackend
 from tests.conftest import free_port
 from tests.integration.conftest import Api
 
@@ -86,3 +88,24 @@ def test_code_on_the_default_cluster_holds_nothing_b_accepts(on_b, ray_cluster, 
     )
     assert refused.status_code in (401, 403), refused.status_code
     assert not any(sid for sid in ray_jobs(ray_cluster) if sid in ray_jobs(cluster_b))
+
+
+def test_with_b_down_its_run_waits_and_runs_once_b_is_back(on_b, cluster_b, member):
+    _, member_b = on_b
+    cluster_b.stop()
+    try:
+        response = member_b.submit(name="while-b-is-down", epochs=1, scaling=ONE_CPU)
+        assert response.status_code == 201, response.text  # capacity could not be asked: accepted, it waits
+        job_id = response.json()["id"]
+        deadline = time.monotonic() + 60
+        while (job := member_b.job(job_id))["reason"] != "cluster_unavailable":
+            assert job["state"] == "QUEUED" and time.monotonic() < deadline, job
+            time.sleep(0.5)
+        assert "b" in job["message"]
+        # The default cluster goes on meanwhile.
+        other = member.submit(name="default-goes-on", epochs=1, scaling=ONE_CPU).json()["id"]
+        assert member.wait(other, {"SUCCEEDED"}, timeout_s=240)["cluster"] == "local"
+    finally:
+        cluster_b.restart()
+    done = member_b.wait(job_id, {"SUCCEEDED"}, timeout_s=240)
+    assert done["cluster"] == "b" and RayBackend(cluster_b.dashboard_url, cluster_b.token()).info(f"{job_id}-1")

@@ -11,10 +11,11 @@ from sqlalchemy import func, select
 
 from orchestrator.db.models import Checkpoint, Deployment, DeploymentState, Job, JobState
 from orchestrator.loops.scheduler import Scheduler
-from orchestrator.loops.serving import ServingReconciler, matches, serving_reservation
+from orchestrator.loops.serving import ServingReconciler, matches
 from orchestrator.planner import plan_job
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import projects as projects_repo
+from orchestrator.scheduling.quotas import serving_holdings
 from orchestrator.states.core import IllegalTransition
 from orchestrator.states.deployments import TERMINAL, is_allowed, lock_deployment, set_deployment_state
 from orchestrator.states.jobs import lock_job, set_job_state
@@ -594,7 +595,8 @@ def test_replicas_cpu_shares_count_against_training_admission(app, client, backe
         app, client, backend, "paid", source={"job_id": job_id}, replicas={"min": 1, "max": 2}, resources={"cpus": 1}
     )
     with app.state.service.sessions() as session:
-        assert serving_reservation(session) == {"CPU": 2.0, "GPU": 0.0}
+        # "paid": 1 CPU x 2 replicas at most; "free" asks nothing, so holds nothing.
+        assert [dict(h.request) for h in serving_holdings(session)] == [{"CPU": 2.0, "GPU": 0.0}]
     waiting = client.post(
         "/v1/jobs", json={"workload": "digits", "scaling": {"num_workers": 3}}, headers=auth(ADMIN)
     ).json()
