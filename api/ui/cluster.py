@@ -54,27 +54,10 @@ def cluster_view(session: Session, service, user: UiUser) -> dict[str, Any]:
         total = float(status["total"].get(name, 0.0))
         free = float(status["available"].get(name, 0.0))
         resources.append({"name": name, "total": total, "free": free, "used": max(total - free, 0.0)})
-    nodes: list[dict[str, Any]] = []
-    if status["ray"] == "ok":
-        try:
-            bad = {b["node_id"]: b for b in status["bad_nodes"]}
-            nodes = [
-                {
-                    "node_id": n.node_id,
-                    "address": n.address,
-                    "is_head": n.is_head,
-                    "total": n.total,
-                    "kept_out": bad[n.node_id]["excluded_until"] if n.node_id in bad else None,
-                    "faults": bad[n.node_id]["fault_count"] if n.node_id in bad else 0,
-                }
-                for n in service.backend.nodes()
-            ]
-        except BackendUnavailable as exc:
-            log.warning("cluster page: listing the Ray nodes failed: %s", exc)
     return {
         "ray": status["ray"],
         "resources": resources,
-        "nodes": nodes,
+        "nodes": cluster_nodes(service, status),
         "jobs": status["jobs"],
         "queue": status["queue"],
         "queue_limit": status["queue_limit"],
@@ -82,6 +65,35 @@ def cluster_view(session: Session, service, user: UiUser) -> dict[str, Any]:
         "all_projects": user.scope is None,
         "clusters": status["clusters"],  # every cluster the user's runs may use (docs/clusters.md)
     }
+
+
+def cluster_nodes(service, status: dict[str, Any]) -> list[dict[str, Any]]:
+    """The alive nodes of every cluster the user's runs may use that answered (``status["clusters"]``), each with
+    its cluster's name, and whether the bad-node checks keep it out."""
+    bad = {b["node_id"]: b for b in status["bad_nodes"]}
+    clusters = [k["name"] for k in status["clusters"] if k["ray"] == "ok"] or (
+        [service.backends.default_name] if status["ray"] == "ok" else []
+    )
+    nodes: list[dict[str, Any]] = []
+    for name in clusters:
+        try:
+            found = service.backends.get(name).nodes()
+        except BackendUnavailable as exc:
+            log.warning("cluster page: listing the Ray nodes of cluster %s failed: %s", name, exc)
+            continue
+        nodes += [
+            {
+                "cluster": name,
+                "node_id": n.node_id,
+                "address": n.address,
+                "is_head": n.is_head,
+                "total": n.total,
+                "kept_out": bad[n.node_id]["excluded_until"] if n.node_id in bad else None,
+                "faults": bad[n.node_id]["fault_count"] if n.node_id in bad else 0,
+            }
+            for n in found
+        ]
+    return nodes
 
 
 @router.get("/cluster")

@@ -65,6 +65,7 @@ def test_the_cluster_page_shows_nodes_resources_and_the_queue_with_reasons(app, 
     }
     assert data["nodes"] == [
         {
+            "cluster": "local",
             "node_id": "fake-head",
             "address": "127.0.0.1",
             "is_head": True,

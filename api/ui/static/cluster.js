@@ -35,13 +35,13 @@
     document.querySelector("#nodes tbody").innerHTML = c.nodes.length
       ? c.nodes
           .map(
-            (n) => `<tr data-node-id="${esc(n.node_id)}"><td class="mono">${esc(n.node_id.slice(0, 16))}</td>
+            (n) => `<tr data-node-id="${esc(n.node_id)}"><td class="mono">${esc(n.cluster)}</td><td class="mono">${esc(n.node_id.slice(0, 16))}</td>
               <td class="mono">${esc(n.address)}</td><td>${n.is_head ? "head" : "worker"}</td>
               <td class="num">${num(n.total.CPU || 0)}</td><td class="num">${num(n.total.GPU || 0)}</td>
               <td data-field="placement">${placement(n)}</td></tr>`,
           )
           .join("")
-      : '<tr class="empty"><td colspan="6" class="muted">No node to show.</td></tr>';
+      : '<tr class="empty"><td colspan="7" class="muted">No node to show.</td></tr>';
     const projectCell = (item) => (c.all_projects ? `<td class="mono">${esc(item.project_id)}</td>` : "");
     const width = c.all_projects ? 6 : 5;
     document.querySelector("#queue tbody").innerHTML = c.queue.length
