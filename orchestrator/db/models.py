@@ -58,7 +58,7 @@ def _enum(cls: type[enum.Enum]) -> Enum:
     return Enum(cls, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e])
 
 
-QUOTA_FIELDS = ("max_cpus", "max_gpus", "max_running_jobs", "max_queued", "weight", "borrowing")
+QUOTA_FIELDS = ("max_cpus", "max_gpus", "max_running_jobs", "max_queued", "weight", "borrowing", "per_cluster")
 
 
 class Project(Base):
@@ -76,13 +76,15 @@ class Project(Base):
     max_queued: Mapped[int | None] = mapped_column(Integer, default=None)
     weight: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
     borrowing: Mapped[bool] = mapped_column(default=True, server_default=true())  # may use idle capacity past quota
+    # Caps on single clusters, {cluster name: {max_cpus, max_gpus, max_running_jobs}} (docs/clusters.md).
+    per_cluster: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     # Its member keys may submit jobs with preemptible: false (docs/scheduling.md); admins always may.
     allow_non_preemptible: Mapped[bool] = mapped_column(default=False, server_default=false())
 
     @property
     def quota(self) -> dict[str, Any]:
         """Its quota fields as ``orchestrator_contract.rest.Quota`` reads them."""
-        return {name: getattr(self, name) for name in QUOTA_FIELDS}
+        return {name: getattr(self, name) for name in QUOTA_FIELDS} | {"per_cluster": self.per_cluster or {}}
 
 
 class ApiKey(Base):

@@ -91,6 +91,7 @@ class Scheduler:
             holding,
             bound,
             default,
+            quotas,
         )
         waiting = [
             Waiting(q.key, q.project_id, q.priority, q.created_at, q.demand, q.queued_at, preemptible=q.preemptible)
@@ -108,7 +109,13 @@ class Scheduler:
             on_it = [h for h in holding if (h.cluster or default) == name]
             elsewhere = [h for h in holding if (h.cluster or default) != name]
             part = plan_tick(
-                here, on_it, quotas_here(quotas, elsewhere), view.capacity, shares, now, self.settings.starvation_s
+                here,
+                on_it,
+                quotas_here(quotas, elsewhere, name),
+                view.capacity,
+                shares,
+                now,
+                self.settings.starvation_s,
             )
             # What this cluster admits counts against the quotas of the clusters planned after it, this tick.
             admitted = {key for key, _ in part.admit}

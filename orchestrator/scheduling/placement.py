@@ -57,10 +57,14 @@ def place(
     holding: Iterable[Holding],
     bound: Mapping[str, set[str]],
     default: str,
+    quotas: Mapping[str, ProjectQuota] | None = None,
 ) -> Placed:
     """Each run's cluster for this tick, in the order given (admission order: an earlier run's pick takes the room it
-    fits in first), or why it has none."""
+    fits in first), or why it has none. With ``quotas``, a cluster where the run's project is at its cap
+    (``per_cluster``) is taken only when no other could ever hold the run."""
+    holding = list(holding)
     free = {name: _free(view, [h for h in holding if (h.cluster or default) == name]) for name, view in views.items()}
+    capped = _CapRoom(quotas or {}, holding, default)
     placed = Placed({}, {})
     for run in runs:
         allowed = usable(run.project_id, bound, default)
@@ -84,6 +88,7 @@ def place(
             placed.waits[run.key] = (CLUSTER_UNAVAILABLE, f"waiting for cluster {', '.join(names)} ({errors})")
             continue
         possible = [n for n in reachable if never_fits(run.demand, views[n].capacity) is None] or reachable
+        possible = [n for n in possible if capped.has_room(run, n)] or possible
         fits_now = [n for n in possible if _fits(run.demand.total, free[n])]
         if fits_now:
             pick = max(fits_now, key=lambda n: _room(free[n]))  # names are sorted: a tie goes to the first
@@ -91,15 +96,50 @@ def place(
                 free[pick][resource] -= run.demand.total.get(resource, 0.0)
         else:
             pick = max(possible, key=lambda n: _room(views[n].capacity.total))
+        capped.take(run, pick)
         placed.cluster[run.key] = pick
     return placed
 
 
-def quotas_here(quotas: Mapping[str, ProjectQuota], elsewhere: Iterable[Holding]) -> dict[str, ProjectQuota]:
+class _CapRoom:
+    """What each project holds on each cluster, against its caps there (``ProjectQuota.per_cluster``), with this
+    tick's picks added as they are made."""
+
+    def __init__(self, quotas: Mapping[str, ProjectQuota], holding: Iterable[Holding], default: str):
+        self.quotas = quotas
+        self.held: dict[tuple[str, str], dict[str, float]] = {}
+        for h in holding:
+            self._add(h.project_id, h.cluster or default, h.request, 1 if h.is_run else 0)
+
+    def _add(self, project_id: str, cluster: str, request: Mapping[str, float], runs: int) -> None:
+        held = self.held.setdefault((project_id, cluster), {"CPU": 0.0, "GPU": 0.0, "runs": 0})
+        for resource in RESOURCES:
+            held[resource] += request.get(resource, 0.0)
+        held["runs"] += runs
+
+    def has_room(self, run: ToPlace, cluster: str) -> bool:
+        quota = self.quotas.get(run.project_id)
+        cap = quota.per_cluster.get(cluster) if quota is not None else None
+        if not cap:
+            return True
+        held = self.held.get((run.project_id, cluster), {"CPU": 0.0, "GPU": 0.0, "runs": 0})
+        limits = {"CPU": cap.get("max_cpus"), "GPU": cap.get("max_gpus"), "runs": cap.get("max_running_jobs")}
+        asked = {**run.demand.total, "runs": 1}
+        return all(limit is None or held[k] + asked.get(k, 0.0) <= limit + _EPS for k, limit in limits.items())
+
+    def take(self, run: ToPlace, cluster: str) -> None:
+        if run.pinned is None:  # a deployment's replicas (pinned) are held already, and not a run
+            self._add(run.project_id, cluster, run.demand.total, 1)
+
+
+def quotas_here(
+    quotas: Mapping[str, ProjectQuota], elsewhere: Iterable[Holding], cluster: str | None = None
+) -> dict[str, ProjectQuota]:
     """A project's quota counts across all clusters: on one cluster, what it may still take is its quota less what
-    it holds on the others (its label says so, so a message like "uses 2 of 2 CPUs" can be followed)."""
+    it holds on the others (its label says so, so a message like "uses 2 of 2 CPUs" can be followed), and no more
+    than its cap on that cluster (``per_cluster``), if it has one."""
     used, running = in_use(elsewhere)
-    here = dict(quotas)
+    here = {project_id: quota.on_cluster(cluster) if cluster else quota for project_id, quota in quotas.items()}
     for project_id, quota in quotas.items():
         held = used.get(project_id)
         if held is None:
@@ -112,6 +152,8 @@ def quotas_here(quotas: Mapping[str, ProjectQuota], elsewhere: Iterable[Holding]
             max_gpus=None if quota.max_gpus is None else max(0.0, quota.max_gpus - gpus),
             max_running_jobs=None if quota.max_running_jobs is None else max(0, quota.max_running_jobs - runs),
         )
+        if cluster:
+            here[project_id] = here[project_id].on_cluster(cluster)
     return here
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from orchestrator.admission import RESOURCES, ClusterCapacity, Demand, never_fits, shortfall
@@ -64,6 +64,8 @@ class ProjectQuota:
     max_queued: int | None = None
     weight: float = 1.0
     borrowing: bool = True
+    # Caps on single clusters: {cluster: {"max_cpus", "max_gpus", "max_running_jobs"}} (docs/clusters.md).
+    per_cluster: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict, compare=False)
 
     def limit(self, resource: str) -> float | None:
         return self.max_cpus if resource == "CPU" else self.max_gpus
@@ -71,6 +73,24 @@ class ProjectQuota:
     @property
     def label(self) -> str:
         return self.name or self.id
+
+    def on_cluster(self, cluster: str) -> ProjectQuota:
+        """This quota on one cluster: each limit the lower of its own and the cluster's cap (the label names the
+        cap, so that a message like "uses 2 of 2 CPUs" can be followed)."""
+        cap = self.per_cluster.get(cluster)
+        if not cap:
+            return self
+
+        def lower(own, capped):
+            return own if capped is None else capped if own is None else min(own, capped)
+
+        return replace(
+            self,
+            name=f"{self.label} (on cluster {cluster}, capped by per_cluster)",
+            max_cpus=lower(self.max_cpus, cap.get("max_cpus")),
+            max_gpus=lower(self.max_gpus, cap.get("max_gpus")),
+            max_running_jobs=lower(self.max_running_jobs, cap.get("max_running_jobs")),
+        )
 
 
 @dataclass(frozen=True)

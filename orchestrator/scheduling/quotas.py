@@ -36,6 +36,7 @@ def quota_of(project: Project) -> ProjectQuota:
         max_queued=project.max_queued,
         weight=project.weight,
         borrowing=project.borrowing,
+        per_cluster=project.per_cluster or {},
     )
 
 
@@ -70,16 +71,17 @@ def serving_holdings(session: Session) -> list[Holding]:
     return holdings
 
 
-def check_deployment_quota(session: Session, project_id: str, settings: dict) -> None:
+def check_deployment_quota(session: Session, project_id: str, settings: dict, cluster: str | None = None) -> None:
     """A deployment's replicas (at most ``replicas``, or autoscaling's ``max``) that could never fit its project's
-    CPU/GPU quota: 422 at create or update, whether or not the project may borrow (a deployment never borrows:
-    ``policy.DEPLOYMENTS_DO_NOT_BORROW``). Its replicas are not runs, so neither ``max_running_jobs`` nor
-    ``max_queued`` applies."""
+    CPU/GPU quota, or its cap on the deployment's ``cluster`` (``per_cluster``): 422 at create or update, whether or
+    not the project may borrow (a deployment never borrows: ``policy.DEPLOYMENTS_DO_NOT_BORROW``). Its replicas are
+    not runs, so neither ``max_running_jobs`` nor ``max_queued`` applies."""
     project = session.get(Project, project_id)
     if project is None:
         return
     demand = replicas_demand(settings)
-    quota = replace(quota_of(project), max_running_jobs=None, borrowing=False)
+    quota = quota_of(project)
+    quota = replace(quota.on_cluster(cluster) if cluster else quota, max_running_jobs=None, borrowing=False)
     impossible = never_fits_quota(quota, demand)
     if impossible:
         raise Invalid(f"this deployment can never run under its project's quota: {impossible}", ("replicas",))
@@ -104,10 +106,12 @@ def check_quota(
     demand: Demand,
     loc: tuple[str, ...] = ("scaling",),
     preemptible: bool = True,
+    clusters: Iterable[str] = (),
 ) -> None:
     """At submit: 422 when the run could never fit its project's quota (the message says what to change; a run
-    that may not be preempted never borrows, so its project's quota binds it), 429 when the project already has
-    ``max_queued`` runs waiting."""
+    that may not be preempted never borrows, so its project's quota binds it), or its caps on every one of the
+    ``clusters`` it may be placed on (``per_cluster``); 429 when the project already has ``max_queued`` runs
+    waiting."""
     project = session.get(Project, project_id)
     if project is None:
         return
@@ -115,6 +119,14 @@ def check_quota(
     impossible = never_fits_quota(quota, demand, preemptible)
     if impossible:
         raise Invalid(f"this run can never start under its project's quota: {impossible}", loc)
+    names = sorted(clusters)
+    capped = {name: never_fits_quota(quota.on_cluster(name), demand, preemptible) for name in names}
+    if names and all(capped.values()):
+        raise Invalid(
+            "this run can never start under its project's caps on the clusters it may use: "
+            + "; ".join(f"{name}: {why}" for name, why in capped.items()),
+            loc,
+        )
     if quota.max_queued is not None:
         queued = queued_count(session, project_id)
         if queued >= quota.max_queued:

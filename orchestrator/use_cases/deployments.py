@@ -103,7 +103,7 @@ def _create(
     digest = request_digest(body)
 
     def create() -> Deployment:
-        check_deployment_quota(session, target, serving)  # 422: its replicas could never fit the project's quota
+        check_deployment_quota(session, target, serving, cluster)  # 422: never fits the project's quota (or cap)
         resolved = ops.resolve_source(session, body.source, scope)
         check_source(resolved)
         deployment = ops.create_deployment(session, target, body, resolved, serving, idempotency_key, digest)
@@ -158,7 +158,7 @@ def update_deployment(
     serving = ops.patched_settings(current.settings, patch, settings)
     if patch.resources is not None or patch.replicas is not None:
         ops.check_resources(serving["resources"], backends.of(deployment), serving["replicas"])
-        check_deployment_quota(session, deployment.project_id, serving)
+        check_deployment_quota(session, deployment.project_id, serving, deployment.cluster or backends.default_name)
     resolved = ops.resolve_source(session, patch.source, scope) if patch.source else None
     locked = _locked(session, scope, name)
     if locked.version != deployment.version:

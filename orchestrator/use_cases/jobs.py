@@ -46,7 +46,9 @@ def submit_job(
     stored = spec.model_dump(mode="json")
 
     def create() -> Job:
-        check_quota(session, target, demand_of(spec), preemptible=spec.preemptible)  # a replay is not counted
+        check_quota(
+            session, target, demand_of(spec), preemptible=spec.preemptible, clusters=clusters
+        )  # a replay is not counted
         return jobs_repo.create_job(session, target, spec, plan, idempotency_key)
 
     return create_once(

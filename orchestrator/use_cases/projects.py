@@ -9,7 +9,8 @@ from sqlalchemy.orm import Session
 
 from orchestrator.auth import Principal
 from orchestrator.db.models import ApiKey, Project, utcnow
-from orchestrator.errors import Conflict, NotFound
+from orchestrator.errors import Conflict, Invalid, NotFound
+from orchestrator.repositories import clusters as clusters_repo
 from orchestrator.repositories import projects as projects_repo
 from orchestrator_contract.rest import KeyCreate, ProjectCreate, ProjectPatch, Quota
 
@@ -60,6 +61,14 @@ def update_project(session: Session, project_id: str, body: ProjectPatch) -> Pro
 def set_quota(session: Session, project_id: str, body: Quota) -> Project:
     """Replace the project's quota and fair-share weight (a field left out goes back to its default)."""
     project = _project_or_404(session, project_id)
+    registered = {c.name for c in clusters_repo.list_clusters(session)}
+    unknown = sorted(set(body.per_cluster) - registered)
+    if unknown:
+        raise Invalid(
+            f"no cluster named {', '.join(unknown)}; the registered clusters are: "
+            f"{', '.join(sorted(registered)) or 'none'} (GET /v1/clusters)",
+            loc=("per_cluster",),
+        )
     for name, value in body.model_dump().items():
         setattr(project, name, value)
     return project

@@ -45,7 +45,12 @@ def submit_sweep(
 
     def create() -> Sweep:
         check_quota(  # 422 never fits its quota (one that may not be preempted never borrows); 429 a full queue
-            session, target, sweep_demand(spec), ("max_concurrent_trials",), preemptible=spec.may_be_preempted
+            session,
+            target,
+            sweep_demand(spec),
+            ("max_concurrent_trials",),
+            preemptible=spec.may_be_preempted,
+            clusters=clusters,
         )
         return sweeps_repo.create_sweep(session, target, spec, idempotency_key)
 

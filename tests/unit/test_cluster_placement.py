@@ -8,8 +8,8 @@ import pytest
 
 from orchestrator.admission import ClusterCapacity, Demand
 from orchestrator.loops.serving import ServingReconciler
-from orchestrator.scheduling.placement import ClusterView, ToPlace, place
-from orchestrator.scheduling.policy import Holding
+from orchestrator.scheduling.placement import ClusterView, ToPlace, place, quotas_here
+from orchestrator.scheduling.policy import Holding, ProjectQuota
 from orchestrator_contract.placement import Placement
 from tests.fakes import FakeBackend
 from tests.unit.api_helpers import ADMIN, auth, make_project, reconcile, submit, tick
@@ -70,6 +70,27 @@ def test_an_unreachable_cluster_holds_only_the_runs_that_must_go_there():
     assert placed.cluster == {"either": "b"}
     reason, message = placed.waits["only-a"]
     assert reason == "cluster_unavailable" and "a" in message and "connection refused" in message
+
+
+def test_a_projects_cap_on_a_cluster_sends_its_next_runs_elsewhere_and_binds_there():
+    views = {"a": view("a", 8), "b": view("b", 2)}
+    quotas = {"p": ProjectQuota("p", max_cpus=10, per_cluster={"a": {"max_cpus": 1}})}
+    held = [Holding("job:x", "p", {"CPU": 1.0}, cluster="a")]  # p is at its cap on a, which has 7 free
+    placed = place(
+        [run("r1"), run("r2"), run("r3"), run("q", project="q")],
+        views,
+        held,
+        {"p": {"a", "b"}, "q": {"a"}},
+        "a",
+        quotas,
+    )
+    assert placed.cluster == {"r1": "b", "r2": "b", "r3": "b", "q": "a"}  # r3 waits on b; q has no cap
+    without = place([run("r1")], views, held, {"p": {"a", "b"}}, "a")  # no quotas given: the freest
+    assert without.cluster == {"r1": "a"}
+    # On the capped cluster the cap is p's quota there, the lower of the two; elsewhere its quota is unchanged.
+    here = quotas_here(quotas, [Holding("job:y", "p", {"CPU": 2.0}, cluster="b")], "a")["p"]
+    assert here.max_cpus == 1 and "on cluster a" in here.label
+    assert quotas_here(quotas, [], "b")["p"].max_cpus == 10
 
 
 def test_a_placement_names_a_cluster_or_labels_and_a_missing_label_never_matches():
@@ -220,3 +241,61 @@ def test_get_cluster_lists_the_clusters_a_key_may_use_with_their_health(two_clus
     second.available = False
     every = client.get("/v1/cluster", headers=auth(ADMIN)).json()["clusters"]
     assert {c["name"]: c["ray"] for c in every} == {"b": "unavailable", "local": "ok"}
+
+
+def test_a_cap_on_one_cluster_is_set_checked_and_binds_there(two_clusters, client, backend, second):
+    project_id, keys = make_project(client, "vision")
+    bind(client, project_id, "b")
+    quota = {"borrowing": False, "per_cluster": {"b": {"max_cpus": 1}}}
+    unknown = client.put(
+        f"/v1/projects/{project_id}/quota", json={**quota, "per_cluster": {"nope": {}}}, headers=auth(ADMIN)
+    )
+    assert unknown.status_code == 422 and "no cluster named nope" in unknown.text and "b, local" in unknown.text
+    response = client.put(f"/v1/projects/{project_id}/quota", json=quota, headers=auth(ADMIN))
+    assert response.status_code == 200, response.text
+    shown = client.get(f"/v1/projects/{project_id}", headers=auth(ADMIN)).json()["quota"]["per_cluster"]
+    assert shown == {"b": {"max_cpus": 1.0, "max_gpus": None, "max_running_jobs": None}}
+    # Larger than its cap on every cluster it may use: a 422 at submit, saying which cap.
+    refused = submit(client, keys["member"], scaling={"num_workers": 2, "cpus_per_worker": 1})
+    assert refused.status_code == 422 and "caps on the clusters it may use: b:" in refused.text, refused.text
+    # b has 2 CPUs, the cap 1: one job runs, the next waits saying why.
+    ids = [submit(client, keys["member"], scaling=ONE_CPU).json()["id"] for _ in range(2)]
+    tick(two_clusters)
+    runs = [job(client, i) for i in ids]
+    assert [r["state"] for r in runs] == ["STARTING", "QUEUED"] and len(second.submitted) == 1
+    assert runs[1]["reason"] == "quota_exceeded" and "on cluster b" in runs[1]["message"], runs[1]["message"]
+    assert backend.submitted == []  # never the default cluster, which the project is not bound to
+
+
+def test_the_dashboards_node_table_lists_each_clusters_nodes_under_its_name(two_clusters, client, second):
+    from fastapi.testclient import TestClient
+
+    from tests.unit.ui_helpers import signed_in
+
+    project_id, keys = make_project(client, "vision")
+    bind(client, project_id, "b", "local")
+    member = signed_in(TestClient(two_clusters), keys["member"])
+    nodes = member.get("/ui/api/cluster").json()["nodes"]
+    assert sorted((n["cluster"], n["is_head"]) for n in nodes) == [("b", True), ("local", True)], nodes
+    second.available = False  # b does not answer: its nodes go, the default cluster's stay
+    nodes = member.get("/ui/api/cluster").json()["nodes"]
+    assert [n["cluster"] for n in nodes] == ["local"], nodes
+    html = member.get("/ui/cluster").text
+    assert "<th>Cluster</th>" in html and '<td class="mono">local</td>' in html
+
+
+def test_a_deployment_whose_replicas_could_never_fit_its_cap_on_its_cluster_is_a_422(
+    two_clusters, client, second, tmp_path
+):
+    project_id, keys = make_project(client, "vision")
+    bind(client, project_id, "b")
+    quota = {"per_cluster": {"b": {"max_cpus": 1}}}
+    assert client.put(f"/v1/projects/{project_id}/quota", json=quota, headers=auth(ADMIN)).status_code == 200
+    _, checkpoints = finished_job(two_clusters, tmp_path, project_id)
+    source = {"checkpoint_id": checkpoints[0]}
+    refused = deploy(client, keys["member"], name="big", source=source, replicas=2, resources={"cpus": 1})
+    assert refused.status_code == 422 and "on cluster b" in refused.text, refused.text
+    made = deploy(client, keys["member"], name="fits", source=source, replicas=1, resources={"cpus": 1})
+    assert made.status_code == 201 and made.json()["cluster"] == "b", made.text
+    grow = client.patch("/v1/deployments/fits", json={"replicas": 2}, headers=auth(keys["member"]))
+    assert grow.status_code == 422 and "on cluster b" in grow.text, grow.text

@@ -41,6 +41,7 @@ def test_quota_is_set_by_a_cluster_admin_and_shown_on_the_project(client):
         "max_queued": None,
         "weight": 1.0,
         "borrowing": True,
+        "per_cluster": {},
     }
     body = set_quota(client, project_id, max_cpus=8, max_gpus=2.5, max_running_jobs=3, weight=2, borrowing=False)
     assert body["quota"]["max_gpus"] == 2.5 and body["quota"]["weight"] == 2 and body["quota"]["borrowing"] is False

@@ -75,7 +75,8 @@ class Projects:
 
     def set_quota(self, project_id: str, **quota: Any) -> ProjectOut:
         """Replace the project's quota (cluster-wide admins): ``max_cpus``, ``max_gpus``, ``max_running_jobs``,
-        ``max_queued``, ``weight``, ``borrowing``; one left out goes back to its default (docs/scheduling.md)."""
+        ``max_queued``, ``weight``, ``borrowing``, ``per_cluster`` (caps on single clusters, docs/clusters.md); one
+        left out goes back to its default (docs/scheduling.md)."""
         # A wrong name or value is the server's 422 (an Invalid naming the field), as for every other call.
         response = self._http.request("PUT", f"/v1/projects/{project_id}/quota", json=quota)
         return ProjectOut.model_validate(response.json())

@@ -38,6 +38,7 @@ from orchestrator_contract.rest.jobs import (
 from orchestrator_contract.rest.paging import Paged
 from orchestrator_contract.rest.plan import BytesPerParam, PlanRequest, PlanResponse, StrategyFit
 from orchestrator_contract.rest.projects import (
+    ClusterQuota,
     KeyCreate,
     KeyCreated,
     KeyOut,
@@ -58,6 +59,7 @@ __all__ = [
     "ClusterHealthOut",
     "ClusterOut",
     "ClusterPatch",
+    "ClusterQuota",
     "ClusterStatus",
     "CodeFileOut",
     "CodePackageOut",

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator_contract.base import FromAttributes
+from orchestrator_contract.placement import ClusterName
 from orchestrator_contract.states import Role
 
 _MAX_PRIORITY = Field(
@@ -42,6 +43,20 @@ class ProjectPatch(BaseModel):
     )
 
 
+MAX_CLUSTER_QUOTAS = 32
+
+
+class ClusterQuota(BaseModel):
+    """A project's cap on one cluster (``Quota.per_cluster``), on top of its quota across all clusters."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_cpus: float | None = Field(None, ge=0, le=1_000_000, description="Logical CPUs it may hold on that cluster.")
+    max_gpus: float | None = Field(None, ge=0, le=100_000, description="GPUs it may hold on that cluster.")
+    max_running_jobs: int | None = Field(
+        None, ge=0, le=1_000_000, description="Jobs and sweeps it may run on that cluster at once."
+    )
+
+
 class Quota(BaseModel):
     """``PUT /v1/projects/{id}/quota`` (cluster-wide admins) and ``ProjectOut.quota``: what the project's running
     and queued work may hold (docs/scheduling.md). A limit left out or null: no limit. The whole quota is
@@ -65,6 +80,14 @@ class Quota(BaseModel):
         True,
         description="May use idle capacity beyond max_cpus/max_gpus; such runs are marked borrowing and are the "
         "first to be preempted.",
+    )
+    per_cluster: dict[ClusterName, ClusterQuota] = Field(
+        default_factory=dict,
+        max_length=MAX_CLUSTER_QUOTAS,
+        description="Caps on single clusters by name (docs/clusters.md), each on top of the limits above, which "
+        'count across all clusters: {"gpu-a": {"max_gpus": 8}}. A run is placed where its project\'s cap has room; '
+        "on a capped cluster the cap binds as the quota does (borrowing included). Every name must be a registered "
+        "cluster.",
     )
 
 
