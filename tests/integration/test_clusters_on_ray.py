@@ -1,8 +1,9 @@
 """Two real Ray clusters behind the session's service (docs/clusters.md): the session's cluster is the default one
 ("local"), and a second 1-CPU cluster "b" with a token of its own is registered through the API. A project bound to
 b runs there and never on the default cluster; naming the default cluster is a 422; b's Ray refuses the default
-cluster's token; with b down, a run for b waits (cluster_unavailable) and runs once b is back, while the default
-cluster goes on. The module deregisters b when it ends."""
+cluster's token; labels, and a project's cap on the default cluster, place runs on b; with b down, a run for b
+waits (cluster_unavailable) and runs once b is back, while the default cluster goes on. The module deregisters b
+when it ends."""
 
 from __future__ import annotations
 
@@ -43,7 +44,9 @@ def cluster_b(tmp_path_factory):
 def on_b(admin: Api, cluster_b: LocalRayCluster) -> Iterator[tuple[str, Api]]:
     """Cluster b registered (its token read from its file), and a project bound to it alone, with a member key."""
     body = {"name": "b", "address": cluster_b.dashboard_url, "token_ref": f"file:{cluster_b.token_path}"}
-    registered = admin.http.post("/v1/clusters", json={**body, "labels": {"pool": "b"}, "tenancy": "dedicated"})
+    # Shared: test_labels_and_a_cap_on_the_default_cluster_place_runs_on_b binds a second project to it (that a
+    # dedicated cluster refuses one: tests/unit/test_clusters_api.py).
+    registered = admin.http.post("/v1/clusters", json={**body, "labels": {"pool": "b"}, "tenancy": "shared"})
     assert registered.status_code == 201, registered.text
     assert cluster_b.token() not in registered.text  # only where it is read
     project = admin.http.post("/v1/projects", json={"name": "team-b"}).json()
@@ -88,6 +91,25 @@ def test_code_on_the_default_cluster_holds_nothing_b_accepts(on_b, ray_cluster, 
     )
     assert refused.status_code in (401, 403), refused.status_code
     assert not any(sid for sid in ray_jobs(ray_cluster) if sid in ray_jobs(cluster_b))
+
+
+def test_labels_and_a_cap_on_the_default_cluster_place_runs_on_b(on_b, admin, ray_cluster, cluster_b):
+    """A project that may use both clusters: placement by labels puts a run on b, and so does its cap of 0 CPUs on
+    the default cluster (``per_cluster``) for a run that names nothing."""
+    project = admin.http.post("/v1/projects", json={"name": "both"}).json()
+    bound = admin.http.put(f"/v1/projects/{project['id']}/clusters", json={"clusters": ["b", "local"]})
+    assert bound.status_code == 200, bound.text
+    quota = {"borrowing": False, "per_cluster": {"local": {"max_cpus": 0}}}
+    assert admin.http.put(f"/v1/projects/{project['id']}/quota", json=quota).status_code == 200
+    key = admin.http.post(f"/v1/projects/{project['id']}/keys", json={"role": "member"}).json()["key"]
+    both = Api(str(admin.http.base_url), key)
+    by_labels = both.submit(name="by-labels", epochs=1, scaling=ONE_CPU, placement={"labels": {"pool": "b"}})
+    by_cap = both.submit(name="by-cap", epochs=1, scaling=ONE_CPU)
+    assert by_labels.status_code == 201 and by_cap.status_code == 201, (by_labels.text, by_cap.text)
+    for response in (by_labels, by_cap):
+        job_id = response.json()["id"]
+        assert both.wait(job_id, {"SUCCEEDED"}, timeout_s=240)["cluster"] == "b"
+        assert f"{job_id}-1" in ray_jobs(cluster_b) and f"{job_id}-1" not in ray_jobs(ray_cluster)
 
 
 def test_with_b_down_its_run_waits_and_runs_once_b_is_back(on_b, cluster_b, member):
