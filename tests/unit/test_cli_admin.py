@@ -54,6 +54,7 @@ def test_project_quota(live):
         "max_queued": 20,
         "weight": 1.0,
         "borrowing": False,
+        "per_cluster": {},
     }
     shown = json.loads(orch(live, "projects", "get", "vision", "-o", "json").stdout)
     assert shown["quota"]["max_gpus"] == 8.0 and shown["quota"]["borrowing"] is False
