@@ -139,21 +139,19 @@ def quotas_here(
     it holds on the others (its label says so, so a message like "uses 2 of 2 CPUs" can be followed), and no more
     than its cap on that cluster (``per_cluster``), if it has one."""
     used, running = in_use(elsewhere)
-    here = {project_id: quota.on_cluster(cluster) if cluster else quota for project_id, quota in quotas.items()}
+    here = {}
     for project_id, quota in quotas.items():
         held = used.get(project_id)
-        if held is None:
-            continue
-        cpus, gpus, runs = held.get("CPU", 0.0), held.get("GPU", 0.0), running.get(project_id, 0)
-        here[project_id] = replace(
-            quota,
-            name=f"{quota.label} (less {cpus:g} CPUs, {gpus:g} GPUs, {runs} runs on its other clusters)",
-            max_cpus=None if quota.max_cpus is None else max(0.0, quota.max_cpus - cpus),
-            max_gpus=None if quota.max_gpus is None else max(0.0, quota.max_gpus - gpus),
-            max_running_jobs=None if quota.max_running_jobs is None else max(0, quota.max_running_jobs - runs),
-        )
-        if cluster:
-            here[project_id] = here[project_id].on_cluster(cluster)
+        if held is not None:
+            cpus, gpus, runs = held.get("CPU", 0.0), held.get("GPU", 0.0), running.get(project_id, 0)
+            quota = replace(
+                quota,
+                name=f"{quota.label} (less {cpus:g} CPUs, {gpus:g} GPUs, {runs} runs on its other clusters)",
+                max_cpus=None if quota.max_cpus is None else max(0.0, quota.max_cpus - cpus),
+                max_gpus=None if quota.max_gpus is None else max(0.0, quota.max_gpus - gpus),
+                max_running_jobs=None if quota.max_running_jobs is None else max(0, quota.max_running_jobs - runs),
+            )
+        here[project_id] = quota.on_cluster(cluster) if cluster else quota
     return here
 
 
