@@ -70,6 +70,9 @@ class IdleCluster:
         total = {"CPU": self.cpus, "GPU": 0.0}
         return ClusterCapacity(total=dict(total), largest_node=dict(total))
 
+    def live_jobs(self) -> list:
+        return []  # nothing runs on it but what the control plane submits
+
     def __getattr__(self, name):
         def refuse(*args, **kwargs):
             raise BackendUnavailable(f"the benchmark's cluster does not {name}")

@@ -81,6 +81,9 @@ class LogCluster:
     def capacity(self, fresh: bool = False) -> ClusterCapacity:
         return ClusterCapacity(total={"CPU": 64.0, "GPU": 0.0}, largest_node={"CPU": 64.0, "GPU": 0.0})
 
+    def live_jobs(self) -> list:
+        return []  # nothing runs on it but what the control plane submits
+
     def nodes(self) -> list[ClusterNode]:
         return [ClusterNode("bench-head", "127.0.0.1", True, {"CPU": 64.0})]
 

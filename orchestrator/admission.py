@@ -16,10 +16,17 @@ _EPS = 1e-9
 
 @dataclass(frozen=True)
 class ClusterCapacity:
-    """Totals over alive nodes, and the largest single node (a worker can't span nodes)."""
+    """Totals over alive nodes, and the largest single node (a worker can't span nodes). ``held_outside``: what
+    Ray jobs the control plane did not submit hold now (``services.foreign_jobs``): never handed out, but no
+    reason a run could never fit."""
 
     total: dict[str, float] = field(default_factory=dict)
     largest_node: dict[str, float] = field(default_factory=dict)
+    held_outside: dict[str, float] = field(default_factory=dict)
+
+    def usable(self) -> dict[str, float]:
+        """The total less what is held outside the scheduler."""
+        return {r: max(0.0, amount - self.held_outside.get(r, 0.0)) for r, amount in self.total.items()}
 
 
 @dataclass(frozen=True)
@@ -97,7 +104,8 @@ def reserved_by(requests: Iterable[Mapping[str, float]]) -> dict[str, float]:
 
 
 def free_of(capacity: ClusterCapacity, reserved: Mapping[str, float]) -> dict[str, float]:
-    return {r: max(0.0, capacity.total.get(r, 0.0) - reserved.get(r, 0.0)) for r in RESOURCES}
+    usable = capacity.usable()
+    return {r: max(0.0, usable.get(r, 0.0) - reserved.get(r, 0.0)) for r in RESOURCES}
 
 
 def shortfall(request: Mapping[str, float], free: Mapping[str, float]) -> str | None:

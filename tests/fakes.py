@@ -12,6 +12,7 @@ from orchestrator.backend import (
     BackendUnavailable,
     ClusterNode,
     LogChunk,
+    RayJob,
     RunInfo,
     RunNotFound,
     RunStatus,
@@ -53,6 +54,8 @@ class FakeBackend:
     node_ids: list[str] = field(default_factory=lambda: ["fake-head"])  # the alive nodes, the head first
     # The nodes Ray lists a submission's Train workers on, by submission id (default: every alive node).
     worker_node_ids: dict[str, set[str]] = field(default_factory=dict)
+    # The live Ray jobs ``live_jobs`` lists (a test sets them: the runs submitted here are not listed).
+    ray_jobs: list[RayJob] = field(default_factory=list)
 
     def capacity(self, fresh: bool = False) -> ClusterCapacity:
         self._check("capacity")
@@ -65,6 +68,10 @@ class FakeBackend:
             ClusterNode(node_id=node_id, address="127.0.0.1", is_head=i == 0, total=dict(self.total))
             for i, node_id in enumerate(self.node_ids)
         ]
+
+    def live_jobs(self) -> list[RayJob]:
+        self._check("live_jobs")
+        return list(self.ray_jobs)
 
     def worker_nodes(self, submission_id: str) -> set[str]:
         self._check("worker_nodes")

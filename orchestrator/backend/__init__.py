@@ -50,6 +50,23 @@ class ClusterNode:
     total: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class RayJob:
+    """A live (PENDING or RUNNING) Ray job and the CPUs/GPUs it holds now: its driver's entrypoint resources, its
+    placement groups, and its actors and running tasks outside them (``orchestrator.backend.ray_jobs``)."""
+
+    submission_id: str | None  # None: a driver that connected to Ray itself (``job_id`` names it)
+    job_id: str | None  # Ray's own job id (hex); None until a submission's driver starts
+    kind: str  # "submission" (Ray's Jobs API) or "driver"
+    status: str
+    entrypoint: str
+    holds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.submission_id or f"driver:{self.job_id}"
+
+
 class BackendUnavailable(Exception):
     """The cluster could not be reached; callers retry on their next tick."""
 
@@ -73,6 +90,10 @@ class ClusterBackend(Protocol):
 
     def nodes(self) -> list[ClusterNode]:
         """The alive nodes, each with what it holds (the dashboard's cluster page); may be a few seconds old."""
+
+    def live_jobs(self) -> list[RayJob]:
+        """Every live Ray job on the cluster, the control plane's and any other (``services.foreign_jobs`` tells
+        them apart), with what each holds; may be a few seconds old."""
 
     def worker_nodes(self, submission_id: str) -> set[str]:
         """The node ids Ray lists the submission's live Ray Train workers on (empty before its driver starts)."""

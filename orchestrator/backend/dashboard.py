@@ -50,18 +50,46 @@ def alive_nodes(dashboard_url: str, headers: dict[str, str], timeout_s: float = 
     return response.json()["data"]["result"]["result"]
 
 
+def state_list(
+    dashboard_url: str,
+    headers: dict[str, str],
+    resource: str,
+    filters: dict[str, str] | None = None,
+    detail: bool = False,
+    timeout_s: float = 10,
+) -> list[dict[str, Any]]:
+    """One of the State API's lists (``actors``, ``tasks``, ``placement_groups``, ...), each filter an equality.
+    ``detail`` adds the fields Ray leaves out by default (a task's ``required_resources``). Raises
+    httpx.HTTPError or KeyError on failure."""
+    params: list[tuple[str, str | int]] = [("limit", 10_000)]
+    if detail:
+        params.append(("detail", "true"))
+    for key, value in (filters or {}).items():
+        params += [("filter_keys", key), ("filter_predicates", "="), ("filter_values", value)]
+    response = httpx.get(
+        f"{dashboard_url.rstrip('/')}/api/v0/{resource}", params=params, headers=headers, timeout=timeout_s
+    )
+    response.raise_for_status()
+    return response.json()["data"]["result"]["result"]
+
+
 def train_worker_nodes(dashboard_url: str, headers: dict[str, str], ray_job_id: str, timeout_s: float = 10) -> set[str]:
     """The node ids of the live ``RayTrainWorker`` actors of one Ray job (the State API's actor list). Raises
     httpx.HTTPError or KeyError on failure."""
     filters = {"job_id": ray_job_id, "class_name": "RayTrainWorker", "state": "ALIVE"}
-    params: list[tuple[str, str | int]] = [("limit", 10_000)]
-    for key, value in filters.items():
-        params += [("filter_keys", key), ("filter_predicates", "="), ("filter_values", value)]
-    response = httpx.get(
-        f"{dashboard_url.rstrip('/')}/api/v0/actors", params=params, headers=headers, timeout=timeout_s
-    )
+    actors = state_list(dashboard_url, headers, "actors", filters, timeout_s=timeout_s)
+    return {str(actor["node_id"]) for actor in actors if actor.get("node_id")}
+
+
+def list_jobs(dashboard_url: str, headers: dict[str, str], timeout_s: float = 30) -> list[dict[str, Any]]:
+    """Every job Ray knows (``GET /api/jobs/``: submissions and drivers that connected themselves, finished ones
+    too). Raises httpx.HTTPError, or ValueError for a body that is not a list."""
+    response = httpx.get(f"{dashboard_url.rstrip('/')}/api/jobs/", headers=headers, timeout=timeout_s)
     response.raise_for_status()
-    return {str(actor["node_id"]) for actor in response.json()["data"]["result"]["result"] if actor.get("node_id")}
+    body = response.json()
+    if not isinstance(body, list):
+        raise ValueError(f"not a job list: {response.text[:200]}")
+    return body
 
 
 class JobNotFound(Exception):

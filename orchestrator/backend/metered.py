@@ -15,7 +15,9 @@ from prometheus_client import Counter
 from orchestrator.backend import BackendUnavailable, ClusterBackend, ServeConfigRejected
 
 # The ClusterBackend interface's methods: the label values of ``method``, a fixed set.
-METHODS = frozenset({"capacity", "submit", "info", "stop", "logs", "upload_package", "serve_status", "apply_serve"})
+METHODS = frozenset(
+    {"capacity", "live_jobs", "submit", "info", "stop", "logs", "upload_package", "serve_status", "apply_serve"}
+)
 
 
 class MeteredBackend:

@@ -17,6 +17,7 @@ from orchestrator.backend import (
     ClusterNode,
     LogChunk,
     PackageOpener,
+    RayJob,
     RunInfo,
     RunNotFound,
     RunStatus,
@@ -31,13 +32,16 @@ from orchestrator.backend.dashboard import (
     auth_headers,
     job_details,
     job_logs,
+    list_jobs,
     package_exists,
     put_package,
     put_serve_applications,
     serve_applications,
+    state_list,
     stop_job,
     train_worker_nodes,
 )
+from orchestrator.backend.ray_jobs import live_ray_jobs
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +72,7 @@ class RayBackend:
         self._client: JobSubmissionClient | None = None
         self._capacity: tuple[float, ClusterCapacity] | None = None
         self._nodes: tuple[float, list[ClusterNode]] | None = None
+        self._jobs: tuple[float, list[RayJob]] | None = None
         self._lock = Lock()
 
     @property
@@ -121,6 +126,27 @@ class RayBackend:
         ]
         self._nodes = (time.monotonic(), nodes)
         return nodes
+
+    def live_jobs(self) -> list[RayJob]:
+        cached = self._jobs
+        if cached and time.monotonic() - cached[0] < _CAPACITY_TTL_S:
+            return cached[1]
+        try:
+            jobs = list_jobs(self.dashboard_url, self.headers)
+            # Nothing is live (the common case between runs): no need to ask what anything holds.
+            if any(j.get("status") in ("PENDING", "RUNNING") for j in jobs):
+                actors = state_list(self.dashboard_url, self.headers, "actors", {"state": "ALIVE"}, detail=True)
+                groups = state_list(
+                    self.dashboard_url, self.headers, "placement_groups", {"state": "CREATED"}, detail=True
+                )
+                tasks = state_list(self.dashboard_url, self.headers, "tasks", {"state": "RUNNING"}, detail=True)
+            else:
+                actors = groups = tasks = []
+            found = live_ray_jobs(jobs, actors, groups, tasks)
+        except (httpx.HTTPError, KeyError, ValueError, TypeError) as exc:
+            raise BackendUnavailable(f"listing Ray jobs at {self.dashboard_url}: {_said(exc)}") from exc
+        self._jobs = (time.monotonic(), found)
+        return found
 
     def worker_nodes(self, submission_id: str) -> set[str]:
         try:

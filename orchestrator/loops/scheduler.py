@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.admission import ClusterCapacity, Demand, never_fits
-from orchestrator.backend import BackendUnavailable, ClusterBackend
+from orchestrator.backend import BackendUnavailable, ClusterBackend, RayJob
 from orchestrator.backend.registry import ClusterBackends, ClusterEntry, backends_of
 from orchestrator.db.models import JobState, utcnow
 from orchestrator.repositories import clusters as clusters_repo
@@ -35,6 +36,7 @@ from orchestrator.scheduling.policy import (
 from orchestrator.scheduling.quotas import project_quotas, serving_holdings
 from orchestrator.scheduling.share_memory import seed_shares
 from orchestrator.services import preemption
+from orchestrator.services.foreign_jobs import foreign_jobs, held_by
 from orchestrator.services.launch import new_driver_claim
 from orchestrator.services.runs import QueuedRun, RunKind, active_runs, queued_runs
 from orchestrator.settings import Settings
@@ -155,17 +157,35 @@ class Scheduler:
         return plan
 
     def _views(self, entries: list[ClusterEntry]) -> dict[str, ClusterView]:
-        """Every registered cluster with what it holds now (None where it can't be reached); the default cluster
-        always, registered or not (a test's lone backend)."""
+        """Every registered cluster with what it holds now (None where it can't be reached) and what Ray jobs the
+        control plane did not submit hold on it; the default cluster always, registered or not (a test's lone
+        backend)."""
         labels = {e.name: e.labels for e in entries}
         labels.setdefault(self.backends.default_name, {})
-        views = {}
-        for name, its_labels in sorted(labels.items()):
+        capacities: dict[str, ClusterCapacity] = {}
+        errors: dict[str, str] = {}
+        live: dict[str, list[RayJob]] = {}
+        for name in sorted(labels):
             try:
-                views[name] = ClusterView(name, its_labels, self.backends.get(name).capacity())
+                backend = self.backends.get(name)
+                capacities[name] = backend.capacity()
             except BackendUnavailable as exc:
-                views[name] = ClusterView(name, its_labels, None, str(exc))
-        return views
+                errors[name] = str(exc)
+                continue
+            try:
+                live[name] = backend.live_jobs()
+            except BackendUnavailable as exc:  # its capacity answered: plan on it, counting nothing outside
+                log.warning("cluster %s: could not list its Ray jobs, none counted as foreign: %s", name, exc)
+        outside: dict[str, list[RayJob]] = {}
+        if any(live.values()):
+            with self.sessions() as session:
+                outside = foreign_jobs(session, live, self.backends.default_name)
+        return {
+            name: ClusterView(name, labels[name], None, errors[name])
+            if name in errors
+            else ClusterView(name, labels[name], replace(capacities[name], held_outside=held_by(outside.get(name, []))))
+            for name in sorted(labels)
+        }
 
     def _preempt(self, ask: Preemption, runs: dict[str, QueuedRun], waits: dict[str, tuple[str, str]]) -> None:
         """The policy said a run cannot start otherwise (a lower-priority run of its project, a run borrowing

@@ -174,7 +174,8 @@ def _matches(placement: Placement, view: ClusterView) -> bool:
 def _free(view: ClusterView, holding: list[Holding]) -> dict[str, float]:
     if view.capacity is None:
         return dict.fromkeys(RESOURCES, 0.0)
-    free = {r: view.capacity.total.get(r, 0.0) for r in RESOURCES}
+    usable = view.capacity.usable()
+    free = {r: usable.get(r, 0.0) for r in RESOURCES}
     for h in holding:
         for r in RESOURCES:
             free[r] -= h.request.get(r, 0.0)

@@ -241,15 +241,21 @@ class _State:
     """What the plan has handed out so far this tick."""
 
     def __init__(self, capacity: ClusterCapacity, holding: Sequence[Holding], shares: Mapping[str, float]):
-        self.capacity = dict(capacity.total)
-        reserved = dict.fromkeys(RESOURCES, 0.0)
+        self.capacity = dict(capacity.total)  # shares are measured against the whole cluster
+        self.outside = dict(capacity.held_outside)  # Ray jobs the control plane did not submit
+        reserved = dict(self.outside)
         for h in holding:
             for r in RESOURCES:
-                reserved[r] += h.request.get(r, 0.0)
-        self.free = {r: max(0.0, self.capacity.get(r, 0.0) - reserved[r]) for r in RESOURCES}
+                reserved[r] = reserved.get(r, 0.0) + h.request.get(r, 0.0)
+        self.free = {r: max(0.0, self.capacity.get(r, 0.0) - reserved.get(r, 0.0)) for r in RESOURCES}
         self.held_back = dict.fromkeys(RESOURCES, 0.0)  # a starved run's reservation
         self.used, self.running = in_use(holding)
         self.shares = dict(shares)
+
+    def outside_note(self) -> str:
+        """Said to a waiting run when Ray jobs the scheduler did not start hold part of the cluster."""
+        held = ", ".join(f"{_fmt(amount)} {r}" for r, amount in sorted(self.outside.items()) if amount > _EPS)
+        return f" ({held} held by Ray jobs the control plane did not submit)" if held else ""
 
     def available(self) -> dict[str, float]:
         return {r: max(0.0, self.free[r] - self.held_back[r]) for r in RESOURCES}
@@ -326,7 +332,7 @@ def plan_tick(
             plan.admit.append((run.key, False))
             state.take(run)
             return True
-        plan.waits[run.key] = (INSUFFICIENT, f"waiting for resources: {missing}")
+        plan.waits[run.key] = (INSUFFICIENT, f"waiting for resources: {missing}{state.outside_note()}")
         return False
 
     # 2. The starvation guard: the longest waiting first; the first that cannot start holds a reservation.

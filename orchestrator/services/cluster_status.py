@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy.orm import Session
 
-from orchestrator.admission import free_of, reserved_by
-from orchestrator.backend import BackendUnavailable
+from orchestrator.admission import ClusterCapacity, free_of, reserved_by
+from orchestrator.backend import BackendUnavailable, RayJob
 from orchestrator.backend.registry import ClusterBackends
 from orchestrator.repositories import clusters as clusters_repo
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.scheduling.quotas import serving_holdings
 from orchestrator.services.bad_nodes import bad_nodes
+from orchestrator.services.foreign_jobs import foreign_jobs, held_by
 from orchestrator.services.runs import active_runs
 from orchestrator.settings import Settings
-from orchestrator_contract.rest import BadNodeOut, ClusterHealthOut, ClusterStatus, NodeFaultOut, QueuedJobOut
+from orchestrator_contract.rest import (
+    BadNodeOut,
+    ClusterHealthOut,
+    ClusterStatus,
+    ForeignJobOut,
+    NodeFaultOut,
+    QueuedJobOut,
+)
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +37,9 @@ def cluster_status(
     """Ray's total and what is free for new runs (the total less what active jobs, sweeps and deployments hold:
     the same arithmetic as the scheduler's), with the job counts and the queue of ``project_scope`` (None: all),
     and the bad nodes kept out of placement (``services.bad_nodes``). The top-level resources are the default
-    cluster's; ``clusters`` lists every cluster the scope may use (docs/clusters.md).
-    A cluster that does not answer is ``ray="unavailable"`` with empty resources, never an error."""
+    cluster's; ``clusters`` lists every cluster the scope may use (docs/clusters.md), each with what Ray jobs the
+    control plane did not submit hold there (the jobs themselves listed only to a cluster admin: ``project_scope``
+    None). A cluster that does not answer is ``ray="unavailable"`` with empty resources, never an error."""
     held = held_by_cluster(session, backends.default_name)
     if project_scope is None:
         visible = [(e.name, e.labels) for e in backends.refresh(session)]
@@ -37,12 +47,17 @@ def cluster_status(
         visible = [(c.name, dict(c.labels or {})) for c in clusters_repo.usable_clusters(session, project_scope)]
     if backends.default_name not in {name for name, _ in visible} and project_scope is None:
         visible.insert(0, (backends.default_name, {}))
-    clusters = [
-        _health(name, labels, backends, held.get(name, ([], 0)), backends.default_name) for name, labels in visible
-    ]
-    default = next((c for c in clusters if c.is_default), None) or _health(
-        backends.default_name, {}, backends, held.get(backends.default_name, ([], 0)), backends.default_name
-    )
+    default_name = backends.default_name
+    observed = {name: _observe(name, backends) for name in {name for name, _ in visible} | {default_name}}
+    foreign = foreign_jobs(session, {name: seen.live for name, seen in observed.items() if seen.live}, default_name)
+
+    def health(name: str, labels: dict, list_foreign: bool) -> ClusterHealthOut:
+        return _health(
+            name, labels, observed[name], foreign.get(name, []), held.get(name, ([], 0)), default_name, list_foreign
+        )
+
+    clusters = [health(name, labels, list_foreign=project_scope is None) for name, labels in visible]
+    default = next((c for c in clusters if c.is_default), None) or health(default_name, {}, list_foreign=False)
     return ClusterStatus(
         ray=default.ray,
         total=default.total,
@@ -67,28 +82,62 @@ def held_by_cluster(session: Session, default: str) -> dict[str, tuple[list[dict
     return held
 
 
-def _health(
-    name: str, labels: dict, backends: ClusterBackends, held: tuple[list[dict[str, float]], int], default: str
-) -> ClusterHealthOut:
-    demands, running = held
+@dataclass(frozen=True)
+class _Observed:
+    """One cluster as its Ray answered just now: None when it did not."""
+
+    capacity: ClusterCapacity | None
+    nodes: int = 0
+    live: list[RayJob] = field(default_factory=list)
+
+
+def _observe(name: str, backends: ClusterBackends) -> _Observed:
     try:
         backend = backends.get(name)
-        capacity = backend.capacity()
-        nodes = len(backend.nodes())
+        capacity, nodes = backend.capacity(), len(backend.nodes())
     except BackendUnavailable as exc:
         log.warning("cluster status: cluster %s does not answer: %s", name, exc)  # hosts stay in the log
-        ray, nodes, total, available = "unavailable", 0, {}, {}
+        return _Observed(None)
+    try:
+        live = backend.live_jobs()
+    except BackendUnavailable as exc:
+        log.warning("cluster status: could not list the Ray jobs of cluster %s: %s", name, exc)
+        live = []
+    return _Observed(capacity, nodes, live)
+
+
+def _health(
+    name: str,
+    labels: dict,
+    observed: _Observed,
+    foreign: list[RayJob],
+    held: tuple[list[dict[str, float]], int],
+    default: str,
+    list_foreign: bool,
+) -> ClusterHealthOut:
+    demands, running = held
+    outside = {r: amount for r, amount in held_by(foreign).items() if amount}
+    if observed.capacity is None:
+        ray, total, available = "unavailable", {}, {}
     else:
+        capacity = replace(observed.capacity, held_outside=outside)
         ray, total, available = "ok", dict(capacity.total), free_of(capacity, reserved_by(demands))
     return ClusterHealthOut(
         name=name,
         is_default=name == default,
         labels={str(k): str(v) for k, v in labels.items()},
         ray=ray,
-        nodes=nodes,
+        nodes=observed.nodes,
         total=total,
         available=available,
         running=running,
+        held_outside=outside,
+        foreign=[
+            ForeignJobOut(id=job.name, kind=job.kind, status=job.status, entrypoint=job.entrypoint, holds=job.holds)
+            for job in foreign
+        ]
+        if list_foreign
+        else [],
     )
 
 

@@ -1,7 +1,8 @@
 """Two real Ray clusters behind the session's service (docs/clusters.md): the session's cluster is the default one
 ("local"), and a second 1-CPU cluster "b" with a token of its own is registered through the API. A project bound to
 b runs there and never on the default cluster; naming the default cluster is a 422; b's Ray refuses the default
-cluster's token; labels, and a project's cap on the default cluster, place runs on b; with b down, a run for b
+cluster's token; labels, and a project's cap on the default cluster, place runs on b; a Ray job submitted to b
+directly is listed as foreign and its CPU is not admitted twice; with b down, a run for b
 waits (cluster_unavailable) and runs once b is back, while the default cluster goes on. The module deregisters b
 when it ends."""
 
@@ -110,6 +111,39 @@ def test_labels_and_a_cap_on_the_default_cluster_place_runs_on_b(on_b, admin, ra
         job_id = response.json()["id"]
         assert both.wait(job_id, {"SUCCEEDED"}, timeout_s=240)["cluster"] == "b"
         assert f"{job_id}-1" in ray_jobs(cluster_b) and f"{job_id}-1" not in ray_jobs(ray_cluster)
+
+
+def test_a_ray_job_submitted_to_b_directly_is_listed_and_its_cpu_is_not_admitted_twice(on_b, admin, cluster_b):
+    """Someone with b's token submits to b's Ray directly (a 1-CPU driver; b has 1 CPU): GET /v1/cluster lists it as
+    foreign on b to an admin, with the CPU it holds, and a run for b waits for that CPU until the job ends."""
+    _, member_b = on_b
+    ray = RayBackend(cluster_b.dashboard_url, cluster_b.token())
+    ray.client.submit_job(entrypoint="sleep 600", submission_id="someones-notebook", entrypoint_num_cpus=1)
+    try:
+        deadline = time.monotonic() + 60
+        while not (b := cluster_named(admin, "b"))["foreign"] or not b["held_outside"]:
+            assert time.monotonic() < deadline, b
+            time.sleep(0.5)
+        assert [(f["id"], f["kind"], f["holds"]) for f in b["foreign"]] == [
+            ("someones-notebook", "submission", {"CPU": 1.0})
+        ]
+        assert b["available"]["CPU"] == 0.0
+        assert cluster_named(member_b, "b")["foreign"] == []  # a member sees the sum only
+        job_id = member_b.submit(name="after-the-notebook", epochs=1, scaling=ONE_CPU).json()["id"]
+        deadline = time.monotonic() + 60
+        while (job := member_b.job(job_id))["reason"] != "insufficient_resources":
+            assert job["state"] == "QUEUED" and time.monotonic() < deadline, job
+            time.sleep(0.5)
+        assert "1 CPU held by Ray jobs the control plane did not submit" in job["message"], job["message"]
+    finally:
+        ray.stop("someones-notebook")
+    assert member_b.wait(job_id, {"SUCCEEDED"}, timeout_s=240)["cluster"] == "b"
+
+
+def cluster_named(api: Api, name: str) -> dict:
+    response = api.http.get("/v1/cluster")
+    response.raise_for_status()
+    return next(c for c in response.json()["clusters"] if c["name"] == name)
 
 
 def test_with_b_down_its_run_waits_and_runs_once_b_is_back(on_b, cluster_b, member):

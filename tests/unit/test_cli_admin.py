@@ -60,6 +60,18 @@ def test_project_quota(live):
     assert shown["quota"]["max_gpus"] == 8.0 and shown["quota"]["borrowing"] is False
     bad = orch(live, "projects", "quota", "vision", "--weight", "0")
     assert bad.exit_code == 2 and "weight" in bad.output
+    capped = orch(
+        live, "projects", "quota", "vision", "--per-cluster", "local:max_cpus=2,max_running_jobs=1", "-o", "json"
+    )
+    assert capped.exit_code == 0, capped.output
+    assert json.loads(capped.stdout)["per_cluster"] == {
+        "local": {"max_cpus": 2.0, "max_gpus": None, "max_running_jobs": 1}
+    }
+    for wrong in ("local", "local:max_cpus", "local:cpus=2", "local:max_cpus=two", ":max_cpus=2"):
+        refused = orch(live, "projects", "quota", "vision", "--per-cluster", wrong)
+        assert refused.exit_code == 2 and "CLUSTER:LIMIT=N" in refused.output, (wrong, refused.output)
+    unknown = orch(live, "projects", "quota", "vision", "--per-cluster", "nowhere:max_cpus=1")
+    assert unknown.exit_code != 0 and "nowhere" in unknown.output, unknown.output
 
 
 def test_code_upload_list_get(live, tmp_path):

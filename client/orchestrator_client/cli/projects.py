@@ -73,9 +73,19 @@ def quota(
     max_queued: Annotated[int | None, typer.Option(help="Jobs and sweeps queued; past it a submit is a 429.")] = None,
     weight: Annotated[float, typer.Option(help="Its weight in fair share between projects.")] = 1.0,
     borrowing: Annotated[bool, typer.Option(help="May use idle capacity beyond its CPU/GPU quota.")] = True,
+    per_cluster: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--per-cluster",
+            help="A cap on one cluster, on top of the quota: CLUSTER:LIMIT=N[,LIMIT=N] with max_cpus, max_gpus or "
+            "max_running_jobs (e.g. gpu-a:max_gpus=8,max_running_jobs=2); repeat it for more clusters.",
+            show_default=False,
+        ),
+    ] = None,
     fmt: OutputOption = output.Format.table,
 ) -> None:
     """Replace a project's quota (cluster-wide admins); a limit left out is no limit (docs/scheduling.md)."""
+    caps = dict(_cluster_cap(text) for text in per_cluster or [])
     found = resolve(ctx, project)
     updated = client(ctx).projects.set_quota(
         found.id,
@@ -85,8 +95,35 @@ def quota(
         max_queued=max_queued,
         weight=weight,
         borrowing=borrowing,
+        per_cluster=caps,
     )
     output.emit(updated.quota, fmt, output.detail)
+
+
+CAP_LIMITS = ("max_cpus", "max_gpus", "max_running_jobs")
+
+
+def _cluster_cap(text: str) -> tuple[str, dict[str, float]]:
+    """``gpu-a:max_gpus=8,max_running_jobs=2`` as ("gpu-a", {"max_gpus": 8, "max_running_jobs": 2}); the server
+    checks the cluster's name and the values."""
+    cluster, colon, limits = text.partition(":")
+    cap: dict[str, float] = {}
+    for item in limits.split(",") if colon else []:
+        name, equals, value = (part.strip() for part in item.partition("="))
+        try:
+            cap[name] = int(value) if name == "max_running_jobs" else float(value)
+        except ValueError:
+            equals = ""
+        if not equals or name not in CAP_LIMITS:
+            break
+    else:
+        if cluster.strip() and cap:
+            return cluster.strip(), cap
+    raise typer.BadParameter(
+        f"{text!r}: write CLUSTER:LIMIT=N[,LIMIT=N], each LIMIT one of {', '.join(CAP_LIMITS)} "
+        "(e.g. gpu-a:max_gpus=8,max_running_jobs=2)",
+        param_hint="--per-cluster",
+    )
 
 
 def resolve(ctx: typer.Context, ref: str) -> Any:

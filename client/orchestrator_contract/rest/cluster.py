@@ -60,6 +60,17 @@ class BadNodeOut(BaseModel):
     )
 
 
+class ForeignJobOut(BaseModel):
+    """A live Ray job on a cluster that the control plane did not submit (docs/clusters.md): someone used the
+    cluster's Ray directly. What it holds is kept out of what the scheduler hands out."""
+
+    id: str = Field(description="Ray's submission id; a driver that connected itself: `driver:<Ray job id>`.")
+    kind: Literal["submission", "driver"] = Field(description="Submitted through Ray's Jobs API, or a driver.")
+    status: str = Field(description="Ray's status: PENDING or RUNNING.")
+    entrypoint: str = Field(description="Its command, as Ray lists it (the first 200 characters).")
+    holds: dict[str, float] = Field(description="The CPUs and GPUs it holds now, e.g. {'CPU': 1}.")
+
+
 class ClusterHealthOut(BaseModel):
     """One Ray cluster the caller's runs may use (docs/clusters.md), as ``GET /v1/cluster`` lists them."""
 
@@ -70,9 +81,19 @@ class ClusterHealthOut(BaseModel):
     nodes: int = Field(description="Its alive nodes (0 when it does not answer).")
     total: dict[str, float] = Field(description="What its alive nodes hold.")
     available: dict[str, float] = Field(
-        description="What is left on it for new runs: the total less what the runs and deployments on it hold."
+        description="What is left on it for new runs: the total less what the runs and deployments on it hold, "
+        "and what Ray jobs the control plane did not submit hold (`held_outside`)."
     )
     running: int = Field(description="Jobs and sweeps admitted on it and not yet ended (all projects').")
+    held_outside: dict[str, float] = Field(
+        default_factory=dict,
+        description="What Ray jobs the control plane did not submit hold on it now (empty: none).",
+    )
+    foreign: list[ForeignJobOut] = Field(
+        default_factory=list,
+        description="Those jobs, each with what it holds; listed to cluster-wide admins only (others see the sum "
+        "in `held_outside`).",
+    )
 
 
 class ClusterStatus(BaseModel):
