@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from threading import Lock
+from typing import Generic, TypeVar
 
 import httpx
 from ray.job_submission import JobSubmissionClient
@@ -46,6 +47,7 @@ from orchestrator.backend.ray_jobs import live_ray_jobs
 log = logging.getLogger(__name__)
 
 _CAPACITY_TTL_S = 5.0
+T = TypeVar("T")
 
 # Ray's log tail (a websocket, relayed by the head from the driver node's agent) sends a log file in batches of
 # up to 10 lines or past 20,000 characters, read as fast as they come until the end of the file
@@ -65,14 +67,31 @@ def _said(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+class _Cached(Generic[T]):
+    """Ray's last answer to one question, reused for ``ttl_s`` (an error is never kept)."""
+
+    def __init__(self, ttl_s: float):
+        self.ttl_s = ttl_s
+        self._answer: tuple[float, T] | None = None
+
+    def get(self, ask: Callable[[], T], fresh: bool = False) -> T:
+        answer = self._answer
+        if answer is not None and not fresh and time.monotonic() - answer[0] < self.ttl_s:
+            return answer[1]
+        value = ask()
+        self._answer = (time.monotonic(), value)
+        return value
+
+
 class RayBackend:
     def __init__(self, dashboard_url: str, token: str | None = None):
         self.dashboard_url = dashboard_url
         self.headers = auth_headers(token)
         self._client: JobSubmissionClient | None = None
-        self._capacity: tuple[float, ClusterCapacity] | None = None
-        self._nodes: tuple[float, list[ClusterNode]] | None = None
-        self._jobs: tuple[float, list[RayJob]] | None = None
+        # Asked every tick by the scheduler, the status route and the dashboard: Ray's answer is reused a while.
+        self._capacity: _Cached[ClusterCapacity] = _Cached(_CAPACITY_TTL_S)
+        self._nodes: _Cached[list[ClusterNode]] = _Cached(_CAPACITY_TTL_S)
+        self._jobs: _Cached[list[RayJob]] = _Cached(_CAPACITY_TTL_S)
         self._lock = Lock()
 
     @property
@@ -87,9 +106,9 @@ class RayBackend:
             return self._client
 
     def capacity(self, fresh: bool = False) -> ClusterCapacity:
-        cached = self._capacity
-        if cached and not fresh and time.monotonic() - cached[0] < _CAPACITY_TTL_S:
-            return cached[1]
+        return self._capacity.get(self._read_capacity, fresh)
+
+    def _read_capacity(self) -> ClusterCapacity:
         try:
             nodes = alive_nodes(self.dashboard_url, self.headers)
         except (httpx.HTTPError, KeyError, ValueError) as exc:
@@ -103,19 +122,17 @@ class RayBackend:
                 amount = float((node.get("resources_total") or {}).get(resource, 0.0))
                 total[resource] += amount
                 largest[resource] = max(largest[resource], amount)
-        capacity = ClusterCapacity(total=total, largest_node=largest)
-        self._capacity = (time.monotonic(), capacity)
-        return capacity
+        return ClusterCapacity(total=total, largest_node=largest)
 
     def nodes(self) -> list[ClusterNode]:
-        cached = self._nodes
-        if cached and time.monotonic() - cached[0] < _CAPACITY_TTL_S:
-            return cached[1]
+        return self._nodes.get(self._read_nodes)
+
+    def _read_nodes(self) -> list[ClusterNode]:
         try:
             found = alive_nodes(self.dashboard_url, self.headers)
         except (httpx.HTTPError, KeyError, ValueError) as exc:
             raise BackendUnavailable(f"listing Ray nodes at {self.dashboard_url}: {exc}") from exc
-        nodes = [
+        return [
             ClusterNode(
                 node_id=str(node.get("node_id", "")),
                 address=str(node.get("node_ip", "")),
@@ -124,13 +141,11 @@ class RayBackend:
             )
             for node in found
         ]
-        self._nodes = (time.monotonic(), nodes)
-        return nodes
 
     def live_jobs(self) -> list[RayJob]:
-        cached = self._jobs
-        if cached and time.monotonic() - cached[0] < _CAPACITY_TTL_S:
-            return cached[1]
+        return self._jobs.get(self._read_live_jobs)
+
+    def _read_live_jobs(self) -> list[RayJob]:
         try:
             jobs = list_jobs(self.dashboard_url, self.headers)
             # Nothing is live (the common case between runs): no need to ask what anything holds.
@@ -142,11 +157,9 @@ class RayBackend:
                 tasks = state_list(self.dashboard_url, self.headers, "tasks", {"state": "RUNNING"}, detail=True)
             else:
                 actors = groups = tasks = []
-            found = live_ray_jobs(jobs, actors, groups, tasks)
+            return live_ray_jobs(jobs, actors, groups, tasks)
         except (httpx.HTTPError, KeyError, ValueError, TypeError) as exc:
             raise BackendUnavailable(f"listing Ray jobs at {self.dashboard_url}: {_said(exc)}") from exc
-        self._jobs = (time.monotonic(), found)
-        return found
 
     def worker_nodes(self, submission_id: str) -> set[str]:
         try:
