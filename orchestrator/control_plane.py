@@ -33,7 +33,7 @@ from orchestrator.repositories import projects as projects_repo
 from orchestrator.services.logs import LogFollows
 from orchestrator.services.runs import revoke_driver_tokens
 from orchestrator.settings import Settings
-from orchestrator.storage import CheckpointStorage
+from orchestrator.storage import CheckpointStorage, RunStorages
 from orchestrator.use_cases.clusters import register_from_settings
 
 log = logging.getLogger(__name__)
@@ -63,10 +63,14 @@ class ControlPlane:
             install_fencing(self.sessions)
         self._adopted_token: int | None = None  # the term in which the reconciler last ticked first
         # Checkpoint retention and the orphan sweeper (also run by the events endpoint after a checkpoint).
-        storage = CheckpointStorage(settings.storage_path)
-        self.checkpoints = CheckpointJanitor(self.sessions, storage, settings)
-        self.log_archive = LogArchive(storage)
+        # Each run's folder is on its cluster's storage_root, else on the service's own storage (docs/clusters.md).
+        self.storages = RunStorages(CheckpointStorage(settings.storage_path), self._storage_root)
+        self.checkpoints = CheckpointJanitor(self.sessions, self.storages, settings)
+        self.log_archive = LogArchive(self.storages)
         self.code_storage = CodeStorage(settings.storage_path)  # users' code packages, <storage>/code/
+
+    def _storage_root(self, cluster: str) -> str | None:
+        return self.backends.storage_root(cluster) if self.backends is not None else None
 
     @property
     def backend(self) -> ClusterBackend:

@@ -18,6 +18,7 @@ import logging
 import os
 import posixpath
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow.fs
@@ -183,3 +184,32 @@ class CheckpointStorage(StorageRoot):
         except OSError as exc:
             if self.exists(path):
                 raise StorageError(f"cannot delete {path}: {exc}") from exc
+
+
+class RunStorages:
+    """Where each cluster's runs keep their folders (checkpoints, archived logs): the cluster's registered
+    ``storage_root`` (docs/clusters.md), else the service's own storage (``ORCHESTRATOR_STORAGE``). A run's folder
+    is on its own cluster's storage, so a team's dedicated cluster with a root of its own never mounts another
+    team's checkpoints. One CheckpointStorage per root, opened on first use."""
+
+    def __init__(self, default: CheckpointStorage, root_of: Callable[[str], str | None] = lambda cluster: None):
+        self.default = default
+        self._root_of = root_of  # a cluster's name -> its storage_root (None: the service's own)
+        self._opened: dict[str, CheckpointStorage] = {}
+        self._lock = threading.Lock()
+
+    def of(self, cluster: str | None) -> CheckpointStorage:
+        """The storage of a run placed on ``cluster`` (None: not placed yet, or placed before clusters existed:
+        the default cluster's)."""
+        path = storage_path_of(self._root_of(cluster) if cluster else None, self.default.storage_path)
+        if path == self.default.storage_path:
+            return self.default
+        with self._lock:
+            if path not in self._opened:
+                self._opened[path] = CheckpointStorage(path)
+            return self._opened[path]
+
+
+def storage_path_of(storage_root: str | None, service_storage: str) -> str:
+    """Where a cluster's runs keep their folders: its ``storage_root``, else the service's own storage."""
+    return (storage_root or service_storage).rstrip("/")

@@ -75,6 +75,7 @@ class ClusterEntry:
     token_ref: str | None
     labels: dict = field(default_factory=dict)
     is_default: bool = False
+    storage_root: str | None = None  # where its runs' folders are (None: the service's own storage)
 
 
 class ClusterBackends:
@@ -112,7 +113,10 @@ class ClusterBackends:
 
         def read(s: Session) -> list[ClusterEntry]:
             rows = s.scalars(select(Cluster).order_by(Cluster.name))
-            return [ClusterEntry(r.name, r.address, r.token_ref, dict(r.labels or {}), r.is_default) for r in rows]
+            return [
+                ClusterEntry(r.name, r.address, r.token_ref, dict(r.labels or {}), r.is_default, r.storage_root)
+                for r in rows
+            ]
 
         if session is not None:
             entries = read(session)
@@ -135,6 +139,14 @@ class ClusterBackends:
     def entries(self) -> list[ClusterEntry]:
         with self._lock:
             return list(self._entries.values())
+
+    def storage_root(self, name: str) -> str | None:
+        """The registered ``storage_root`` of the cluster ``name`` (None: none, or no such cluster)."""
+        with self._lock:
+            entry = self._entries.get(name)
+        if entry is None:
+            entry = {e.name: e for e in self.refresh()}.get(name)
+        return entry.storage_root if entry is not None else None
 
     def get(self, name: str | None) -> ClusterBackend:
         """The backend of the cluster named ``name`` (None: the default cluster). Raises BackendUnavailable when no

@@ -169,6 +169,8 @@ class Job(Base):
     # The Ray cluster it runs on, by name (docs/clusters.md): placed at admission (a deployment at creation) and
     # kept; None: the default cluster (rows from before clusters).
     cluster: Mapped[str | None] = mapped_column(String(64), default=None)
+    # QUEUED: the cluster the scheduler last planned it on, which it waits for (None: none it may use yet).
+    waiting_on: Mapped[str | None] = mapped_column(String(64), default=None)
     name: Mapped[str] = mapped_column(String(128), default="")
     workload: Mapped[str] = mapped_column(String(256))
     spec: Mapped[dict[str, Any]]  # the full submitted spec, defaults filled in
@@ -440,6 +442,8 @@ class Sweep(Base):
     # The Ray cluster it runs on, by name (docs/clusters.md): placed at admission (a deployment at creation) and
     # kept; None: the default cluster (rows from before clusters).
     cluster: Mapped[str | None] = mapped_column(String(64), default=None)
+    # QUEUED: the cluster the scheduler last planned it on, which it waits for (None: none it may use yet).
+    waiting_on: Mapped[str | None] = mapped_column(String(64), default=None)
     name: Mapped[str] = mapped_column(String(128), default="")
     workload: Mapped[str] = mapped_column(String(256))
     spec: Mapped[dict[str, Any]]  # orchestrator_contract.sweeps.SweepSpec, defaults filled in, base strategy resolved

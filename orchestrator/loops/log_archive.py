@@ -1,7 +1,7 @@
 """Durable job logs: each attempt's driver output (Ray forwards every worker's output into it) is copied
 into the run's storage while it runs, so it outlives the Ray cluster, whose job store dies with it.
 
-    <storage>/<job id>/logs/attempt-<N>.log
+    <storage>/<job id>/logs/attempt-<N>.log      (<storage>: the run's cluster's, orchestrator.storage.RunStorages)
 
 A background loop copies the output of every attempt of each active job, and of jobs that ended
 lately, when it has grown; an attempt that Ray reports finished and that is fully copied is not read
@@ -23,7 +23,7 @@ from orchestrator.backend.registry import ClusterBackends, backends_of
 from orchestrator.db.models import Job, Sweep, utcnow
 from orchestrator.services.log_lines import strip_ansi
 from orchestrator.states.jobs import ACTIVE
-from orchestrator.storage import CheckpointStorage
+from orchestrator.storage import CheckpointStorage, RunStorages
 
 log = logging.getLogger(__name__)
 
@@ -32,39 +32,43 @@ ENDED_RECENTLY = timedelta(minutes=5)
 
 
 class LogArchive:
-    def __init__(self, storage: CheckpointStorage):
-        self.storage = storage
+    """Each run's archived logs, in its run folder on its cluster's storage (``cluster`` None: the default
+    cluster's, as for a run placed before clusters existed)."""
 
-    def path(self, job_id: str, attempt: int) -> str:
-        return f"{self.storage.run_dir(job_id)}/logs/attempt-{attempt:04d}.log"
+    def __init__(self, storages: RunStorages | CheckpointStorage):
+        self.storages = storages if isinstance(storages, RunStorages) else RunStorages(storages)
 
-    def write(self, job_id: str, attempt: int, text: str) -> None:
-        path = self.path(job_id, attempt)
-        self.storage.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    def path(self, job_id: str, attempt: int, cluster: str | None = None) -> str:
+        return f"{self.storages.of(cluster).run_dir(job_id)}/logs/attempt-{attempt:04d}.log"
+
+    def write(self, job_id: str, attempt: int, text: str, cluster: str | None = None) -> None:
+        fs, path = self.storages.of(cluster).fs, self.path(job_id, attempt, cluster)
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
         temporary = f"{path}.partial"
-        with self.storage.fs.open_output_stream(temporary) as out:
+        with fs.open_output_stream(temporary) as out:
             out.write(text.encode())
-        self.storage.fs.move(temporary, path)  # readers see the old copy or the new one, never half
+        fs.move(temporary, path)  # readers see the old copy or the new one, never half
 
-    def read(self, job_id: str, attempt: int) -> str | None:
+    def read(self, job_id: str, attempt: int, cluster: str | None = None) -> str | None:
         try:
-            with self.storage.fs.open_input_stream(self.path(job_id, attempt)) as stream:
+            with self.storages.of(cluster).fs.open_input_stream(self.path(job_id, attempt, cluster)) as stream:
                 return stream.read().decode(errors="replace")
         except FileNotFoundError:
             return None
 
-    def read_from(self, job_id: str, attempt: int, offset: int) -> bytes | None:
+    def read_from(self, job_id: str, attempt: int, offset: int, cluster: str | None = None) -> bytes | None:
         """The copy's bytes from ``offset`` on (a follow reads only what it has not read); None: no copy."""
         try:
-            with self.storage.fs.open_input_file(self.path(job_id, attempt)) as source:
+            with self.storages.of(cluster).fs.open_input_file(self.path(job_id, attempt, cluster)) as source:
                 size = source.size()
                 return source.read_at(size - offset, offset) if size > offset else b""
         except FileNotFoundError:
             return None
 
-    def attempts(self, job_id: str) -> list[int]:
-        selector = pyarrow.fs.FileSelector(f"{self.storage.run_dir(job_id)}/logs", allow_not_found=True)
-        names = [info.base_name for info in self.storage.fs.get_file_info(selector)]
+    def attempts(self, job_id: str, cluster: str | None = None) -> list[int]:
+        storage = self.storages.of(cluster)
+        selector = pyarrow.fs.FileSelector(f"{storage.run_dir(job_id)}/logs", allow_not_found=True)
+        names = [info.base_name for info in storage.fs.get_file_info(selector)]
         return sorted(int(name[8:12]) for name in names if name.startswith("attempt-") and name.endswith(".log"))
 
 
@@ -117,7 +121,9 @@ class LogArchiver:
                 self._final.add(submission_id)
             return
         if len(text) != self._copied.get(submission_id):
-            self.archive.write(job_id, attempt, strip_ansi(text))  # stored plain; Ray's chatter kept (see log_lines)
+            self.archive.write(
+                job_id, attempt, strip_ansi(text), cluster
+            )  # stored plain; Ray's chatter kept (see log_lines)
             self._copied[submission_id] = len(text)
         if finished:
             self._final.add(submission_id)

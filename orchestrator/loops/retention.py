@@ -54,7 +54,7 @@ from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.settings import Settings
 from orchestrator.states.jobs import TERMINAL
-from orchestrator.storage import CheckpointStorage, StorageError
+from orchestrator.storage import CheckpointStorage, RunStorages, StorageError
 from orchestrator_contract.jobs import CheckpointSpec
 
 log = logging.getLogger(__name__)
@@ -110,9 +110,10 @@ def _ended_with_points(cutoff: datetime):
 
 
 class CheckpointJanitor:
-    def __init__(self, sessions: sessionmaker[Session], storage: CheckpointStorage, settings: Settings):
+    def __init__(self, sessions: sessionmaker[Session], storages: RunStorages | CheckpointStorage, settings: Settings):
         self.sessions = sessions
-        self.storage = storage
+        # Each job's folder is on its cluster's storage (orchestrator.storage.RunStorages).
+        self.storages = storages if isinstance(storages, RunStorages) else RunStorages(storages)
         self.settings = settings
         self._swept_everything = False
         self._warned: set[str] = set()
@@ -124,7 +125,7 @@ class CheckpointJanitor:
         # sweeper from taking a folder retention is deleting for one that vanished on its own.
         self._busy = threading.RLock()
         # Sweep trials' checkpoints: the same rule, their own records.
-        self.trials = TrialCheckpointJanitor(sessions, storage)
+        self.trials = TrialCheckpointJanitor(sessions, self.storages)
         self.history = HistoryRetention(sessions, settings)
 
     # --- the background loop ------------------------------------------------------------------------
@@ -135,13 +136,22 @@ class CheckpointJanitor:
         checkpoints live deployments stopped referencing since the last tick; and history retention (the
         database only: it runs while storage is away too)."""
         self.history.tick()
-        if not self.storage.available():
-            return
+        # A storage that isn't there (an unmounted volume) is left alone: a missing folder proves nothing then.
+        available: dict[str, bool] = {}
+
+        def reachable(cluster: str | None) -> bool:
+            storage = self.storages.of(cluster)
+            if storage.storage_path not in available:
+                available[storage.storage_path] = storage.available()
+            return available[storage.storage_path]
+
         since = None if not self._swept_everything else utcnow() - RECHECK_FINISHED
         with self.sessions() as session:
             jobs = jobs_repo.jobs_for_checkpoint_upkeep(session, since)
-            jobs += self._released_jobs(session, {job_id for job_id, _ in jobs})
-        for job_id, state in jobs:
+            jobs += self._released_jobs(session, {job_id for job_id, _, _ in jobs})
+        for job_id, state, cluster in jobs:
+            if not reachable(cluster):
+                continue
             try:
                 self.enforce_retention(job_id)
                 self.sweep(job_id, finished=state in TERMINAL)
@@ -150,15 +160,17 @@ class CheckpointJanitor:
                 log.warning("checkpoint upkeep of job %s: %s; trying again later", job_id, exc)
         with self.sessions() as session:
             sweeps = sweeps_repo.sweeps_for_checkpoint_upkeep(session, since)
-        for sweep_id, state in sweeps:
+        for sweep_id, state, cluster in sweeps:
+            if not reachable(cluster):
+                continue
             try:
                 self.trials.upkeep(sweep_id, finished=state in TERMINAL)
             except StorageError as exc:
                 log.warning("checkpoint upkeep of sweep %s: %s; trying again later", sweep_id, exc)
         self._swept_everything = True
 
-    def _released_jobs(self, session: Session, listed: set[str]) -> list[tuple[str, JobState]]:
-        """``(id, state)`` of the jobs not in ``listed`` whose checkpoints live deployments referenced
+    def _released_jobs(self, session: Session, listed: set[str]) -> list[tuple[str, JobState, str | None]]:
+        """``(id, state, cluster)`` of the jobs not in ``listed`` whose checkpoints live deployments referenced
         and no longer do (a deployment was deleted): what retention kept for it may go now, however long
         ago the job ended."""
         served = deployments_repo.referenced_checkpoint_jobs(session)
@@ -172,7 +184,7 @@ class CheckpointJanitor:
             if job is None:
                 self._released.discard(job_id)
             else:
-                released.append((job.id, job.state))
+                released.append((job.id, job.state, job.cluster))
         return released
 
     def after_recording(self, job_id: str) -> None:
@@ -197,27 +209,28 @@ class CheckpointJanitor:
             if job is None:
                 return []
             policy = CheckpointSpec.model_validate(job.spec.get("checkpoint", {}))
+            storage = self.storages.of(job.cluster)
             recorded = _recorded(session, job_id)
             served = deployments_repo.referenced_checkpoint_paths(session)
         kept = select_kept(recorded, policy.keep, policy.keep_best)
         # What a live deployment references stays, whatever the policy says (see the module doc).
-        served_names = self._served_names(job_id, served)
+        served_names = self._served_names(storage, job_id, served)
         for c in recorded:
-            if c.id not in kept and (c.path in served or self.storage.checkpoint_name(job_id, c.path) in served_names):
+            if c.id not in kept and (c.path in served or storage.checkpoint_name(job_id, c.path) in served_names):
                 kept.add(c.id)
                 log.debug("job %s: checkpoint %s outlives retention: a live deployment references it", job_id, c.path)
-        deleted = [c for c in recorded if c.id not in kept and self._delete_folder(job_id, c.path)]
+        deleted = [c for c in recorded if c.id not in kept and self._delete_folder(storage, job_id, c.path)]
         if deleted:
             with self.sessions.begin() as session:
                 jobs_repo.delete_checkpoints(session, job_id, [c.id for c in deleted])
             log.info("job %s: retention deleted checkpoint(s) %s", job_id, ", ".join(c.path for c in deleted))
         return [c.path for c in deleted]
 
-    def _delete_folder(self, job_id: str, path: str) -> bool:
+    def _delete_folder(self, storage: CheckpointStorage, job_id: str, path: str) -> bool:
         """Delete a recorded checkpoint's folder; True when it is gone (or was never there)."""
-        if self.storage.checkpoint_name(job_id, path) is not None:
+        if storage.checkpoint_name(job_id, path) is not None:
             try:
-                self.storage.delete_checkpoint(job_id, path)
+                storage.delete_checkpoint(job_id, path)
                 return True
             except StorageError as exc:
                 log.warning("job %s: could not delete checkpoint %s (its record stays): %s", job_id, path, exc)
@@ -225,7 +238,7 @@ class CheckpointJanitor:
         # Not in the job's run folder on this storage (the storage setting changed, say): forget it if it
         # is gone, but never delete what lies outside the run folders this service owns.
         try:
-            exists = self.storage.exists(path)
+            exists = storage.exists(path)
         except StorageError:
             exists = None
         if exists is False:
@@ -236,14 +249,15 @@ class CheckpointJanitor:
                 "job %s: checkpoint %s lies outside %s; retention leaves it (and its record) alone",
                 job_id,
                 path,
-                self.storage.run_dir(job_id),
+                storage.run_dir(job_id),
             )
         return False
 
-    def _served_names(self, job_id: str, served: set[str]) -> set[str]:
+    @staticmethod
+    def _served_names(storage: CheckpointStorage, job_id: str, served: set[str]) -> set[str]:
         """The names of the job's checkpoint folders among the paths deployments reference (compared by
         folder, so a path recorded in another spelling still matches)."""
-        return {name for path in served if (name := self.storage.checkpoint_name(job_id, path)) is not None}
+        return {name for path in served if (name := storage.checkpoint_name(job_id, path)) is not None}
 
     # --- the sweeper -------------------------------------------------------------------------------------
 
@@ -256,10 +270,11 @@ class CheckpointJanitor:
     def _sweep(self, job_id: str, finished: bool) -> tuple[list[str], list[str]]:
         with self.sessions() as session:
             recorded = _recorded(session, job_id)
+            storage = self.storages.of(session.scalar(select(Job.cluster).where(Job.id == job_id)))
         # Listed after the rows were read: a row read here was recorded after its folder was written, so
         # a folder missing from this listing really is gone.
-        stored = self.storage.list_checkpoints(job_id)
-        by_name = {name: c for c in recorded if (name := self.storage.checkpoint_name(job_id, c.path))}
+        stored = storage.list_checkpoints(job_id)
+        by_name = {name: c for c in recorded if (name := storage.checkpoint_name(job_id, c.path))}
 
         gone = [c for name, c in by_name.items() if name not in stored]
         if gone:
@@ -275,20 +290,22 @@ class CheckpointJanitor:
             if name in by_name:
                 continue
             if not finished:
-                changed = self.storage.last_modified_ns(folder.path)
+                changed = storage.last_modified_ns(folder.path)
                 if changed is None or now_ns - changed < grace_ns:
                     continue  # young (or of unknown age): a late report may still record it
             orphans.append(folder)
         deleted = []
         if orphans:
             with self.sessions() as session:  # again, just before deleting: one may have been recorded since
-                names_now = {self.storage.checkpoint_name(job_id, c.path) for c in _recorded(session, job_id)}
+                names_now = {storage.checkpoint_name(job_id, c.path) for c in _recorded(session, job_id)}
                 # An unrecorded folder a live deployment loads (its record was forgotten) is no orphan.
-                served_names = self._served_names(job_id, deployments_repo.referenced_checkpoint_paths(session))
+                served_names = self._served_names(
+                    storage, job_id, deployments_repo.referenced_checkpoint_paths(session)
+                )
             for folder in orphans:
                 if folder.name in names_now or folder.name in served_names:
                     continue
-                self.storage.delete_checkpoint(job_id, folder.path)
+                storage.delete_checkpoint(job_id, folder.path)
                 deleted.append(folder.path)
                 log.info("job %s: deleted checkpoint folder %s, which was never recorded", job_id, folder.path)
         return deleted, [c.path for c in gone]

@@ -152,8 +152,13 @@ class Scheduler:
 
         # Only the reasons that changed, in one transaction: a long queue that stays put (hundreds of
         # jobs waiting for a busy cluster) costs one read a tick, not a locked write per job.
-        notes = [(run, run.waiting_message(why)) for key, why in waits.items() if (run := runs.get(key)) is not None]
-        self._note_waiting([(run, why) for run, why in notes if why != run.waiting])
+        # Each with the cluster it waits for: where it was planned this tick, else where it must go.
+        notes = [
+            (run, run.waiting_message(why), placed.cluster.get(key) or run.cluster or run.named_cluster)
+            for key, why in waits.items()
+            if (run := runs.get(key)) is not None
+        ]
+        self._note_waiting([note for note in notes if note[1:] != (note[0].waiting, note[0].waiting_on)])
         return plan
 
     def _views(self, entries: list[ClusterEntry]) -> dict[str, ClusterView]:
@@ -275,11 +280,11 @@ class Scheduler:
                 return
             kind.set_state(session, run, JobState.FAILED, "insufficient_resources", f"can never run: {impossible}")
 
-    def _note_waiting(self, waits: list[tuple[QueuedRun, tuple[str, str]]]) -> None:
+    def _note_waiting(self, waits: list[tuple[QueuedRun, tuple[str, str], str | None]]) -> None:
         if not waits:
             return
         with self.sessions.begin() as session:
-            for queued_run, (reason, message) in waits:
+            for queued_run, (reason, message), cluster in waits:
                 run = queued_run.kind.lock(session, queued_run.id)
                 if run is not None and run.state == JobState.QUEUED:  # not cancelled since we looked
-                    note_waiting(run, reason, message)
+                    note_waiting(run, reason, message, waiting_on=cluster)

@@ -20,6 +20,7 @@ import logging
 import posixpath
 import threading
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.checkpoint_policy import RecordedCheckpoint, select_kept, trial_retention
@@ -28,17 +29,22 @@ from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.repositories import sweeps as sweeps_repo
 from orchestrator.services.sweep_events import refresh_trial_best, update_best_trial
 from orchestrator.states.sweeps import lock_sweep
-from orchestrator.storage import CheckpointStorage, StorageError
+from orchestrator.storage import CheckpointStorage, RunStorages, StorageError
 from orchestrator_contract.sweeps import SweepSpec, trials_folder
 
 log = logging.getLogger(__name__)
 
 
 class TrialCheckpointJanitor:
-    def __init__(self, sessions: sessionmaker[Session], storage: CheckpointStorage):
+    def __init__(self, sessions: sessionmaker[Session], storages: RunStorages | CheckpointStorage):
         self.sessions = sessions
-        self.storage = storage
+        self.storages = storages if isinstance(storages, RunStorages) else RunStorages(storages)
         self._busy = threading.RLock()  # the events endpoint and the loop may look at one sweep at once
+
+    def _storage(self, sweep_id: str) -> CheckpointStorage:
+        """The storage of the sweep's cluster, where its trials' runs write (orchestrator.storage.RunStorages)."""
+        with self.sessions() as session:
+            return self.storages.of(session.scalar(select(Sweep.cluster).where(Sweep.id == sweep_id)))
 
     def after_recording(self, sweep_id: str, tune_ids: set[str]) -> None:
         """Right after the events endpoint committed trial checkpoints: apply retention now. A failure is
@@ -90,14 +96,15 @@ class TrialCheckpointJanitor:
     def _delete(self, sweep_id: str, tune_id: str, path: str) -> bool:
         """Delete a recorded checkpoint folder of the trial; True when it is gone. Anything that is not a
         ``checkpoint_*`` folder of one of the trial's runs is never deleted (and stays recorded)."""
-        run = self.storage.trial_run(sweep_id, tune_id, path)
+        storage = self._storage(sweep_id)
+        run = storage.trial_run(sweep_id, tune_id, path)
         if run is None:
             log.warning(
                 "trial %s: checkpoint %s is not in one of its runs' folders; retention leaves it", tune_id, path
             )
             return False
         try:
-            self.storage.delete_checkpoint(run, path)
+            storage.delete_checkpoint(run, path)
             return True
         except StorageError as exc:
             log.warning("trial %s: could not delete checkpoint %s (its record stays): %s", tune_id, path, exc)
@@ -127,46 +134,48 @@ class TrialCheckpointJanitor:
                     p.checkpoint_path: (t.id, t.tune_id) for t, p in sweeps_repo.sweep_checkpoints(session, sweep_id)
                 }
             # Listed after the rows were read: a recorded folder missing here really is gone.
-            stored = self._stored(sweep_id)
+            storage = self._storage(sweep_id)
+            stored = self._stored(storage, sweep_id)
             gone: dict[str, set[str]] = {}
             for path, (trial_id, tune_id) in recorded.items():
-                run = self.storage.trial_run(sweep_id, tune_id, path)
-                if run is not None and self.storage.checkpoint_name(run, path) not in stored.get(run, set()):
+                run = storage.trial_run(sweep_id, tune_id, path)
+                if run is not None and storage.checkpoint_name(run, path) not in stored.get(run, set()):
                     gone.setdefault(trial_id, set()).add(path)
             for trial_id, paths in gone.items():
                 self._forget(sweep_id, trial_id, paths)
                 log.warning("sweep %s: checkpoint(s) %s are gone from storage; forgot them", sweep_id, ", ".join(paths))
             deleted: list[str] = []
             if finished:
-                deleted = self._delete_orphans(sweep_id, stored)
+                deleted = self._delete_orphans(storage, sweep_id, stored)
             return deleted, [path for paths in gone.values() for path in paths]
 
-    def _stored(self, sweep_id: str) -> dict[str, set[str]]:
+    @staticmethod
+    def _stored(storage: CheckpointStorage, sweep_id: str) -> dict[str, set[str]]:
         """The ``checkpoint_*`` folder names in each of the sweep's trial runs, by run."""
-        runs = self.storage.list_folders(trials_folder(sweep_id))
+        runs = storage.list_folders(trials_folder(sweep_id))
         return {
-            f"{trials_folder(sweep_id)}/{run}": set(self.storage.list_checkpoints(f"{trials_folder(sweep_id)}/{run}"))
+            f"{trials_folder(sweep_id)}/{run}": set(storage.list_checkpoints(f"{trials_folder(sweep_id)}/{run}"))
             for run in runs
         }
 
-    def _delete_orphans(self, sweep_id: str, stored: dict[str, set[str]]) -> list[str]:
+    def _delete_orphans(self, storage: CheckpointStorage, sweep_id: str, stored: dict[str, set[str]]) -> list[str]:
         with self.sessions() as session:  # again, just before deleting
             recorded = {(p.checkpoint_path, t.tune_id) for t, p in sweeps_repo.sweep_checkpoints(session, sweep_id)}
             served = deployments_repo.referenced_checkpoint_paths(session)
         # A served folder is kept whichever trial's it is: look it up under the tune id its run is named for.
         recorded |= {(path, _run_name(path)) for path in served}
         keep_names = {
-            (run, self.storage.checkpoint_name(run, path))
+            (run, storage.checkpoint_name(run, path))
             for path, tune_id in recorded
-            if (run := self.storage.trial_run(sweep_id, tune_id, path)) is not None
+            if (run := storage.trial_run(sweep_id, tune_id, path)) is not None
         }
         deleted = []
         for run, names in stored.items():
             for name in sorted(names):
                 if (run, name) in keep_names:
                     continue
-                path = self.storage.to_recorded(f"{self.storage.run_dir(run)}/{name}")
-                self.storage.delete_checkpoint(run, path)
+                path = storage.to_recorded(f"{storage.run_dir(run)}/{name}")
+                storage.delete_checkpoint(run, path)
                 deleted.append(path)
         if deleted:
             log.info("sweep %s: deleted %d checkpoint folder(s) no trial epoch recorded", sweep_id, len(deleted))

@@ -8,7 +8,17 @@ from urllib.parse import urlsplit
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from orchestrator.db.models import Cluster, Deployment, DeploymentState, Job, JobState, ProjectCluster, Sweep, Tenancy
+from orchestrator.db.models import (
+    Cluster,
+    Deployment,
+    DeploymentState,
+    Job,
+    JobState,
+    Project,
+    ProjectCluster,
+    Sweep,
+    Tenancy,
+)
 
 _ENDED = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 
@@ -112,6 +122,20 @@ def live_work_on(session: Session, name: str) -> int:
     return runs + (deployments or 0)
 
 
+def queued_on(session: Session) -> dict[str, int]:
+    """{cluster: how many QUEUED jobs and sweeps wait for it} (``waiting_on``, as the scheduler last noted it)."""
+    counts: dict[str, int] = {}
+    for model in (Job, Sweep):
+        query = (
+            select(model.waiting_on, func.count())
+            .where(model.state == JobState.QUEUED, model.waiting_on.is_not(None))
+            .group_by(model.waiting_on)
+        )
+        for name, count in session.execute(query):
+            counts[name] = counts.get(name, 0) + count
+    return counts
+
+
 def serve_urls(session: Session, default_url: str, port: int) -> dict[str | None, str]:
     """{cluster name: the base URL of its deployments}; None and the default cluster: ``default_url`` (the
     service's own Serve). Another cluster: its ``serve_url``, or its dashboard's host on ``port``."""
@@ -128,5 +152,10 @@ def serve_urls(session: Session, default_url: str, port: int) -> dict[str | None
 
 
 def delete_cluster(session: Session, cluster: Cluster) -> None:
+    """The cluster's row, its bindings, and every project's cap on it (``per_cluster``): a cluster registered
+    later under the same name starts with none."""
+    for project in session.scalars(select(Project).where(Project.per_cluster.is_not(None))):
+        if cluster.name in (project.per_cluster or {}):
+            project.per_cluster = {name: cap for name, cap in project.per_cluster.items() if name != cluster.name}
     session.delete(cluster)
     session.flush()

@@ -87,6 +87,7 @@ def queued_jobs(session: Session) -> list[Job]:
         Job.reason,
         Job.message,
         Job.cluster,  # placed before: it stays there (scheduling.placement)
+        Job.waiting_on,  # the cluster it was last noted waiting for
     )
     query = select(Job).where(Job.state == JobState.QUEUED).options(admission, raiseload(Job.labels))
     return list(session.scalars(query.order_by(Job.priority.desc(), Job.created_at, Job.id)))
@@ -300,16 +301,18 @@ def delete_checkpoints(session: Session, job_id: str, checkpoint_ids: list[int])
     return result.rowcount
 
 
-def jobs_for_checkpoint_upkeep(session: Session, finished_since: datetime | None) -> list[tuple[str, JobState]]:
+def jobs_for_checkpoint_upkeep(
+    session: Session, finished_since: datetime | None
+) -> list[tuple[str, JobState, str | None]]:
     return runs_for_checkpoint_upkeep(session, Job, finished_since)
 
 
 def runs_for_checkpoint_upkeep(
     session: Session, model: Any, finished_since: datetime | None
-) -> list[tuple[str, JobState]]:
-    """``(id, state)`` of the runs of ``model`` (jobs, or sweeps: the same lifecycle columns) that ever started
-    and are active or finished since ``finished_since`` (every one that ever started when it is None)."""
-    query = select(model.id, model.state).where(model.attempt >= 1).order_by(model.created_at, model.id)
+) -> list[tuple[str, JobState, str | None]]:
+    """``(id, state, cluster)`` of the runs of ``model`` (jobs, or sweeps: the same lifecycle columns) that ever
+    started and are active or finished since ``finished_since`` (every one that ever started when it is None)."""
+    query = select(model.id, model.state, model.cluster).where(model.attempt >= 1).order_by(model.created_at, model.id)
     if finished_since is not None:
         query = query.where(or_(model.state.in_(ACTIVE), model.finished_at >= finished_since))
-    return [(run_id, state) for run_id, state in session.execute(query)]
+    return [(run_id, state, cluster) for run_id, state, cluster in session.execute(query)]

@@ -51,10 +51,13 @@ def cluster_status(
     observed = {name: _observe(name, backends) for name in {name for name, _ in visible} | {default_name}}
     foreign = foreign_jobs(session, {name: seen.live for name, seen in observed.items() if seen.live}, default_name)
 
+    queued = clusters_repo.queued_on(session)
+
     def health(name: str, labels: dict, list_foreign: bool) -> ClusterHealthOut:
-        return _health(
+        out = _health(
             name, labels, observed[name], foreign.get(name, []), held.get(name, ([], 0)), default_name, list_foreign
         )
+        return out.model_copy(update={"queued": queued.get(name, 0)})
 
     clusters = [health(name, labels, list_foreign=project_scope is None) for name, labels in visible]
     default = next((c for c in clusters if c.is_default), None) or health(default_name, {}, list_foreign=False)

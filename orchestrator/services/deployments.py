@@ -74,6 +74,39 @@ class ResolvedSource:
     workload: str
     config: dict[str, Any]
     checkpoint: dict[str, Any]  # epoch, step, attempt, metrics
+    cluster: str | None = None  # where the run that wrote it ran: its folder is on that cluster's storage
+
+
+def source_cluster(session: Session, source: SourceSpec, project_scope: str | None) -> str | None:
+    """The cluster of the run whose checkpoint ``source`` names, before it is resolved (None: not known yet, or a
+    run placed before clusters existed; ``resolve_source`` says what is wrong with a source that names nothing)."""
+    if source.trial_id is not None:
+        trial = sweeps_repo.get_trial(session, source.trial_id, project_scope)
+        sweep = session.get(Sweep, trial.sweep_id) if trial else None
+        return sweep.cluster if sweep else None
+    if source.checkpoint_id is not None:
+        checkpoint = session.get(Checkpoint, source.checkpoint_id)
+        job = session.get(Job, checkpoint.job_id) if checkpoint else None
+    else:
+        job = jobs_repo.get_job(session, source.job_id or "", project_scope)
+    return job.cluster if job else None
+
+
+def reading_storage_of(
+    clusters: Mapping[str, ClusterBackend], home: str | None, storage_of: Callable[[str | None], str]
+) -> dict[str, ClusterBackend]:
+    """Those of ``clusters`` whose runs' storage is the storage of ``home`` (the cluster the checkpoint was written
+    on; ``storage_of``: a cluster's storage path): a replica loads the checkpoint from there. 422 when none is."""
+    wanted = storage_of(home)
+    reading = {name: backend for name, backend in clusters.items() if storage_of(name) == wanted}
+    if not reading:
+        raise SpecRejected(
+            ("source",),
+            f"the checkpoint was written on cluster {home or 'default'}, to its storage ({wanted}), which none of "
+            f"the clusters this deployment may use reads ({', '.join(clusters)}): deploy it on a cluster with that "
+            "storage_root (placement.cluster), or train it again on one of them",
+        )
+    return reading
 
 
 def resolve_source(session: Session, source: SourceSpec, project_scope: str | None) -> ResolvedSource:
@@ -113,6 +146,7 @@ def resolve_source(session: Session, source: SourceSpec, project_scope: str | No
         checkpoint_id=checkpoint.id,
         checkpoint_path=checkpoint.path,
         job_id=job.id,
+        cluster=job.cluster,
         workload=job.workload,
         config=dict(job.spec.get("config") or {}),
         checkpoint={
@@ -185,6 +219,7 @@ def _resolve_trial(session: Session, trial_id: str, project_scope: str | None) -
         checkpoint_id=None,
         checkpoint_path=point.checkpoint_path,
         job_id=None,
+        cluster=sweep.cluster,
         workload=sweep.workload,
         config=dict(spec.config),
         checkpoint={

@@ -170,7 +170,7 @@ class FollowedLog:
         """The archived copy's bytes past those read of it; its lines past those already had are added."""
         offset, lines_read = self._archive_at
         try:
-            data = await asyncio.to_thread(self.archive.read_from, self.job_id, self.read_attempt, offset)
+            data = await asyncio.to_thread(self.archive.read_from, self.job_id, self.read_attempt, offset, self.cluster)
         except OSError as exc:
             log.warning("following %s-%d: cannot read the archived copy: %s", self.job_id, self.read_attempt, exc)
             data = None

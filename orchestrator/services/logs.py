@@ -40,7 +40,7 @@ def read_logs(backends: ClusterBackends, archive: LogArchive, job: Job | Sweep, 
     except BackendUnavailable:
         live = None
     try:
-        archived = archive.read(job.id, attempt)
+        archived = archive.read(job.id, attempt, job.cluster)
     except OSError:
         archived = None
     # Ray's copy is newer while the attempt runs; the archive is all there is once Ray lost it, and may

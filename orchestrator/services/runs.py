@@ -150,6 +150,12 @@ class QueuedRun:
     preemptible: bool = True  # its spec's: a run that may not be preempted never borrows (scheduling.policy)
     cluster: str | None = None  # placed before (it ran there, its checkpoints are there): it stays; None: not yet
     placement: Placement | None = None
+    waiting_on: str | None = None  # the cluster it was last noted waiting for
+
+    @property
+    def named_cluster(self) -> str | None:
+        """The cluster its spec names (``placement.cluster``), if any."""
+        return self.placement.cluster if self.placement is not None else None
 
     @property
     def key(self) -> str:
@@ -186,6 +192,7 @@ def queued_runs(session: Session) -> list[QueuedRun]:
             may_be_preempted(run.spec),
             run.cluster,
             placement_of(run.spec),
+            run.waiting_on,
         )
         for kind in KINDS
         for run in kind.queued(session)

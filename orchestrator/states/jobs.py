@@ -310,8 +310,11 @@ def issue_driver_token(run: Job, token_hash: str, nonce_hash: str) -> None:
     run.claimed_by = nonce_hash
 
 
-def note_waiting(run: Job, reason: str, message: str) -> None:
-    """Say why a job (or sweep) stays where it is (e.g. QUEUED for resources): no transition, no history row."""
+def note_waiting(run: Job, reason: str, message: str, waiting_on: str | None = None) -> None:
+    """Say why a job (or sweep) stays where it is (e.g. QUEUED for resources), and for a queued one which cluster it
+    waits for: no transition, no history row."""
     if (run.reason, run.message) != (reason, message):
         run.reason = reason
         run.message = message
+    if run.waiting_on != waiting_on:
+        run.waiting_on = waiting_on

@@ -95,6 +95,14 @@ def update_cluster(session: Session, name: str, body: ClusterPatch, token_dir: s
                 f"({', '.join(bound)}) and a dedicated cluster runs one project's code only; bind all but one of them "
                 f"elsewhere first ({BIND_HINT})"
             )
+    if "storage_root" in given and body.storage_root != cluster.storage_root:
+        live = clusters_repo.live_work_on(session, name)
+        if live:
+            raise Conflict(
+                f"cluster {name!r}'s storage_root can't change while {live} run{'s' if live != 1 else ''} or "
+                f"deployment{'s' if live != 1 else ''} on it read and write their folders there: change it once they "
+                "have ended (ended runs' folders stay where they are)"
+            )
     for field in ("address", "token_ref", "labels", "storage_root", "serve_url"):
         if field in given:
             setattr(cluster, field, getattr(body, field))

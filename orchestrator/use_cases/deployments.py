@@ -22,6 +22,7 @@ from orchestrator.services.placement import clusters_for
 from orchestrator.services.submission import SpecRejected
 from orchestrator.settings import Settings
 from orchestrator.states.deployments import lock_deployment
+from orchestrator.storage import storage_path_of
 from orchestrator.use_cases.idempotency import create_once, request_digest
 from orchestrator.use_cases.projects import target_project
 from orchestrator_contract.deployments import DeploymentCreate, DeploymentPatch, SourceSpec
@@ -99,7 +100,13 @@ def _create(
     serving = ops.new_settings(body, settings)
     target = project()
     # 422: a cluster the project may not use; then the one its replicas fit with the most capacity (asks Ray).
-    cluster = ops.serving_cluster(clusters_for(session, target, body.placement, backends), serving)
+    # Only clusters that read the storage the checkpoint was written to: a replica loads it from there.
+    candidates = ops.reading_storage_of(
+        clusters_for(session, target, body.placement, backends),
+        ops.source_cluster(session, body.source, scope),
+        _storage_of(backends, settings),
+    )
+    cluster = ops.serving_cluster(candidates, serving)
     digest = request_digest(body)
 
     def create() -> Deployment:
@@ -117,6 +124,13 @@ def _create(
         create=create,
         same_request=lambda deployment: deployment.request_digest == digest,
         what="deployment",
+    )
+
+
+def _storage_of(backends: ClusterBackends, settings: Settings) -> Callable[[str | None], str]:
+    """A cluster's storage path (None: the default cluster), as orchestrator.storage.RunStorages opens it."""
+    return lambda cluster: storage_path_of(
+        backends.storage_root(cluster or backends.default_name), settings.storage_path
     )
 
 
@@ -160,6 +174,9 @@ def update_deployment(
         ops.check_resources(serving["resources"], backends.of(deployment), serving["replicas"])
         check_deployment_quota(session, deployment.project_id, serving, deployment.cluster or backends.default_name)
     resolved = ops.resolve_source(session, patch.source, scope) if patch.source else None
+    if resolved is not None:  # a new checkpoint must be on storage the deployment's cluster reads
+        here = deployment.cluster or backends.default_name
+        ops.reading_storage_of({here: backends.of(deployment)}, resolved.cluster, _storage_of(backends, settings))
     locked = _locked(session, scope, name)
     if locked.version != deployment.version:
         raise ops.DeploymentConflict(f"deployment {name} changed to version {locked.version} meanwhile: try again")

@@ -1,6 +1,6 @@
 """Two real Ray clusters behind the session's service (docs/clusters.md): the session's cluster is the default one
 ("local"), and a second 1-CPU cluster "b" with a token of its own is registered through the API. A project bound to
-b runs there and never on the default cluster; naming the default cluster is a 422; b's Ray refuses the default
+b runs there (its checkpoints on b's own storage_root) and never on the default cluster; naming the default cluster is a 422; b's Ray refuses the default
 cluster's token; labels, and a project's cap on the default cluster, place runs on b; a Ray job submitted to b
 directly is listed as foreign and its CPU is not admitted twice; with b down, a run for b
 waits (cluster_unavailable) and runs once b is back, while the default cluster goes on. The module deregisters b
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -42,9 +43,21 @@ def cluster_b(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def on_b(admin: Api, cluster_b: LocalRayCluster) -> Iterator[tuple[str, Api]]:
-    """Cluster b registered (its token read from its file), and a project bound to it alone, with a member key."""
-    body = {"name": "b", "address": cluster_b.dashboard_url, "token_ref": f"file:{cluster_b.token_path}"}
+def b_storage(tmp_path_factory) -> Path:
+    """Cluster b's storage_root: its runs' folders are here, not on the service's storage."""
+    return tmp_path_factory.mktemp("b-storage")
+
+
+@pytest.fixture(scope="module")
+def on_b(admin: Api, cluster_b: LocalRayCluster, b_storage: Path) -> Iterator[tuple[str, Api]]:
+    """Cluster b registered (its token read from its file, its own storage_root), and a project bound to it alone,
+    with a member key."""
+    body = {
+        "name": "b",
+        "address": cluster_b.dashboard_url,
+        "token_ref": f"file:{cluster_b.token_path}",
+        "storage_root": str(b_storage),
+    }
     # Shared: test_labels_and_a_cap_on_the_default_cluster_place_runs_on_b binds a second project to it (that a
     # dedicated cluster refuses one: tests/unit/test_clusters_api.py).
     registered = admin.http.post("/v1/clusters", json={**body, "labels": {"pool": "b"}, "tenancy": "shared"})
@@ -69,7 +82,9 @@ def ray_jobs(cluster: LocalRayCluster) -> set[str]:
     return {job["submission_id"] for job in response.json() if job.get("submission_id")}
 
 
-def test_a_project_bound_to_b_runs_on_b_only_and_may_not_name_the_default(on_b, ray_cluster, cluster_b):
+def test_a_project_bound_to_b_runs_on_b_only_and_may_not_name_the_default(
+    on_b, ray_cluster, cluster_b, b_storage, service_settings
+):
     _, member = on_b
     refused = member.submit(epochs=1, scaling=ONE_CPU, placement={"cluster": "local"})
     assert refused.status_code == 422 and "may use: b (pool=b)" in refused.text, refused.text
@@ -81,6 +96,10 @@ def test_a_project_bound_to_b_runs_on_b_only_and_may_not_name_the_default(on_b, 
     assert f"{job_id}-1" in ray_jobs(cluster_b) and f"{job_id}-1" not in ray_jobs(ray_cluster)
     logs = member.http.get(f"/v1/jobs/{job_id}/logs")  # read from b's Ray (or its archive)
     assert logs.status_code == 200 and logs.text.strip()
+    # Its checkpoints are in its run folder on b's storage_root; nothing of it is on the service's storage.
+    checkpoints = member.http.get(f"/v1/jobs/{job_id}/checkpoints").json()
+    assert checkpoints and all(Path(c["path"]).parent == b_storage / job_id for c in checkpoints), checkpoints
+    assert not (Path(service_settings.storage_path) / job_id).exists()
 
 
 def test_code_on_the_default_cluster_holds_nothing_b_accepts(on_b, ray_cluster, cluster_b):

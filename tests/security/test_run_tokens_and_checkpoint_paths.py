@@ -61,7 +61,7 @@ def test_a_late_state_the_rules_refuse_does_not_rewrite_the_result(app, client, 
     job, _ = started_job(app, client, backend)
     client.post(f"/v1/jobs/{job}/cancel", headers=auth(ADMIN))
     reconcile(app)
-    storage = app.state.service.checkpoints.storage
+    storage = app.state.service.storages.of(None)  # the default cluster's
     with app.state.service.sessions.begin() as session:  # below the endpoint: even with a valid token
         row = session.get(Job, job)
         assert row.state == JobState.CANCELLED

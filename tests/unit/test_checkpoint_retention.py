@@ -287,7 +287,7 @@ def test_paths_outside_the_run_folder_are_never_deleted(app, client, backend, st
     post_events(client, job, token, checkpoint_event(inside, 20))
     assert elsewhere.is_dir()
     assert listed(client, job) == ["checkpoint_1", "checkpoint_2"]  # left alone, with a warning
-    storage_view = app.state.service.checkpoints.storage
+    storage_view = app.state.service.storages.of(None)  # the default cluster's
     with pytest.raises(ValueError, match="not a checkpoint folder of job"):
         storage_view.delete_checkpoint(job, str(elsewhere))
     with pytest.raises(ValueError):

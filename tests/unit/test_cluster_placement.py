@@ -243,6 +243,23 @@ def test_get_cluster_lists_the_clusters_a_key_may_use_with_their_health(two_clus
     assert {c["name"]: c["ray"] for c in every} == {"b": "unavailable", "local": "ok"}
 
 
+def test_get_cluster_counts_each_clusters_queue_and_names_the_cluster_each_queued_job_waits_for(
+    two_clusters, client, second
+):
+    project_id, keys = make_project(client, "vision")
+    bind(client, project_id, "b")
+    two = {"num_workers": 2, "cpus_per_worker": 1}  # b's 2 CPUs: the second waits on b
+    running, waiting = (submit(client, keys["member"], scaling=two).json()["id"] for _ in range(2))
+    on_default = submit(client, ADMIN, scaling={"num_workers": 1, "cpus_per_worker": 1}).json()["id"]
+    queued_before = client.get("/v1/cluster", headers=auth(ADMIN)).json()["queue"]
+    assert {q["id"]: q["waiting_on"] for q in queued_before} == {running: None, waiting: None, on_default: None}
+    tick(two_clusters)
+    status = client.get("/v1/cluster", headers=auth(ADMIN)).json()
+    assert {c["name"]: (c["running"], c["queued"]) for c in status["clusters"]} == {"b": (1, 1), "local": (1, 0)}
+    assert [(q["id"], q["waiting_on"]) for q in status["queue"]] == [(waiting, "b")]
+    assert job(client, running)["cluster"] == "b"
+
+
 def test_a_cap_on_one_cluster_is_set_checked_and_binds_there(two_clusters, client, backend, second):
     project_id, keys = make_project(client, "vision")
     bind(client, project_id, "b")
@@ -265,6 +282,17 @@ def test_a_cap_on_one_cluster_is_set_checked_and_binds_there(two_clusters, clien
     assert [r["state"] for r in runs] == ["STARTING", "QUEUED"] and len(second.submitted) == 1
     assert runs[1]["reason"] == "quota_exceeded" and "on cluster b" in runs[1]["message"], runs[1]["message"]
     assert backend.submitted == []  # never the default cluster, which the project is not bound to
+
+
+def test_deleting_a_cluster_drops_every_projects_cap_on_it(two_clusters, client):
+    project_id, _ = make_project(client, "vision")
+    quota = {"max_cpus": 8, "per_cluster": {"b": {"max_gpus": 0}, "local": {"max_cpus": 2}}}
+    assert client.put(f"/v1/projects/{project_id}/quota", json=quota, headers=auth(ADMIN)).status_code == 200
+    assert client.delete("/v1/clusters/b", headers=auth(ADMIN)).status_code == 204
+    shown = client.get(f"/v1/projects/{project_id}", headers=auth(ADMIN)).json()["quota"]
+    assert shown["max_cpus"] == 8 and shown["per_cluster"] == {
+        "local": {"max_cpus": 2.0, "max_gpus": None, "max_running_jobs": None}
+    }
 
 
 def test_the_dashboards_node_table_lists_each_clusters_nodes_under_its_name(two_clusters, client, second):

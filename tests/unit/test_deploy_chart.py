@@ -793,6 +793,29 @@ def test_one_raycluster_per_created_cluster_beside_the_charts_own_which_is_uncha
     assert all(t["spec"]["containers"][0]["image"] == image for _, t in ray_pod_templates(gpu_a))
 
 
+def test_the_control_plane_mounts_every_clusters_storage_where_its_ray_pods_do(multi, rendered):
+    """It checks, archives into and prunes each run's folder on its cluster's storage (docs/clusters.md, "Storage"):
+    at each path where a RayCluster's pods mount a volume for checkpoints, the control plane mounts the same claim
+    (none with an object store)."""
+    for objects in (rendered[2], multi[1]):
+        expected = {}
+        for cluster in (o for o in objects if o["kind"] == "RayCluster"):
+            head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
+            volumes = {v["name"]: v for v in head["volumes"]}
+            for mount in head["containers"][0]["volumeMounts"]:
+                if mount["name"] == "storage":
+                    expected[mount["mountPath"]] = volumes["storage"]["persistentVolumeClaim"]["claimName"]
+        pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        claims = {
+            m["mountPath"]: volumes[m["name"]]["persistentVolumeClaim"]["claimName"]
+            for m in pod["containers"][0]["volumeMounts"]
+            if "persistentVolumeClaim" in volumes[m["name"]]
+        }
+        assert claims == expected
+    assert len(expected) == 2  # the clusters values: the chart's storage and gpu-a's own
+
+
 def test_each_created_cluster_has_its_own_token_secret_network_policy_storage_and_serve_service(multi):
     _, objects = multi
     name = f"{RELEASE}-orchestrator-gpu-a"

@@ -5,6 +5,8 @@ on a real Ray cluster: tests/integration/test_clusters_on_ray.py."""
 
 from __future__ import annotations
 
+from fastapi.testclient import TestClient
+
 from orchestrator.backend import RayJob
 from orchestrator.backend.ray_jobs import live_ray_jobs
 from orchestrator.db.models import Job
@@ -12,6 +14,7 @@ from orchestrator.repositories import projects as projects_repo
 from orchestrator.services.foreign_jobs import foreign_jobs, held_by
 from tests.unit.api_helpers import ADMIN, auth, make_project, submit, tick
 from tests.unit.test_cluster_placement import bind, job, second, two_clusters  # noqa: F401  (fixtures)
+from tests.unit.ui_helpers import signed_in
 
 # Recorded from a Ray 2.60 head (3 CPUs): submission "foreign-2" (entrypoint 0.5 CPU) made an actor of 0.5 CPU,
 # a plain actor (holds nothing), a placement group of 0.25 CPU and a 1-CPU task; a driver that connected itself
@@ -161,6 +164,12 @@ def test_what_foreign_jobs_hold_is_not_admitted_twice_and_only_admins_see_them(t
     assert admin_view["local"]["foreign"] == [] and admin_view["local"]["held_outside"] == {}
     member_view = client.get("/v1/cluster", headers=auth(keys["member"])).json()["clusters"]
     assert member_view[0]["held_outside"] == {"CPU": 1.5} and member_view[0]["foreign"] == []
+
+    # The dashboard's clusters table: the amount to everyone, the job itself to admins.
+    admin_page = signed_in(TestClient(two_clusters), ADMIN).get("/ui/cluster").text
+    member_page = signed_in(TestClient(two_clusters), keys["member"]).get("/ui/cluster").text
+    assert "1.5 CPU" in admin_page and "someones-notebook" in admin_page
+    assert "1.5 CPU" in member_page and "someones-notebook" not in member_page
 
     second.ray_jobs = []  # it ended: its CPUs are the scheduler's again
     tick(two_clusters)

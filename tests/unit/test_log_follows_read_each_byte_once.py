@@ -19,6 +19,7 @@ from types import SimpleNamespace
 from orchestrator.backend import RunStatus
 from orchestrator.loops.log_archive import LogArchive
 from orchestrator.services.logs import LogFollows
+from orchestrator.storage import RunStorages
 from tests.unit.api_helpers import ADMIN, auth, reconcile, run_token, submit, tick
 
 
@@ -71,9 +72,10 @@ class CountingFs:
 
 
 def counted_archive(service) -> tuple[LogArchive, CountingFs]:
-    storage = service.log_archive.storage
+    storage = service.storages.of(None)  # the default cluster's
     fs = CountingFs(storage.fs)
-    return LogArchive(SimpleNamespace(fs=fs, run_dir=storage.run_dir)), fs
+    counted = SimpleNamespace(fs=fs, run_dir=storage.run_dir, storage_path=storage.storage_path)
+    return LogArchive(RunStorages(counted)), fs
 
 
 def running_job(app, client) -> tuple[str, str]:

@@ -101,7 +101,7 @@ def test_an_ended_trials_late_epochs_and_a_one_rank_trial_flag_nothing(app, clie
 def test_a_trials_straggler_windows_come_from_the_settings(app, client, backend):
     """``apply_sweep_events`` takes the window count (``ORCHESTRATOR_STRAGGLER_WINDOWS``), as a job's events do."""
     sweep_id, _token = running(app, client, backend, "sweeps", **SWEEP)
-    storage = app.state.service.checkpoints.storage
+    storage = app.state.service.storages.of(None)  # the default cluster's
     for events in ([epoch(0, None)], [epoch(1, SLOW)], [epoch(2, SLOW)]):
         with app.state.service.sessions.begin() as session:
             sweep = session.get(Sweep, sweep_id)

@@ -36,6 +36,11 @@ class QueuedJobOut(FromAttributes):
     )
     message: str = Field(description="Why it waits, for people (e.g. 'waiting for resources: needs 4 CPU, 2 free').")
     created_at: datetime
+    waiting_on: str | None = Field(
+        None,
+        description="The cluster it waits for: where the scheduler last planned it (null: none it may use yet, or "
+        "not looked at yet).",
+    )
 
 
 class NodeFaultOut(FromAttributes):
@@ -85,6 +90,9 @@ class ClusterHealthOut(BaseModel):
         "and what Ray jobs the control plane did not submit hold (`held_outside`)."
     )
     running: int = Field(description="Jobs and sweeps admitted on it and not yet ended (all projects').")
+    queued: int = Field(
+        0, description="QUEUED jobs and sweeps waiting for it (all projects'): where the scheduler last planned them."
+    )
     held_outside: dict[str, float] = Field(
         default_factory=dict,
         description="What Ray jobs the control plane did not submit hold on it now (empty: none).",

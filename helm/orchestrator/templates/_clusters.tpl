@@ -192,3 +192,21 @@ controlPlane.extraEnv sets it), and no created cluster's RayCluster name is anot
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The checkpoint volumes the control plane mounts, as {"items": [{volume, claimName, mountPath}, ...]}: the chart's
+storage and each created cluster's own, at the paths their Ray pods mount them (the control plane checks, archives
+into and prunes each run's folder on its cluster's storage: docs/clusters.md, "Storage"). None for an object store.
+*/}}
+{{- define "orchestrator.controlPlane.storage" -}}
+{{- $items := list -}}
+{{- $seen := dict -}}
+{{- $all := prepend (include "orchestrator.clusters.created" . | fromJson).items (include "orchestrator.cluster.main" . | fromJson) -}}
+{{- range $all -}}
+{{- if and .claimName (not (hasKey $seen .claimName)) -}}
+{{- $_ := set $seen .claimName true -}}
+{{- $items = append $items (dict "volume" (printf "storage-%d" (len $items)) "claimName" .claimName "mountPath" .mountPath) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson (dict "items" $items) -}}
+{{- end -}}
