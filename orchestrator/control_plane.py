@@ -69,8 +69,8 @@ class ControlPlane:
         self.log_archive = LogArchive(self.storages)
         self.code_storage = CodeStorage(settings.storage_path)  # users' code packages, <storage>/code/
 
-    def _storage_root(self, cluster: str) -> str | None:
-        return self.backends.storage_root(cluster) if self.backends is not None else None
+    def _storage_root(self, cluster: str, session: Session | None) -> str | None:
+        return self.backends.storage_root(cluster, session) if self.backends is not None else None
 
     @property
     def backend(self) -> ClusterBackend:

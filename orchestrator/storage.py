@@ -20,6 +20,7 @@ import posixpath
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow.fs
 
@@ -192,16 +193,19 @@ class RunStorages:
     is on its own cluster's storage, so a team's dedicated cluster with a root of its own never mounts another
     team's checkpoints. One CheckpointStorage per root, opened on first use."""
 
-    def __init__(self, default: CheckpointStorage, root_of: Callable[[str], str | None] = lambda cluster: None):
+    def __init__(
+        self, default: CheckpointStorage, root_of: Callable[[str, Any], str | None] = lambda cluster, session: None
+    ):
         self.default = default
-        self._root_of = root_of  # a cluster's name -> its storage_root (None: the service's own)
+        # (a cluster's name, the caller's open session or None) -> its storage_root (None: the service's own)
+        self._root_of = root_of
         self._opened: dict[str, CheckpointStorage] = {}
         self._lock = threading.Lock()
 
-    def of(self, cluster: str | None) -> CheckpointStorage:
+    def of(self, cluster: str | None, session: Any = None) -> CheckpointStorage:
         """The storage of a run placed on ``cluster`` (None: not placed yet, or placed before clusters existed:
-        the default cluster's)."""
-        path = storage_path_of(self._root_of(cluster) if cluster else None, self.default.storage_path)
+        the default cluster's). ``session``: the caller's open one, if any (the registry may have to read it)."""
+        path = storage_path_of(self._root_of(cluster, session) if cluster else None, self.default.storage_path)
         if path == self.default.storage_path:
             return self.default
         with self._lock:

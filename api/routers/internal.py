@@ -73,7 +73,9 @@ def assignment(
         attempt=job.attempt,
         spec=JobSpec.model_validate(job.spec),
         plan=TrainingPlan.model_validate(job.plan),
-        storage_path=service.storages.of(job.cluster).storage_path,  # its cluster's storage_root, or the service's
+        storage_path=service.storages.of(
+            job.cluster, session
+        ).storage_path,  # its cluster's storage_root, or the service's
         avoid_nodes=bad_nodes.nodes_to_avoid(session, service.settings, service.backends, job, JOBS.demand(job)),
     )
     _reached(session, JOBS, job.id, attempt, "assignment_fetched")
@@ -103,7 +105,9 @@ def post_events(
     applied = _refusing_foreign(
         lambda: (
             check_job_batch(job, batch, service.settings)
-            or apply_events(session, job, batch, service.storages.of(job.cluster), service.settings.straggler_windows)
+            or apply_events(
+                session, job, batch, service.storages.of(job.cluster, session), service.settings.straggler_windows
+            )
         ),
         session,
         job_id,
@@ -127,7 +131,7 @@ def sweep_assignment(
         sweep_id=sweep.id,
         attempt=sweep.attempt,
         spec=SweepSpec.model_validate(sweep.spec),
-        storage_path=service.storages.of(sweep.cluster).storage_path,
+        storage_path=service.storages.of(sweep.cluster, session).storage_path,
         avoid_nodes=bad_nodes.nodes_to_avoid(session, service.settings, service.backends, sweep, SWEEPS.demand(sweep)),
     )
     _reached(session, SWEEPS, sweep.id, attempt, "assignment_fetched")
@@ -172,7 +176,7 @@ def post_sweep_events(
         lambda: (
             check_sweep_batch(batch, service.settings)
             or apply_sweep_events(
-                session, sweep, batch, service.storages.of(sweep.cluster), service.settings.straggler_windows
+                session, sweep, batch, service.storages.of(sweep.cluster, session), service.settings.straggler_windows
             )
         ),
         session,

@@ -140,23 +140,26 @@ class ClusterBackends:
         with self._lock:
             return list(self._entries.values())
 
-    def storage_root(self, name: str) -> str | None:
-        """The registered ``storage_root`` of the cluster ``name`` (None: none, or no such cluster)."""
+    def storage_root(self, name: str, session: Session | None = None) -> str | None:
+        """The registered ``storage_root`` of the cluster ``name`` (None: none, or no such cluster). A name not seen
+        yet is looked up in ``session`` when one is open: on SQLite a second session of the same thread would wait
+        for the first one's lock."""
         with self._lock:
             entry = self._entries.get(name)
         if entry is None:
-            entry = {e.name: e for e in self.refresh()}.get(name)
+            entry = {e.name: e for e in self.refresh(session)}.get(name)
         return entry.storage_root if entry is not None else None
 
-    def get(self, name: str | None) -> ClusterBackend:
+    def get(self, name: str | None, session: Session | None = None) -> ClusterBackend:
         """The backend of the cluster named ``name`` (None: the default cluster). Raises BackendUnavailable when no
-        such cluster is registered or its token can't be read."""
+        such cluster is registered or its token can't be read. ``session``: the caller's open one, where the
+        registry reads a name it has not seen (on SQLite a second session of one thread waits for the first's lock)."""
         if name is None or name == self.default_name:
             return self.default
         with self._lock:
             entry = self._entries.get(name)
         if entry is None:
-            entry = {e.name: e for e in self.refresh()}.get(name)
+            entry = {e.name: e for e in self.refresh(session)}.get(name)
         if entry is None:
             raise BackendUnavailable(f"cluster {name!r} is not registered")
         with self._lock:
@@ -171,9 +174,9 @@ class ClusterBackends:
                 self._built[name] = built
             return built[1]
 
-    def of(self, run) -> ClusterBackend:
-        """The backend of the cluster a job, sweep or deployment is placed on."""
-        return self.get(getattr(run, "cluster", None))
+    def of(self, run, session: Session | None = None) -> ClusterBackend:
+        """The backend of the cluster a job, sweep or deployment is placed on (``session``: as for ``get``)."""
+        return self.get(getattr(run, "cluster", None), session)
 
 
 def backends_of(

@@ -209,9 +209,10 @@ class CheckpointJanitor:
             if job is None:
                 return []
             policy = CheckpointSpec.model_validate(job.spec.get("checkpoint", {}))
-            storage = self.storages.of(job.cluster)
+            cluster = job.cluster
             recorded = _recorded(session, job_id)
             served = deployments_repo.referenced_checkpoint_paths(session)
+        storage = self.storages.of(cluster)  # with no session open (the registry may read one)
         kept = select_kept(recorded, policy.keep, policy.keep_best)
         # What a live deployment references stays, whatever the policy says (see the module doc).
         served_names = self._served_names(storage, job_id, served)
@@ -270,7 +271,8 @@ class CheckpointJanitor:
     def _sweep(self, job_id: str, finished: bool) -> tuple[list[str], list[str]]:
         with self.sessions() as session:
             recorded = _recorded(session, job_id)
-            storage = self.storages.of(session.scalar(select(Job.cluster).where(Job.id == job_id)))
+            cluster = session.scalar(select(Job.cluster).where(Job.id == job_id))
+        storage = self.storages.of(cluster)
         # Listed after the rows were read: a row read here was recorded after its folder was written, so
         # a folder missing from this listing really is gone.
         stored = storage.list_checkpoints(job_id)

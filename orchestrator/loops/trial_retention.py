@@ -44,7 +44,8 @@ class TrialCheckpointJanitor:
     def _storage(self, sweep_id: str) -> CheckpointStorage:
         """The storage of the sweep's cluster, where its trials' runs write (orchestrator.storage.RunStorages)."""
         with self.sessions() as session:
-            return self.storages.of(session.scalar(select(Sweep.cluster).where(Sweep.id == sweep_id)))
+            cluster = session.scalar(select(Sweep.cluster).where(Sweep.id == sweep_id))
+        return self.storages.of(cluster)  # with no session open (the registry may read one)
 
     def after_recording(self, sweep_id: str, tune_ids: set[str]) -> None:
         """Right after the events endpoint committed trial checkpoints: apply retention now. A failure is

@@ -131,7 +131,7 @@ def nodes_to_avoid(
     if not bad:
         return []
     try:
-        alive = backends.of(job).nodes()  # node ids are its cluster's
+        alive = backends.of(job, session).nodes()  # node ids are its cluster's
     except BackendUnavailable as exc:
         log.warning("bad nodes not avoided: the Ray cluster does not answer: %s", exc)
         return []

@@ -34,7 +34,7 @@ def cancel_run(session: Session, kind: RunKind, run_id: str, backends: ClusterBa
     kind.set_state(session, run, JobState.CANCELLING, "cancel_requested", "stopping the Ray job")
     session.commit()
     try:
-        backends.of(run).stop(run.submission_id)  # on the cluster it runs on
+        backends.of(run, session).stop(run.submission_id)  # on the cluster it runs on
     except BackendUnavailable as exc:
         log.warning("%s %s: stop failed, the reconciler will retry: %s", kind.name, run.id, exc)
     return run

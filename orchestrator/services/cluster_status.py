@@ -48,7 +48,7 @@ def cluster_status(
     if backends.default_name not in {name for name, _ in visible} and project_scope is None:
         visible.insert(0, (backends.default_name, {}))
     default_name = backends.default_name
-    observed = {name: _observe(name, backends) for name in {name for name, _ in visible} | {default_name}}
+    observed = {name: _observe(name, backends, session) for name in {name for name, _ in visible} | {default_name}}
     foreign = foreign_jobs(session, {name: seen.live for name, seen in observed.items() if seen.live}, default_name)
 
     queued = clusters_repo.queued_on(session)
@@ -94,9 +94,9 @@ class _Observed:
     live: list[RayJob] = field(default_factory=list)
 
 
-def _observe(name: str, backends: ClusterBackends) -> _Observed:
+def _observe(name: str, backends: ClusterBackends, session: Session) -> _Observed:
     try:
-        backend = backends.get(name)
+        backend = backends.get(name, session)
         capacity, nodes = backend.capacity(), len(backend.nodes())
     except BackendUnavailable as exc:
         log.warning("cluster status: cluster %s does not answer: %s", name, exc)  # hosts stay in the log

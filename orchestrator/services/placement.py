@@ -32,4 +32,4 @@ def clusters_for(
             for c in usable
         )
         raise SpecRejected(loc, f"{placement.describe()} is not among the clusters this project may use: {offered}")
-    return {c.name: backends.get(c.name) for c in matching}
+    return {c.name: backends.get(c.name, session) for c in matching}

@@ -104,7 +104,7 @@ def _create(
     candidates = ops.reading_storage_of(
         clusters_for(session, target, body.placement, backends),
         ops.source_cluster(session, body.source, scope),
-        _storage_of(backends, settings),
+        _storage_of(session, backends, settings),
     )
     cluster = ops.serving_cluster(candidates, serving)
     digest = request_digest(body)
@@ -127,10 +127,10 @@ def _create(
     )
 
 
-def _storage_of(backends: ClusterBackends, settings: Settings) -> Callable[[str | None], str]:
+def _storage_of(session: Session, backends: ClusterBackends, settings: Settings) -> Callable[[str | None], str]:
     """A cluster's storage path (None: the default cluster), as orchestrator.storage.RunStorages opens it."""
     return lambda cluster: storage_path_of(
-        backends.storage_root(cluster or backends.default_name), settings.storage_path
+        backends.storage_root(cluster or backends.default_name, session), settings.storage_path
     )
 
 
@@ -171,12 +171,14 @@ def update_deployment(
     assert current is not None
     serving = ops.patched_settings(current.settings, patch, settings)
     if patch.resources is not None or patch.replicas is not None:
-        ops.check_resources(serving["resources"], backends.of(deployment), serving["replicas"])
+        ops.check_resources(serving["resources"], backends.of(deployment, session), serving["replicas"])
         check_deployment_quota(session, deployment.project_id, serving, deployment.cluster or backends.default_name)
     resolved = ops.resolve_source(session, patch.source, scope) if patch.source else None
     if resolved is not None:  # a new checkpoint must be on storage the deployment's cluster reads
         here = deployment.cluster or backends.default_name
-        ops.reading_storage_of({here: backends.of(deployment)}, resolved.cluster, _storage_of(backends, settings))
+        ops.reading_storage_of(
+            {here: backends.of(deployment, session)}, resolved.cluster, _storage_of(session, backends, settings)
+        )
     locked = _locked(session, scope, name)
     if locked.version != deployment.version:
         raise ops.DeploymentConflict(f"deployment {name} changed to version {locked.version} meanwhile: try again")

@@ -93,3 +93,35 @@ def test_a_checkpoint_is_served_only_where_its_storage_is_read(two_clusters, cli
     assert refused.status_code == 422 and "storage_root" in refused.text and str(root) in refused.text, refused.text
     placed = deploy(client, keys["member"], name="anywhere", source=source)
     assert placed.status_code == 201 and placed.json()["cluster"] == "b", placed.text
+
+
+def test_runs_of_a_deleted_cluster_are_still_kept_up_without_waiting_on_the_database(
+    two_clusters,  # noqa: F811
+    client,
+    second,  # noqa: F811
+    tmp_path,
+):
+    """Once b is deleted, its ended runs name a cluster the registry no longer knows: retention, the sweeper and
+    the log archive look it up with no session of theirs open (on SQLite a second session of one thread would wait
+    for the first one's lock, and fail after the busy timeout), and leave the folders on b's old root alone."""
+    root = tmp_path / "b-storage"
+    give_b_a_root(client, root)
+    project_id, keys = make_project(client, "vision")
+    bind(client, project_id, "b", "local")
+    job_id = submit(client, keys["member"], scaling=ONE_CPU, placement={"cluster": "b"}).json()["id"]
+    tick(two_clusters)
+    token = run_token(client, second)
+    folders = [write_checkpoint(root, job_id, f"checkpoint_00000{i}") for i in (1, 2)]
+    for step, folder in enumerate(folders, start=1):
+        post_events(client, job_id, token, checkpoint_event(folder, step))
+    service = two_clusters.state.service
+    with service.sessions.begin() as session:
+        job = lock_job(session, job_id)
+        set_job_state(session, job, JobState.RUNNING, "test")
+        set_job_state(session, job, JobState.SUCCEEDED, "test")
+    assert client.delete("/v1/clusters/b", headers=auth(ADMIN)).status_code == 204
+    service.checkpoints.tick()
+    service.checkpoints.enforce_retention(job_id)
+    assert stored(root, job_id) == ["checkpoint_000001", "checkpoint_000002"]  # not on any storage it knows now
+    assert client.get(f"/v1/jobs/{job_id}/checkpoints", headers=auth(ADMIN)).status_code == 200
+    assert client.get(f"/v1/jobs/{job_id}/logs", headers=auth(ADMIN)).status_code == 200
