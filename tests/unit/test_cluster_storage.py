@@ -24,6 +24,16 @@ def give_b_a_root(client, root: Path) -> None:
     assert response.status_code == 200, response.text
 
 
+def admitted_on_b(app, client, root: Path) -> tuple[str, dict]:
+    """b with its own root; a job of a project that may use b and the default cluster, admitted on b."""
+    give_b_a_root(client, root)
+    project_id, keys = make_project(client, "vision")
+    bind(client, project_id, "b", "local")
+    job_id = submit(client, keys["member"], scaling=ONE_CPU, placement={"cluster": "b"}).json()["id"]
+    tick(app)
+    return job_id, keys
+
+
 def test_a_run_on_b_keeps_its_folder_on_bs_storage_root_only(two_clusters, client, second, tmp_path):  # noqa: F811
     root = tmp_path / "b-storage"
     give_b_a_root(client, root)
@@ -73,11 +83,7 @@ def test_the_root_does_not_change_under_live_runs(two_clusters, client, second, 
 
 def test_a_checkpoint_is_served_only_where_its_storage_is_read(two_clusters, client, second, tmp_path):  # noqa: F811
     root = tmp_path / "b-storage"
-    give_b_a_root(client, root)
-    project_id, keys = make_project(client, "vision")
-    bind(client, project_id, "b", "local")
-    job_id = submit(client, keys["member"], scaling=ONE_CPU, placement={"cluster": "b"}).json()["id"]
-    tick(two_clusters)
+    job_id, keys = admitted_on_b(two_clusters, client, root)
     folder = write_checkpoint(root, job_id, "checkpoint_000001")
     sessions = two_clusters.state.service.sessions
     with sessions.begin() as session:
@@ -105,11 +111,7 @@ def test_runs_of_a_deleted_cluster_are_still_kept_up_without_waiting_on_the_data
     the log archive look it up with no session of theirs open (on SQLite a second session of one thread would wait
     for the first one's lock, and fail after the busy timeout), and leave the folders on b's old root alone."""
     root = tmp_path / "b-storage"
-    give_b_a_root(client, root)
-    project_id, keys = make_project(client, "vision")
-    bind(client, project_id, "b", "local")
-    job_id = submit(client, keys["member"], scaling=ONE_CPU, placement={"cluster": "b"}).json()["id"]
-    tick(two_clusters)
+    job_id, _ = admitted_on_b(two_clusters, client, root)
     token = run_token(client, second)
     folders = [write_checkpoint(root, job_id, f"checkpoint_00000{i}") for i in (1, 2)]
     for step, folder in enumerate(folders, start=1):
