@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from orchestrator.admission import RESOURCES
 from orchestrator.backend import RayJob
 
 LIVE_STATUSES = frozenset({"PENDING", "RUNNING"})
 SUPERVISOR_PREFIX = "_ray_internal_job_actor_"
-RESOURCES = ("CPU", "GPU")
 ENTRYPOINT_LIMIT = 200  # characters of a job's entrypoint kept (a status page, not a log)
 
 

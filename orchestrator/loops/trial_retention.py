@@ -77,27 +77,29 @@ class TrialCheckpointJanitor:
                 if trial is None:
                     return []
                 sweep_id, tune_id = trial.sweep_id, trial.tune_id
-                keep, keep_best = trial_retention(SweepSpec.model_validate(session.get(Sweep, sweep_id).spec))
+                sweep = session.get(Sweep, sweep_id)
+                keep, keep_best = trial_retention(SweepSpec.model_validate(sweep.spec))
+                cluster = sweep.cluster
                 recorded = [
                     RecordedCheckpoint(p.epoch, p.checkpoint_path, p.step, dict(p.values))
                     for p in sweeps_repo.trial_checkpoints(session, trial_id)
                 ]
                 served = deployments_repo.referenced_checkpoint_paths(session)
             kept = select_kept(recorded, keep, keep_best)
+            storage = self.storages.of(cluster)  # with no session open (the registry may read one)
             deleted = [
                 c.path
                 for c in recorded
-                if c.id not in kept and c.path not in served and self._delete(sweep_id, tune_id, c.path)
+                if c.id not in kept and c.path not in served and self._delete(storage, sweep_id, tune_id, c.path)
             ]
             if deleted:
                 self._forget(sweep_id, trial_id, set(deleted))
                 log.info("trial %s: retention deleted checkpoint(s) %s", tune_id, ", ".join(deleted))
             return deleted
 
-    def _delete(self, sweep_id: str, tune_id: str, path: str) -> bool:
+    def _delete(self, storage: CheckpointStorage, sweep_id: str, tune_id: str, path: str) -> bool:
         """Delete a recorded checkpoint folder of the trial; True when it is gone. Anything that is not a
         ``checkpoint_*`` folder of one of the trial's runs is never deleted (and stays recorded)."""
-        storage = self._storage(sweep_id)
         run = storage.trial_run(sweep_id, tune_id, path)
         if run is None:
             log.warning(

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from orchestrator.admission import RESOURCES, ClusterCapacity, Demand, never_fits, shortfall
+from orchestrator.admission import RESOURCES, ClusterCapacity, Demand, free_of, never_fits, reserved_by, shortfall
 
 _EPS = 1e-9
 QUOTA_EXCEEDED = "quota_exceeded"
@@ -243,11 +243,7 @@ class _State:
     def __init__(self, capacity: ClusterCapacity, holding: Sequence[Holding], shares: Mapping[str, float]):
         self.capacity = dict(capacity.total)  # shares are measured against the whole cluster
         self.outside = dict(capacity.held_outside)  # Ray jobs the control plane did not submit
-        reserved = dict(self.outside)
-        for h in holding:
-            for r in RESOURCES:
-                reserved[r] = reserved.get(r, 0.0) + h.request.get(r, 0.0)
-        self.free = {r: max(0.0, self.capacity.get(r, 0.0) - reserved.get(r, 0.0)) for r in RESOURCES}
+        self.free = free_of(capacity, reserved_by(h.request for h in holding))
         self.held_back = dict.fromkeys(RESOURCES, 0.0)  # a starved run's reservation
         self.used, self.running = in_use(holding)
         self.shares = dict(shares)

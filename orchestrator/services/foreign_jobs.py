@@ -15,10 +15,9 @@ from collections.abc import Iterable, Mapping
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from orchestrator.admission import reserved_by
 from orchestrator.backend import RayJob
 from orchestrator.services.runs import KINDS
-
-RESOURCES = ("CPU", "GPU")
 
 
 def foreign_jobs(session: Session, live: Mapping[str, list[RayJob]], default_cluster: str) -> dict[str, list[RayJob]]:
@@ -41,11 +40,7 @@ def foreign_jobs(session: Session, live: Mapping[str, list[RayJob]], default_clu
 
 def held_by(jobs: Iterable[RayJob]) -> dict[str, float]:
     """The CPUs and GPUs ``jobs`` hold together."""
-    held = dict.fromkeys(RESOURCES, 0.0)
-    for job in jobs:
-        for resource in RESOURCES:
-            held[resource] += job.holds.get(resource, 0.0)
-    return held
+    return reserved_by(job.holds for job in jobs)
 
 
 def _is_ours(job: RayJob, cluster: str, ours: Mapping[str, tuple[int, str]]) -> bool:

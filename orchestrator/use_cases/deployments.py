@@ -128,9 +128,10 @@ def _create(
 
 
 def _storage_of(session: Session, backends: ClusterBackends, settings: Settings) -> Callable[[str | None], str]:
-    """A cluster's storage path (None: the default cluster), as orchestrator.storage.RunStorages opens it."""
+    """A cluster's storage path, by the rule of orchestrator.storage.RunStorages.of (None: a run placed before
+    clusters existed, on the service's own storage)."""
     return lambda cluster: storage_path_of(
-        backends.storage_root(cluster or backends.default_name, session), settings.storage_path
+        backends.storage_root(cluster, session) if cluster else None, settings.storage_path
     )
 
 
