@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from sqlalchemy.orm import Session
 
 from orchestrator.admission import ClusterCapacity, free_of, reserved_by
-from orchestrator.backend import BackendUnavailable, RayJob
+from orchestrator.backend import BackendUnavailable, ClusterBackend, RayJob
 from orchestrator.backend.registry import ClusterBackends
 from orchestrator.repositories import clusters as clusters_repo
 from orchestrator.repositories import jobs as jobs_repo
@@ -48,7 +48,12 @@ def cluster_status(
     if backends.default_name not in {name for name, _ in visible} and project_scope is None:
         visible.insert(0, (backends.default_name, {}))
     default_name = backends.default_name
-    observed = {name: _observe(name, backends, session) for name in {name for name, _ in visible} | {default_name}}
+    reached = {name: _backend(name, backends, session) for name in {name for name, _ in visible} | {default_name}}
+    # Ray is asked with no transaction open: on SQLite an open one holds the write lock (BEGIN IMMEDIATE), and
+    # every writer (the scheduler, the runs' events) would wait for the slowest cluster to answer. Nothing was
+    # written: what was read is in plain values above.
+    session.rollback()
+    observed = {name: _observe(name, backend) for name, backend in reached.items()}
     foreign = foreign_jobs(session, {name: seen.live for name, seen in observed.items() if seen.live}, default_name)
 
     queued = clusters_repo.queued_on(session)
@@ -94,9 +99,17 @@ class _Observed:
     live: list[RayJob] = field(default_factory=list)
 
 
-def _observe(name: str, backends: ClusterBackends, session: Session) -> _Observed:
+def _backend(name: str, backends: ClusterBackends, session: Session) -> ClusterBackend | BackendUnavailable:
     try:
-        backend = backends.get(name, session)
+        return backends.get(name, session)
+    except BackendUnavailable as exc:
+        return exc
+
+
+def _observe(name: str, backend: ClusterBackend | BackendUnavailable) -> _Observed:
+    try:
+        if isinstance(backend, BackendUnavailable):
+            raise backend
         capacity, nodes = backend.capacity(), len(backend.nodes())
     except BackendUnavailable as exc:
         log.warning("cluster status: cluster %s does not answer: %s", name, exc)  # hosts stay in the log
