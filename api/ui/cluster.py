@@ -49,6 +49,8 @@ def queued_sweeps(session: Session, scope: str | None) -> list[dict[str, Any]]:
 
 def cluster_view(session: Session, service, user: UiUser) -> dict[str, Any]:
     status = cluster_status(session, service.backends, user.scope, service.settings).model_dump(mode="json")
+    sweeps = queued_sweeps(session, user.scope)
+    session.rollback()  # read only: Ray is asked for the nodes below with no transaction (SQLite's write lock) held
     resources = []
     for name in RESOURCES:
         total = float(status["total"].get(name, 0.0))
@@ -61,7 +63,7 @@ def cluster_view(session: Session, service, user: UiUser) -> dict[str, Any]:
         "jobs": status["jobs"],
         "queue": status["queue"],
         "queue_limit": status["queue_limit"],
-        "queued_sweeps": queued_sweeps(session, user.scope),
+        "queued_sweeps": sweeps,
         "all_projects": user.scope is None,
         "clusters": status["clusters"],  # every cluster the user's runs may use (docs/clusters.md)
     }
