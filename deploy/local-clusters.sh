@@ -8,11 +8,11 @@
 #   deploy/local-clusters.sh status   what runs, and that export line again (exit 1: neither runs)
 #   deploy/local-clusters.sh stop     stop both; nothing is left running
 #
-# Ports (each overridable: LOCAL_CLUSTERS_A_GCS_PORT, ..._A_DASHBOARD_PORT, ..._A_CLIENT_PORT, the same for B),
-# clear of `make run` (GCS 6390, dashboard 8265, client 10001, API 8000), deploy/local-cluster.sh (6391, 8266,
-# 10000, 8010), Redis (6379), Ray Serve (8001) and Ray's worker ports (10002-19999):
-#   a: GCS 6392, dashboard http://127.0.0.1:8267, client 9992
-#   b: GCS 6393, dashboard http://127.0.0.1:8268, client 9993
+# Ports (each overridable: LOCAL_CLUSTERS_A_GCS_PORT, ..._A_DASHBOARD_PORT, ..._A_CLIENT_PORT, ..._A_SERVE_PORT,
+# the same for B), clear of `make run` (GCS 6390, dashboard 8265, client 10001, API 8000), deploy/local-cluster.sh
+# (6391, 8266, 10000, 8010), Redis (6379), Ray Serve (8001) and Ray's worker ports (10002-19999):
+#   a: GCS 6392, dashboard http://127.0.0.1:8267, client 9992, Serve http://127.0.0.1:8002 (its serve_port)
+#   b: GCS 6393, dashboard http://127.0.0.1:8268, client 9993, Serve http://127.0.0.1:8003
 # Other settings: LOCAL_CLUSTERS_DIR (default <repo>/var/local-clusters; cluster X's state dir is
 # $LOCAL_CLUSTERS_DIR/X: its pids, logs, ray/auth_token and storage/), LOCAL_CLUSTERS_CPUS (default 1),
 # LOCAL_CLUSTERS_BIN (default <repo>/.venv/bin).
@@ -26,6 +26,7 @@ CLUSTERS=(a b)
 declare -A GCS_PORT=([a]=${LOCAL_CLUSTERS_A_GCS_PORT:-6392} [b]=${LOCAL_CLUSTERS_B_GCS_PORT:-6393})
 declare -A DASHBOARD_PORT=([a]=${LOCAL_CLUSTERS_A_DASHBOARD_PORT:-8267} [b]=${LOCAL_CLUSTERS_B_DASHBOARD_PORT:-8268})
 declare -A CLIENT_PORT=([a]=${LOCAL_CLUSTERS_A_CLIENT_PORT:-9992} [b]=${LOCAL_CLUSTERS_B_CLIENT_PORT:-9993})
+declare -A SERVE_PORT=([a]=${LOCAL_CLUSTERS_A_SERVE_PORT:-8002} [b]=${LOCAL_CLUSTERS_B_SERVE_PORT:-8003})
 
 say() { echo "local-clusters: $*"; }
 
@@ -42,15 +43,16 @@ one() {
 clusters_json() {
   local args=() name
   for name in "${CLUSTERS[@]}"; do
-    args+=("$name" "http://127.0.0.1:${DASHBOARD_PORT[$name]}" "$DIR/$name/ray/auth_token" "$DIR/$name/storage")
+    args+=("$name" "http://127.0.0.1:${DASHBOARD_PORT[$name]}" "$DIR/$name/ray/auth_token" "$DIR/$name/storage"
+      "${SERVE_PORT[$name]}")
   done
   "$BIN/python" - "${args[@]}" <<'EOF'
 import json, sys
 args = sys.argv[1:]
 print(json.dumps([
     {"name": name, "address": address, "token_ref": f"file:{token}", "labels": {"pool": name},
-     "storage_root": storage, "tenancy": "shared"}
-    for name, address, token, storage in zip(args[0::4], args[1::4], args[2::4], args[3::4])
+     "storage_root": storage, "serve_port": int(port), "tenancy": "shared"}
+    for name, address, token, storage, port in zip(*(args[i::5] for i in range(5)))
 ]))
 EOF
 }

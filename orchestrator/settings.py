@@ -63,7 +63,7 @@ class Settings(BaseSettings):
         default_factory=list,
         description="More Ray clusters, registered (or brought in line) at every start, as a JSON list of "
         'POST /v1/clusters bodies: [{"name", "address", "token_ref", "labels", "storage_root", '
-        '"serve_url", "tenancy"}] (docs/clusters.md). How the Helm chart registers the clusters it creates; '
+        '"serve_url", "serve_port", "tenancy"}] (docs/clusters.md). How the Helm chart registers the clusters it creates; '
         "the API registers others.",
     )
     cluster_token_dir: str = Field(

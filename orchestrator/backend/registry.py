@@ -76,6 +76,7 @@ class ClusterEntry:
     labels: dict = field(default_factory=dict)
     is_default: bool = False
     storage_root: str | None = None  # where its runs' folders are (None: the service's own storage)
+    serve_port: int | None = None  # its Serve proxy's port (None: ORCHESTRATOR_SERVE_PORT)
 
 
 class ClusterBackends:
@@ -114,7 +115,9 @@ class ClusterBackends:
         def read(s: Session) -> list[ClusterEntry]:
             rows = s.scalars(select(Cluster).order_by(Cluster.name))
             return [
-                ClusterEntry(r.name, r.address, r.token_ref, dict(r.labels or {}), r.is_default, r.storage_root)
+                ClusterEntry(
+                    r.name, r.address, r.token_ref, dict(r.labels or {}), r.is_default, r.storage_root, r.serve_port
+                )
                 for r in rows
             ]
 

@@ -127,8 +127,9 @@ class Cluster(Base):
     labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     storage_root: Mapped[str | None] = mapped_column(String(1024), default=None)  # None: the service's storage
     # Where its Serve HTTP proxy is reached, the base of its deployments' URLs; None: the address's host on
-    # ORCHESTRATOR_SERVE_PORT (the default cluster: ORCHESTRATOR_SERVE_PUBLIC_URL's rule).
+    # its serve_port (the default cluster: ORCHESTRATOR_SERVE_PUBLIC_URL's rule).
     serve_url: Mapped[str | None] = mapped_column(String(512), default=None)
+    serve_port: Mapped[int | None] = mapped_column(default=None)  # its Serve proxy's port; None: the setting's
     tenancy: Mapped[Tenancy] = mapped_column(_enum(Tenancy), default=Tenancy.SHARED)
     # The one a project with no bindings may use; the service's own cluster (`local` or RAY_ADDRESS's).
     is_default: Mapped[bool] = mapped_column(default=False, server_default=false())

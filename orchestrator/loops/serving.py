@@ -40,6 +40,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.backend import BackendUnavailable, ClusterBackend, ServeApp, ServeConfigRejected, ServeStatus
 from orchestrator.backend.registry import ClusterBackends, backends_of
 from orchestrator.db.models import ApiKey, Deployment, DeploymentState, DeploymentVersion, utcnow
+from orchestrator.repositories import clusters as clusters_repo
 from orchestrator.repositories import deployments as deployments_repo
 from orchestrator.request_context import log_context
 from orchestrator.services.deployments import SERVE_HOOK_KEY
@@ -152,9 +153,11 @@ def app_config(
     return app
 
 
-def serve_config(settings: Settings, applications: list[dict[str, Any]]) -> dict[str, Any]:
+def serve_config(settings: Settings, applications: list[dict[str, Any]], port: int | None = None) -> dict[str, Any]:
+    """The whole Serve config of one cluster; ``port``: its proxy's (the cluster's ``serve_port``; None:
+    ORCHESTRATOR_SERVE_PORT)."""
     return {
-        "http_options": {"host": settings.serve_host, "port": settings.serve_port},
+        "http_options": {"host": settings.serve_host, "port": port or settings.serve_port},
         "logging_config": LOGGING,
         "applications": applications,
     }
@@ -202,6 +205,7 @@ class _Snapshot:
     config: dict | None  # its application config
     code: CodeMount | None = None  # a served training function's package
     cluster: str | None = None  # where it serves; None: the default cluster
+    url: str = ""  # where callers reach it (its cluster's Serve), for the messages
 
 
 @dataclass(frozen=True)
@@ -224,14 +228,17 @@ class ServingReconciler:
                 return  # nothing was ever deployed: don't even ask Serve
             live = deployments_repo.live_deployments(session)
             hashes = project_key_hashes(session, {d.project_id for d in live})
-            snapshots = [self._snapshot(session, d, hashes.get(d.project_id, [])) for d in live]
+            urls = clusters_repo.serve_urls(session, self.settings.serve_url, self.settings.serve_port)
+            snapshots = [self._snapshot(session, d, hashes.get(d.project_id, []), urls) for d in live]
             # Every cluster, not only those serving now: one whose last deployment went has apps to remove.
-            clusters = {e.name for e in self.backends.refresh(session)} | {self.backends.default_name}
+            entries = self.backends.refresh(session)
         default = self.backends.default_name
-        for cluster in sorted(clusters):  # each cluster's Serve holds its own deployments only (docs/clusters.md)
-            self._tick_cluster(cluster, [s for s in snapshots if (s.cluster or default) == cluster])
+        # The default cluster's Serve listens on ORCHESTRATOR_SERVE_PORT; another on its serve_port, if it has one.
+        ports = {e.name: e.serve_port for e in entries if e.name != default} | {default: None}
+        for cluster in sorted(ports):  # each cluster's Serve holds its own deployments only (docs/clusters.md)
+            self._tick_cluster(cluster, [s for s in snapshots if (s.cluster or default) == cluster], ports[cluster])
 
-    def _tick_cluster(self, cluster: str, snapshots: list[_Snapshot]) -> None:
+    def _tick_cluster(self, cluster: str, snapshots: list[_Snapshot], port: int | None) -> None:
         try:
             backend = self.backends.get(cluster)
             status = backend.serve_status()
@@ -246,19 +253,22 @@ class ServingReconciler:
             except BackendUnavailable as exc:
                 log.warning("serving: uploading a served function's code failed, will retry: %s", exc)
                 return
-            self._apply(backend, list(desired.values()))
-        if status.http_port is not None and status.http_port != self.settings.serve_port:
+            self._apply(backend, list(desired.values()), port)
+        if status.http_port is not None and status.http_port != (port or self.settings.serve_port):
             log.warning(
-                "Ray Serve already listens on port %s, not ORCHESTRATOR_SERVE_PORT %s: Serve keeps the port it "
-                "started with until it is shut down",
+                "Ray Serve of cluster %s already listens on port %s, not %s (its serve_port, else "
+                "ORCHESTRATOR_SERVE_PORT): Serve keeps the port it started with until it is shut down",
+                cluster,
                 status.http_port,
-                self.settings.serve_port,
+                port or self.settings.serve_port,
             )
         for snapshot in snapshots:
             with log_context(deployment=snapshot.name):  # log lines name the deployment
                 self._reconcile(snapshot, status.apps.get(snapshot.name))
 
-    def _snapshot(self, session: Session, deployment: Deployment, key_hashes: list[str]) -> _Snapshot:
+    def _snapshot(
+        self, session: Session, deployment: Deployment, key_hashes: list[str], urls: dict[str | None, str]
+    ) -> _Snapshot:
         version = applied_version(deployment)
         hook = (version.checkpoint or {}).get(SERVE_HOOK_KEY) if version else None
         code = package_mount(session, deployment.project_id, hook) if hook else None
@@ -275,12 +285,13 @@ class ServingReconciler:
             config=app_config(deployment, version, key_hashes, code) if version else None,
             code=code,
             cluster=deployment.cluster,
+            url=f"{urls.get(deployment.cluster, urls[None])}{deployment.route_prefix}",
         )
 
-    def _apply(self, backend: ClusterBackend, applications: list[dict]) -> None:
+    def _apply(self, backend: ClusterBackend, applications: list[dict], port: int | None) -> None:
         names = ", ".join(app["name"] for app in applications) or "none"
         try:
-            backend.apply_serve(serve_config(self.settings, applications))
+            backend.apply_serve(serve_config(self.settings, applications, port))
             log.info("serving: applied the Serve config (applications: %s)", names)
             self.last_apply_error = None
         except ServeConfigRejected as exc:
@@ -320,7 +331,7 @@ class ServingReconciler:
         if s.applied is None or s.config is None:
             return None  # FAILED: nothing to serve until a new version
         runs_it = app is not None and matches(s.config, app.config)
-        url = f"{self.settings.serve_url}{s.config['route_prefix']}"
+        url = s.url
         if s.state in ROLLING and s.applied == s.version:
             if runs_it and app is not None and app.status == "RUNNING":
                 reason = "deployed" if s.state == D.DEPLOYING else "updated"

@@ -45,6 +45,7 @@ def create_cluster(
     tenancy: Tenancy = Tenancy.SHARED,
     is_default: bool = False,
     serve_url: str | None = None,
+    serve_port: int | None = None,
 ) -> Cluster:
     cluster = Cluster(
         name=name,
@@ -53,6 +54,7 @@ def create_cluster(
         labels=dict(labels or {}),
         storage_root=storage_root,
         serve_url=serve_url,
+        serve_port=serve_port,
         tenancy=tenancy,
         is_default=is_default,
     )
@@ -138,7 +140,8 @@ def queued_on(session: Session) -> dict[str, int]:
 
 def serve_urls(session: Session, default_url: str, port: int) -> dict[str | None, str]:
     """{cluster name: the base URL of its deployments}; None and the default cluster: ``default_url`` (the
-    service's own Serve). Another cluster: its ``serve_url``, or its dashboard's host on ``port``."""
+    service's own Serve). Another cluster: its ``serve_url``, or its dashboard's host on its ``serve_port`` (None:
+    ``port``)."""
     urls: dict[str | None, str] = {None: default_url}
     for cluster in list_clusters(session):
         if cluster.is_default:
@@ -147,7 +150,7 @@ def serve_urls(session: Session, default_url: str, port: int) -> dict[str | None
             urls[cluster.name] = cluster.serve_url.rstrip("/")
         else:
             parts = urlsplit(cluster.address)
-            urls[cluster.name] = f"{parts.scheme or 'http'}://{parts.hostname}:{port}"
+            urls[cluster.name] = f"{parts.scheme or 'http'}://{parts.hostname}:{cluster.serve_port or port}"
     return urls
 
 

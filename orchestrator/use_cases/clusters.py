@@ -52,6 +52,7 @@ def create_cluster(session: Session, body: ClusterCreate, token_dir: str) -> Clu
                 labels=body.labels,
                 storage_root=body.storage_root,
                 serve_url=body.serve_url,
+                serve_port=body.serve_port,
                 tenancy=Tenancy(body.tenancy),
             )
     except IntegrityError:  # registered meanwhile by another request
@@ -71,11 +72,13 @@ def update_cluster(session: Session, name: str, body: ClusterPatch, token_dir: s
             changed.append("address")
         if "token_ref" in given and body.token_ref != cluster.token_ref:
             changed.append("token_ref")
+        if "serve_port" in given and body.serve_port is not None:
+            changed.append("serve_port")
         if changed:
             raise Conflict(
                 f"cluster {name!r} is the service's own (the default cluster): its {' and '.join(changed)} come from "
-                "the service's settings (RAY_ADDRESS, or the local cluster it starts) and are set again on every "
-                "start; change them there"
+                "the service's settings (RAY_ADDRESS or the local cluster it starts, ORCHESTRATOR_SERVE_PORT) and are "
+                "set again on every start; change them there"
             )
     if "token_ref" in given and not cluster.is_default:
         _token_ref_allowed(body.token_ref, token_dir)
@@ -103,7 +106,7 @@ def update_cluster(session: Session, name: str, body: ClusterPatch, token_dir: s
                 f"deployment{'s' if live != 1 else ''} on it read and write their folders there: change it once they "
                 "have ended (ended runs' folders stay where they are)"
             )
-    for field in ("address", "token_ref", "labels", "storage_root", "serve_url"):
+    for field in ("address", "token_ref", "labels", "storage_root", "serve_url", "serve_port"):
         if field in given:
             setattr(cluster, field, getattr(body, field))
     if "tenancy" in given and body.tenancy is not None:
@@ -201,6 +204,7 @@ def cluster_views(session: Session, clusters: list[Cluster]) -> list[ClusterOut]
                 labels={str(k): str(v) for k, v in (cluster.labels or {}).items()},
                 storage_root=cluster.storage_root,
                 serve_url=cluster.serve_url,
+                serve_port=cluster.serve_port,
                 tenancy=tenancy,
                 is_default=cluster.is_default,
                 projects=projects,

@@ -222,6 +222,17 @@ def test_a_deployment_on_b_is_served_by_bs_serve_and_its_url_says_so(two_cluster
     ServingReconciler(service.sessions, service.backends, service.settings).tick()
     assert [a["name"] for a in second.serve_applied[-1]["applications"]] == ["digits-b"]
     assert all(not c["applications"] for c in backend.serve_applied)  # the default cluster's Serve holds none
+    # b's own Serve port (two clusters on one host): its proxy listens there, and with no serve_url its URL says so.
+    moved = client.patch("/v1/clusters/b", json={"serve_port": 8123, "serve_url": None}, headers=auth(ADMIN))
+    assert moved.status_code == 200 and moved.json()["serve_port"] == 8123, moved.text
+    assert client.get("/v1/deployments/digits-b", headers=auth(keys["member"])).json()["url"] == (
+        "http://b-head:8123/digits-b"
+    )
+    second.serve_applied.clear()
+    second.serve_apps = {}  # Serve lost its apps (a head restart): the next tick applies the config again
+    ServingReconciler(service.sessions, service.backends, service.settings).tick()
+    assert second.serve_applied[-1]["http_options"]["port"] == 8123
+    assert all(c["http_options"]["port"] == service.settings.serve_port for c in backend.serve_applied)
 
 
 def test_a_project_bound_to_b_cannot_deploy_on_the_default_cluster(two_clusters, client, tmp_path):

@@ -236,6 +236,8 @@ def test_the_default_cluster_is_not_deleted_nor_is_its_address_changed_through_t
     )
     moved = client.patch(f"/v1/clusters/{default}", json={"address": "http://elsewhere:8265"}, headers=ADMIN_H)
     assert moved.status_code == 409 and "come from the service's settings" in moved.text
+    ported = client.patch(f"/v1/clusters/{default}", json={"serve_port": 8123}, headers=ADMIN_H)
+    assert ported.status_code == 409 and "serve_port" in ported.text and "ORCHESTRATOR_SERVE_PORT" in ported.text
     labelled = client.patch(f"/v1/clusters/{default}", json={"labels": {"site": "lab"}}, headers=ADMIN_H)
     assert labelled.status_code == 200 and labelled.json()["labels"] == {"site": "lab"}
     assert client.get(f"/v1/clusters/{default}", headers=ADMIN_H).status_code == 200

@@ -914,6 +914,7 @@ def test_the_control_plane_registers_both_clusters_and_reads_their_tokens_from_s
         "labels": {"site": "onprem"},
         "storage_root": "s3://ml-checkpoints/onprem",
         "serve_url": "https://models.onprem.example.com",
+        "serve_port": 8000,
         "tenancy": "shared",
     }
     # Each token_ref names a variable the Deployment fills from that cluster's Secret.
@@ -1232,9 +1233,9 @@ def test_local_clusters_script_runs_two_lone_heads_through_local_cluster_sh_on_p
     text = script.read_text()
     ports = {
         (cluster, kind): int(port)
-        for cluster, kind, port in re.findall(r"LOCAL_CLUSTERS_([AB])_(GCS|DASHBOARD|CLIENT)_PORT:-(\d+)\}", text)
+        for cluster, kind, port in re.findall(r"LOCAL_CLUSTERS_([AB])_(GCS|DASHBOARD|CLIENT|SERVE)_PORT:-(\d+)\}", text)
     }
-    assert len(ports) == 6 and len(set(ports.values())) == 6, ports
+    assert len(ports) == 8 and len(set(ports.values())) == 8, ports
     one = (DEPLOY / "local-cluster.sh").read_text()
     local_cluster = {
         int(re.search(rf"{name}=\$\{{LOCAL_CLUSTER_{name}:-(\d+)\}}", one).group(1))
@@ -1247,3 +1248,4 @@ def test_local_clusters_script_runs_two_lone_heads_through_local_cluster_sh_on_p
     assert "ONE=$ROOT/deploy/local-cluster.sh" in text and '"$ONE" "$@"' in text
     assert "LOCAL_CLUSTER_HEAD_ONLY=1" in text and "HEAD_ONLY=${LOCAL_CLUSTER_HEAD_ONLY:-0}" in one
     assert '"token_ref": f"file:{token}"' in text and '"labels": {"pool": name}' in text
+    assert '"serve_port": int(port)' in text  # each its own Serve port: both heads are on this host

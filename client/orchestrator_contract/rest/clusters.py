@@ -61,8 +61,14 @@ _STORAGE_ROOT_DESCRIPTION = (
 )
 _SERVE_URL_DESCRIPTION = (
     "The base URL of the cluster's Ray Serve HTTP proxy, as callers reach it: the start of its deployments' `url`. "
-    "Null: the address's host on ORCHESTRATOR_SERVE_PORT."
+    "Null: the address's host on its `serve_port`."
 )
+_SERVE_PORT_DESCRIPTION = (
+    "The port its Ray Serve HTTP proxy listens on, on each of its nodes (Serve's `http_options.port`). Null: "
+    "ORCHESTRATOR_SERVE_PORT. Give another one where two clusters share hosts (e.g. two local clusters); Serve keeps "
+    "the port it started with until its applications are all removed."
+)
+ServePort = Annotated[int, Field(ge=1, le=65535)]
 _TENANCY_DESCRIPTION = (
     "Who may run here. `dedicated`: one project only (binding a second project to it is a 409). `shared`: every "
     "project bound to it, and those projects then trust each other: a Ray cluster is one trust domain, whatever "
@@ -80,13 +86,14 @@ class ClusterCreate(Strict):
     labels: ClusterLabels = Field(default_factory=dict, max_length=MAX_LABELS, description=_LABELS_DESCRIPTION)
     storage_root: StorageRoot | None = Field(None, description=_STORAGE_ROOT_DESCRIPTION)
     serve_url: Address | None = Field(None, description=_SERVE_URL_DESCRIPTION)
+    serve_port: ServePort | None = Field(None, description=_SERVE_PORT_DESCRIPTION)
     tenancy: Tenancy = Field("shared", description=_TENANCY_DESCRIPTION)
 
 
 class ClusterPatch(Strict):
     """``PATCH /v1/clusters/{name}`` (cluster-wide admins): the fields given change, those left out stay as they
-    are. The name cannot change (runs keep it). ``token_ref`` and ``storage_root`` may be set to null (no token;
-    the service's storage); the other fields may not."""
+    are. The name cannot change (runs keep it). ``token_ref``, ``storage_root``, ``serve_url`` and ``serve_port`` may
+    be set to null (no token; the service's storage; their defaults); the other fields may not."""
 
     address: Address | None = Field(
         None,
@@ -101,6 +108,7 @@ class ClusterPatch(Strict):
         None, description=_STORAGE_ROOT_DESCRIPTION + " Runs already placed keep the storage they started with."
     )
     serve_url: Address | None = Field(None, description=_SERVE_URL_DESCRIPTION)
+    serve_port: ServePort | None = Field(None, description=_SERVE_PORT_DESCRIPTION)
     tenancy: Tenancy | None = Field(
         None,
         description=_TENANCY_DESCRIPTION + " Making a cluster dedicated while two or more projects are bound to it "
@@ -165,6 +173,9 @@ class ClusterOut(BaseModel):
         description="Where runs on it write checkpoints and output; null: the service's own storage."
     )
     serve_url: str | None = Field(None, description="The base of its deployments' URLs; null: see ClusterCreate.")
+    serve_port: int | None = Field(
+        None, description="The port its Serve proxy listens on; null: ORCHESTRATOR_SERVE_PORT."
+    )
     tenancy: Tenancy = Field(description="dedicated (one project only) or shared (the projects bound to it).")
     is_default: bool = Field(
         description="The service's own cluster (the local one or RAY_ADDRESS's): every project with no cluster "

@@ -133,6 +133,7 @@ are the entry's. token_ref names the RAY_TOKEN_<NAME> variable the Deployment fi
 {{- $_ := set $body "token_ref" (ternary $tokenRef nil (not (empty .tokenSecret))) -}}
 {{- $_ := set $body "storage_root" (.storageRoot | default nil) -}}
 {{- $_ := set $body "serve_url" (.serveUrl | default nil) -}}
+{{- $_ := set $body "serve_port" (.servePort | default nil) -}}
 {{- end -}}
 {{- $out = append $out $body -}}
 {{- end -}}
