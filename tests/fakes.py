@@ -36,6 +36,9 @@ class FakeBackend:
     driver_tokens: dict[str, str] = field(default_factory=dict)
     stopped: list[str] = field(default_factory=list)
     exit_codes: dict[str, int] = field(default_factory=dict)
+    # Submissions Ray could not place (RunInfo.unschedulable), and those whose record the control plane deleted.
+    unschedulable: set[str] = field(default_factory=set)
+    forgotten: list[str] = field(default_factory=list)
     available: bool = True
     # Ray Serve: every config the control plane applied, and the applications as Serve would report them.
     # An applied application starts DEPLOYING; a test moves it on with serve_settle().
@@ -86,7 +89,19 @@ class FakeBackend:
 
     def info(self, submission_id) -> RunInfo:
         self._check("info")
-        return RunInfo(self.runs.get(submission_id, RunStatus.MISSING), "fake", self.exit_codes.get(submission_id))
+        return RunInfo(
+            self.runs.get(submission_id, RunStatus.MISSING),
+            "fake",
+            self.exit_codes.get(submission_id),
+            unschedulable=submission_id in self.unschedulable,
+        )
+
+    def forget(self, submission_id) -> None:
+        self._check("forget")
+        assert self.runs.get(submission_id, RunStatus.MISSING).finished, "Ray deletes only an ended job"
+        self.forgotten.append(submission_id)
+        self.runs.pop(submission_id, None)
+        self.unschedulable.discard(submission_id)
 
     def stop(self, submission_id) -> None:
         self._check("stop")

@@ -35,6 +35,9 @@ class RunInfo:
     status: RunStatus
     message: str = ""
     exit_code: int | None = None  # the driver's, once it has exited (orchestrator_contract.jobs.DriverExit)
+    # FAILED before the driver ran: Ray could not place its supervisor (the node it must go on is gone, draining,
+    # or not yet back: a head restarting). No attempt of the run's, so the reconciler submits it again.
+    unschedulable: bool = False
 
 
 PackageOpener = Callable[[], AbstractContextManager[BinaryIO]]
@@ -107,6 +110,10 @@ class ClusterBackend(Protocol):
 
     def stop(self, submission_id: str) -> None:
         """Ask the run to stop; a run that is gone or finished is fine."""
+
+    def forget(self, submission_id: str) -> None:
+        """Delete Ray's record of an ended submission, so that its id may be submitted again; one Ray has no
+        record of is fine."""
 
     def logs(self, submission_id: str) -> str | None:
         """The driver's output (Ray forwards worker output into it); None when Ray has none."""

@@ -132,6 +132,12 @@ def job_logs(dashboard_url: str, headers: dict[str, str], submission_id: str, ti
     return logs
 
 
+def delete_job(dashboard_url: str, headers: dict[str, str], submission_id: str, timeout_s: float = 30) -> None:
+    """Delete Ray's record of an ended submission (``DELETE /api/jobs/{id}``), which frees its id. Raises
+    JobNotFound or httpx.HTTPError (Ray refuses to delete a job that has not ended)."""
+    _job_answer(httpx.delete(job_url(dashboard_url, submission_id), headers=headers, timeout=timeout_s), submission_id)
+
+
 def stop_job(dashboard_url: str, headers: dict[str, str], submission_id: str, timeout_s: float = 30) -> None:
     """Ask Ray to stop a submission (``POST /api/jobs/{id}/stop``; one that has ended already is fine).
     Raises JobNotFound or httpx.HTTPError."""

@@ -16,7 +16,18 @@ from orchestrator.backend import BackendUnavailable, ClusterBackend, ServeConfig
 
 # The ClusterBackend interface's methods: the label values of ``method``, a fixed set.
 METHODS = frozenset(
-    {"capacity", "live_jobs", "submit", "info", "stop", "logs", "upload_package", "serve_status", "apply_serve"}
+    {
+        "capacity",
+        "live_jobs",
+        "submit",
+        "info",
+        "stop",
+        "forget",
+        "logs",
+        "upload_package",
+        "serve_status",
+        "apply_serve",
+    }
 )
 
 

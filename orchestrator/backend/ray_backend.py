@@ -31,6 +31,7 @@ from orchestrator.backend.dashboard import (
     JobNotFound,
     alive_nodes,
     auth_headers,
+    delete_job,
     job_details,
     job_logs,
     list_jobs,
@@ -47,6 +48,8 @@ from orchestrator.backend.ray_jobs import live_ray_jobs
 log = logging.getLogger(__name__)
 
 _CAPACITY_TTL_S = 5.0
+# Ray's JobDetails.error_type when the supervisor (and so the driver) could not be placed: the driver never ran.
+SUPERVISOR_UNSCHEDULABLE = "JOB_SUPERVISOR_ACTOR_UNSCHEDULABLE"
 T = TypeVar("T")
 
 # Ray's log tail (a websocket, relayed by the head from the driver node's agent) sends a log file in batches of
@@ -202,7 +205,12 @@ class RayBackend:
         except ValueError as exc:
             raise BackendUnavailable(f"reading {submission_id}: unknown status {details['status']!r}") from exc
         exit_code = details.get("driver_exit_code")
-        return RunInfo(status, details.get("message") or "", exit_code if isinstance(exit_code, int) else None)
+        return RunInfo(
+            status,
+            details.get("message") or "",
+            exit_code if isinstance(exit_code, int) else None,
+            unschedulable=details.get("error_type") == SUPERVISOR_UNSCHEDULABLE,
+        )
 
     def stop(self, submission_id: str) -> None:
         try:
@@ -211,6 +219,14 @@ class RayBackend:
             return  # gone already: nothing to stop
         except httpx.HTTPError as exc:
             raise BackendUnavailable(f"stopping {submission_id}: {_said(exc)}") from exc
+
+    def forget(self, submission_id: str) -> None:
+        try:
+            delete_job(self.dashboard_url, self.headers, submission_id)
+        except JobNotFound:
+            return
+        except httpx.HTTPError as exc:
+            raise BackendUnavailable(f"deleting Ray's record of {submission_id}: {_said(exc)}") from exc
 
     def logs(self, submission_id: str) -> str | None:
         try:

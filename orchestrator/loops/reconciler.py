@@ -98,6 +98,7 @@ class Reconciler:
         # Sent to Ray after the commit: a Ray call must not hold the row (on SQLite, the database) locked.
         resubmit: tuple[Launch, str] | None = None
         stop_again: str | None = None
+        forget: str | None = None
         with self.sessions.begin() as session:
             run = kind.lock(session, run_id)
             if run is None or run.attempt != attempt:
@@ -162,6 +163,17 @@ class Reconciler:
                 # The driver decided (its own report, with the cause, was lost): another attempt won't help.
                 reason, what = CONCLUSIVE_EXITS[info.exit_code]
                 kind.set_state(session, run, S.FAILED, reason, f"{what}\n{info.message}")
+            elif status == RunStatus.FAILED and info.unschedulable:
+                # Ray could not place the driver (its node gone, draining or not yet back: a head restarting), so
+                # it never ran: no attempt of the run's to count. Ray's record goes, and the MISSING branch below
+                # submits the same attempt again after RESUBMIT_GRACE; ORCHESTRATOR_START_TIMEOUT_S bounds it.
+                log.warning(
+                    "%s %s: Ray could not place its driver, submitting it again: %s",
+                    kind.name,
+                    run_id,
+                    info.message.split("\n", 1)[0],
+                )
+                forget = run.submission_id
             elif status == RunStatus.FAILED:
                 resubmit = _next_attempt(session, kind, run, "driver_failed", info.message)
             elif status == RunStatus.STOPPED:
@@ -193,6 +205,8 @@ class Reconciler:
                 resubmit = _launch(session, kind, run)  # the same attempt, the same submission id
         if stop_again:
             backend.stop(stop_again)
+        if forget:
+            backend.forget(forget)
         if resubmit:  # on the cluster it was placed on: its checkpoints are there
             launch, claim_code = resubmit
             log.info("%s %s: submitting %s", kind.name, run_id, launch.submission_id)

@@ -5,10 +5,14 @@ default cluster is a 422; its model is deployed on b's Serve, not the default cl
 cluster's token; labels, and a project's cap on the default cluster, place runs on b, where fair share puts a newcomer
 project's run before the second run of a project already running there; a Ray job submitted to b directly is listed
 as foreign and its CPU is not admitted twice; with b down, a run for b waits (cluster_unavailable) and runs once b is
-back, while the default cluster goes on. The module deregisters b when it ends."""
+back, while the default cluster goes on, and the run b's head stopped under is recovered by its next attempt. The
+module deregisters b when it ends."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +24,7 @@ from orchestrator.backend.local_cluster import LocalRayCluster
 from orchestrator.backend.ray_backend import RayBackend
 from tests.conftest import free_port
 from tests.integration.conftest import Api, key_headers, remove_serving
+from tests.ray_state import state_api
 
 pytestmark = pytest.mark.integration
 
@@ -215,14 +220,39 @@ def test_a_ray_job_submitted_to_b_directly_is_listed_and_its_cpu_is_not_admitted
     assert member_b.wait(job_id, {"SUCCEEDED"}, timeout_s=240)["cluster"] == "b"
 
 
+def training_processes(cluster: LocalRayCluster, submission_id: str) -> list[int]:
+    """The pids of a submission's driver and of its Train workers, once the workers are up."""
+    headers = {"Authorization": f"Bearer {cluster.token()}"}
+    deadline = time.monotonic() + 120
+    while not (
+        workers := state_api(
+            cluster.dashboard_url, cluster.token(), "actors", class_name="RayTrainWorker", state="ALIVE"
+        )
+    ):
+        assert time.monotonic() < deadline, "no Train worker came up"
+        time.sleep(0.2)
+    job = httpx.get(f"{cluster.dashboard_url}/api/jobs/{submission_id}", headers=headers, timeout=30).json()
+    return [int(job["driver_info"]["pid"]), *(int(w["pid"]) for w in workers if w.get("pid"))]
+
+
 def cluster_named(api: Api, name: str) -> dict:
     response = api.http.get("/v1/cluster")
     response.raise_for_status()
     return next(c for c in response.json()["clusters"] if c["name"] == name)
 
 
-def test_with_b_down_its_run_waits_and_runs_once_b_is_back(on_b, cluster_b, member):
+def test_with_b_down_its_runs_wait_and_recover_once_b_is_back(on_b, cluster_b, member):
+    """b's head stops under a running run of b's: a run submitted meanwhile waits (cluster_unavailable) while the
+    default cluster goes on; once b is back (a new head, none of the old Ray jobs), the running run is recovered by
+    its next attempt and the waiting one runs, both on b."""
     _, member_b = on_b
+    running = member_b.submit(name="running-when-b-stops", epochs=3, scaling=ONE_CPU).json()["id"]
+    member_b.wait(running, {"RUNNING"}, timeout_s=240)
+    # The run dies with b, as under `ray stop --force`: its driver and workers first (Ray starts them outside the
+    # head's process group, and they would train on through the head's slow SIGTERM), then the head.
+    for pid in training_processes(cluster_b, f"{running}-1"):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     cluster_b.stop()
     try:
         response = member_b.submit(name="while-b-is-down", epochs=1, scaling=ONE_CPU)
@@ -238,5 +268,7 @@ def test_with_b_down_its_run_waits_and_runs_once_b_is_back(on_b, cluster_b, memb
         assert member.wait(other, {"SUCCEEDED"}, timeout_s=240)["cluster"] == "local"
     finally:
         cluster_b.restart()
+    recovered = member_b.wait(running, {"SUCCEEDED"}, timeout_s=300)
+    assert recovered["cluster"] == "b" and recovered["attempt"] >= 2, recovered
     done = member_b.wait(job_id, {"SUCCEEDED"}, timeout_s=240)
     assert done["cluster"] == "b" and RayBackend(cluster_b.dashboard_url, cluster_b.token()).info(f"{job_id}-1")

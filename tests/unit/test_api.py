@@ -539,6 +539,29 @@ def test_a_lost_submit_is_made_again_with_the_same_submission_id(app, client, ba
     assert client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()["attempt"] == 1
 
 
+def test_a_driver_ray_could_not_place_is_submitted_again_as_the_same_attempt(app, client, backend, monkeypatch):
+    """Ray failed the submission before its driver ran (the supervisor could not be placed: a head restarting or
+    draining): no attempt of the run's is spent. Ray's record is deleted, and after the grace the same submission
+    id goes again; a driver that ran and failed still costs an attempt."""
+    job, _ = _started_job(app, client, backend)
+    backend.runs[f"{job}-1"] = RunStatus.FAILED
+    backend.unschedulable.add(f"{job}-1")
+    reconcile(app)
+    assert backend.forgotten == [f"{job}-1"] and f"{job}-1" not in backend.runs
+    waiting = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
+    assert (waiting["state"], waiting["attempt"]) == ("STARTING", 1), waiting
+    reconcile(app)  # within the grace: nothing yet
+    assert [s[0] for s in backend.submitted] == [f"{job}-1"]
+    monkeypatch.setattr("orchestrator.loops.reconciler.RESUBMIT_GRACE", timedelta(0))
+    reconcile(app)
+    assert [s[0] for s in backend.submitted] == [f"{job}-1", f"{job}-1"]
+    backend.runs[f"{job}-1"] = RunStatus.FAILED  # now its driver ran and failed
+    reconcile(app)
+    restarted = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
+    assert (restarted["state"], restarted["reason"], restarted["attempt"]) == ("RESTARTING", "driver_failed", 2)
+    assert backend.forgotten == [f"{job}-1"]
+
+
 def test_gpu_jobs_queue_for_gpus(app, client, backend):
     backend.total = {"CPU": 8.0, "GPU": 1.0}
     too_big = submit(client, ADMIN, scaling={"num_workers": 2, "use_gpu": True})

@@ -53,7 +53,7 @@ class StubDashboard:
                 self.end_headers()
                 self.wfile.write(data)
 
-            do_GET = do_POST = _answer
+            do_GET = do_POST = do_DELETE = _answer
 
             def log_message(self, *args) -> None:
                 pass
@@ -77,7 +77,7 @@ def dashboard() -> Iterator[StubDashboard]:
         stub.close()
 
 
-def details(status: str, message: str = "", exit_code: int | None = None) -> str:
+def details(status: str, message: str = "", exit_code: int | None = None, error_type: str | None = None) -> str:
     """A JobDetails body as Ray's ``GET /api/jobs/{id}`` answers it (the fields the backend reads, and more)."""
     return json.dumps(
         {
@@ -88,7 +88,7 @@ def details(status: str, message: str = "", exit_code: int | None = None) -> str
             "status": status,
             "entrypoint": "python -m workers.train.driver",
             "message": message,
-            "error_type": None,
+            "error_type": error_type,
             "start_time": 1,
             "end_time": None,
             "metadata": {},
@@ -175,7 +175,33 @@ def test_the_installed_rays_dashboard_answers_an_unknown_job_as_the_backend_read
         '@routes.get("/api/jobs/{job_or_submission_id}")',
         '@routes.post("/api/jobs/{job_or_submission_id}/stop")',
         '@routes.get("/api/jobs/{job_or_submission_id}/logs")',
+        '@routes.delete("/api/jobs/{job_or_submission_id}")',
     ):
         handler = source[source.index(decorator) :]
         handler = handler[: handler.index("@routes.", 1)]
         assert answer in handler, decorator
+
+
+def test_a_driver_ray_could_not_place_reads_unschedulable_and_its_record_is_deleted():
+    """Ray's error_type when the supervisor could not be placed (``job_manager.py``) marks the RunInfo, and
+    ``forget`` deletes the ended job's record (``DELETE /api/jobs/{id}``); a job Ray has no record of is fine, an
+    error is BackendUnavailable."""
+    unplaced = "Job supervisor actor could not be scheduled: The actor is not schedulable: The node specified ..."
+    with dashboard() as ray:
+        backend = RayBackend(ray.url)
+        ray.answers = {
+            f"/api/jobs/{SUBMISSION}": (200, details("FAILED", unplaced, None, "JOB_SUPERVISOR_ACTOR_UNSCHEDULABLE"))
+        }
+        assert backend.info(SUBMISSION) == RunInfo(RunStatus.FAILED, unplaced, None, unschedulable=True)
+        backend.forget(SUBMISSION)
+        assert ("DELETE", f"/api/jobs/{SUBMISSION}") in ray.seen
+        ray.answers = {f"/api/jobs/{SUBMISSION}": (200, details("FAILED", "runtime_env setup failed", None, "X"))}
+        assert backend.info(SUBMISSION).unschedulable is False
+        ray.answers = {}
+        backend.forget(SUBMISSION)  # Ray's own 404: nothing to delete
+        ray.answers = {f"/api/jobs/{SUBMISSION}": (500, "Traceback ... the job agent is gone")}
+        with pytest.raises(BackendUnavailable):
+            backend.forget(SUBMISSION)
+    from ray.dashboard.modules.job.common import JobErrorType  # the value the backend reads is Ray's
+
+    assert JobErrorType.JOB_SUPERVISOR_ACTOR_UNSCHEDULABLE.value == "JOB_SUPERVISOR_ACTOR_UNSCHEDULABLE"
