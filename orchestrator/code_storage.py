@@ -1,6 +1,7 @@
-"""Where code packages live: ``<storage>/code/<project id>/<sha256>.zip`` under the checkpoint storage root
-(``ORCHESTRATOR_STORAGE``: a folder or a pyarrow URI, like ``orchestrator.storage``), one zip per project and
-upload, written once and never changed. No Ray here: the backend uploads a package to Ray's own store.
+"""Where code packages live: ``<root>/code/<project id>/<sha256>.zip`` under ``ORCHESTRATOR_CODE_STORAGE`` (else
+the checkpoint storage root ``ORCHESTRATOR_STORAGE``; a folder or a pyarrow URI, like ``orchestrator.storage``), one
+zip per project and upload, written once and never changed. No Ray here: the backend uploads a package to Ray's
+own store.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ class ControlPlane:
         self.storages = RunStorages(CheckpointStorage(settings.storage_path), self._storage_root)
         self.checkpoints = CheckpointJanitor(self.sessions, self.storages, settings)
         self.log_archive = LogArchive(self.storages)
-        self.code_storage = CodeStorage(settings.storage_path)  # users' code packages, <storage>/code/
+        self.code_storage = CodeStorage(settings.code_storage_path)  # users' code packages, <code storage>/code/
 
     def _storage_root(self, cluster: str, session: Session | None) -> str | None:
         return self.backends.storage_root(cluster, session) if self.backends is not None else None

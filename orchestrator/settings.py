@@ -293,6 +293,12 @@ class Settings(BaseSettings):
         return str(Path(self.storage).resolve())
 
     @property
+    def code_storage_path(self) -> str:
+        """Where code packages are kept: ``code_storage``, else the checkpoint storage (absolute, or a URI)."""
+        root = self.code_storage or self.storage
+        return root if "://" in root else str(Path(root).resolve())
+
+    @property
     def var_path(self) -> Path:
         return Path(self.var_dir).resolve()
 
@@ -342,6 +348,14 @@ class Settings(BaseSettings):
     )
 
     # --- users' code packages (POST /v1/code: orchestrator/code_archive.py, services/code.py) ---
+    code_storage: str = Field(
+        "",
+        description="Where users' code packages are kept (<it>/code/<project>/<sha256>.zip): a folder or a "
+        "pyarrow URI that only the control plane reads; empty: ORCHESTRATOR_STORAGE. A Ray cluster whose nodes "
+        "mount it lets the code running there read every project's packages, so give one no cluster mounts where "
+        "projects must not see each other's code (the Helm chart does: docs/security.md). Changing it: copy the "
+        "code/ folder over first, or the packages already uploaded are missing.",
+    )
     code_max_mb: float = Field(
         100.0, gt=0, description="Largest code package upload (MB); past it a 413 as soon as the upload passes it."
     )

@@ -68,7 +68,7 @@ class CodeMount:
     def upload(self, backend: ClusterBackend, settings: Settings) -> None:
         """Into Ray's package store, if Ray does not hold it already (BackendUnavailable: retried later;
         CodeMissing: the stored zip is gone and Ray has no copy)."""
-        storage = CodeStorage(settings.storage_path)
+        storage = CodeStorage(settings.code_storage_path)
 
         @contextmanager
         def open_stored() -> Iterator[BinaryIO]:

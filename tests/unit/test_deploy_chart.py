@@ -445,7 +445,7 @@ def test_every_ray_pod_shares_the_checkpoint_storage(rendered):
         for group, template in ray_pod_templates(cluster):
             assert all(v["name"] != "storage" for v in template["spec"]["volumes"]), group
         return
-    pvc = one(objects, "PersistentVolumeClaim")
+    pvc = one(objects, "PersistentVolumeClaim", f"{RELEASE}-orchestrator-storage")
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
     assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     for group, template in ray_pod_templates(cluster):
@@ -454,6 +454,31 @@ def test_every_ray_pod_shares_the_checkpoint_storage(rendered):
         assert volumes["storage"]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"], group
         assert mounts["storage"]["mountPath"] == storage, group
         assert volumes["dshm"]["emptyDir"]["medium"] == "Memory" and mounts["dshm"]["mountPath"] == "/dev/shm"
+
+
+def test_code_packages_are_on_a_volume_only_the_control_plane_mounts(rendered):
+    """ORCHESTRATOR_CODE_STORAGE: a PVC the control plane mounts and no Ray pod does (docs/security.md), or a bucket
+    of its own (codeStorage.uri), never the checkpoint storage every Ray pod mounts."""
+    _name, values, objects = rendered
+    config = one(objects, "ConfigMap")["data"]
+    assert config["ORCHESTRATOR_CODE_STORAGE"] != config["ORCHESTRATOR_STORAGE"]
+    uri = values.get("codeStorage", {}).get("uri")
+    claims = [o for o in objects if o["kind"] == "PersistentVolumeClaim" and o["metadata"]["name"].endswith("-code")]
+    if uri:
+        assert config["ORCHESTRATOR_CODE_STORAGE"] == uri and not claims
+        return
+    [pvc] = claims
+    assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    [volume] = [
+        v for v in pod["volumes"] if v.get("persistentVolumeClaim", {}).get("claimName") == pvc["metadata"]["name"]
+    ]
+    [mount] = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount["mountPath"] == config["ORCHESTRATOR_CODE_STORAGE"] == "/data/code"
+    for cluster in (o for o in objects if o["kind"] == "RayCluster"):
+        for group, template in ray_pod_templates(cluster):
+            claimed = {v.get("persistentVolumeClaim", {}).get("claimName") for v in template["spec"]["volumes"]}
+            assert pvc["metadata"]["name"] not in claimed, group
 
 
 def test_the_ingress_routes_to_the_api_service():
@@ -810,7 +835,7 @@ def test_the_control_plane_mounts_every_clusters_storage_where_its_ray_pods_do(m
         claims = {
             m["mountPath"]: volumes[m["name"]]["persistentVolumeClaim"]["claimName"]
             for m in pod["containers"][0]["volumeMounts"]
-            if "persistentVolumeClaim" in volumes[m["name"]]
+            if "persistentVolumeClaim" in volumes[m["name"]] and m["name"] != "code"  # the code packages' own
         }
         assert claims == expected
     assert len(expected) == 2  # the clusters values: the chart's storage and gpu-a's own
@@ -947,7 +972,7 @@ def test_a_created_cluster_on_shared_storage_mounts_the_charts_volume_and_auth_o
     objects = render(values)
     cluster = one(objects, "RayCluster", f"{RELEASE}-orchestrator-b")
     assert cluster["spec"]["authOptions"] == {"mode": "disabled"}
-    [pvc] = [o for o in objects if o["kind"] == "PersistentVolumeClaim"]  # the chart's own only
+    [pvc] = [o for o in objects if o["kind"] == "PersistentVolumeClaim" and o["metadata"]["name"].endswith("-storage")]
     for _, template in ray_pod_templates(cluster):
         volumes = {v["name"]: v for v in template["spec"]["volumes"]}
         assert volumes["storage"]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]

@@ -195,9 +195,10 @@ controlPlane.extraEnv sets it), and no created cluster's RayCluster name is anot
 {{- end -}}
 
 {{/*
-The checkpoint volumes the control plane mounts, as {"items": [{volume, claimName, mountPath}, ...]}: the chart's
+The volumes the control plane mounts, as {"items": [{volume, claimName, mountPath}, ...]}: the chart's checkpoint
 storage and each created cluster's own, at the paths their Ray pods mount them (the control plane checks, archives
-into and prunes each run's folder on its cluster's storage: docs/clusters.md, "Storage"). None for an object store.
+into and prunes each run's folder on its cluster's storage: docs/clusters.md, "Storage"), and the code packages'
+volume, which no Ray pod mounts. None for an object store.
 */}}
 {{- define "orchestrator.controlPlane.storage" -}}
 {{- $items := list -}}
@@ -208,6 +209,9 @@ into and prunes each run's folder on its cluster's storage: docs/clusters.md, "S
 {{- $_ := set $seen .claimName true -}}
 {{- $items = append $items (dict "volume" (printf "storage-%d" (len $items)) "claimName" .claimName "mountPath" .mountPath) -}}
 {{- end -}}
+{{- end -}}
+{{- if not .Values.codeStorage.uri -}}
+{{- $items = append $items (dict "volume" "code" "claimName" (include "orchestrator.codeStorage.claimName" .) "mountPath" .Values.codeStorage.mountPath) -}}
 {{- end -}}
 {{- toJson (dict "items" $items) -}}
 {{- end -}}

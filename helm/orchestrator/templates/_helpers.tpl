@@ -81,6 +81,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default .Values.storage.mountPath .Values.storage.uri -}}
 {{- end -}}
 
+{{- define "orchestrator.codeStorage" -}}
+{{- default .Values.codeStorage.mountPath .Values.codeStorage.uri -}}
+{{- end -}}
+
+{{- define "orchestrator.codeStorage.claimName" -}}
+{{- default (printf "%s-code" (include "orchestrator.fullname" .)) .Values.codeStorage.persistentVolumeClaim.existingClaim -}}
+{{- end -}}
+
 {{- define "orchestrator.storage.claimName" -}}
 {{- default (printf "%s-storage" (include "orchestrator.fullname" .)) .Values.storage.persistentVolumeClaim.existingClaim -}}
 {{- end -}}
