@@ -19,6 +19,7 @@ from orchestrator.backend import (
     ServeApp,
     ServeReplica,
     ServeStatus,
+    SubmissionTaken,
 )
 
 
@@ -36,6 +37,8 @@ class FakeBackend:
     driver_tokens: dict[str, str] = field(default_factory=dict)
     stopped: list[str] = field(default_factory=list)
     exit_codes: dict[str, int] = field(default_factory=dict)
+    # Each submission's environment variables as Ray keeps them (a second submit under the id must match them).
+    env_vars: dict[str, dict] = field(default_factory=dict)
     # Submissions Ray could not place (RunInfo.unschedulable), and those whose record the control plane deleted.
     unschedulable: set[str] = field(default_factory=set)
     forgotten: list[str] = field(default_factory=list)
@@ -82,10 +85,20 @@ class FakeBackend:
 
     def submit(self, submission_id, entrypoint, runtime_env, metadata) -> None:
         self._check("submit")
+        known = self.env_vars.get(submission_id) if submission_id in self.runs else None
+        if known is not None and known != runtime_env["env_vars"]:
+            raise SubmissionTaken(f"Ray already has a job {submission_id} that the control plane did not submit")
+        if submission_id not in self.runs:
+            self.env_vars[submission_id] = dict(runtime_env["env_vars"])
         self.runtime_envs.append(copy.deepcopy(runtime_env))
         self.metadata.append(dict(metadata))
         self.submitted.append((submission_id, entrypoint, dict(runtime_env["env_vars"])))
         self.runs.setdefault(submission_id, RunStatus.PENDING)
+
+    def squat(self, submission_id: str) -> None:
+        """Someone with the cluster's token submits a job of their own under ``submission_id`` first."""
+        self.runs[submission_id] = RunStatus.RUNNING
+        self.env_vars[submission_id] = {"SOMEONE": "else"}
 
     def info(self, submission_id) -> RunInfo:
         self._check("info")
@@ -101,6 +114,7 @@ class FakeBackend:
         assert self.runs.get(submission_id, RunStatus.MISSING).finished, "Ray deletes only an ended job"
         self.forgotten.append(submission_id)
         self.runs.pop(submission_id, None)
+        self.env_vars.pop(submission_id, None)
         self.unschedulable.discard(submission_id)
 
     def stop(self, submission_id) -> None:

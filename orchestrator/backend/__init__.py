@@ -74,6 +74,11 @@ class BackendUnavailable(Exception):
     """The cluster could not be reached; callers retry on their next tick."""
 
 
+class SubmissionTaken(Exception):
+    """Ray already has a job under the submission id that is not this submission (its environment differs): someone
+    holding the cluster's Ray token submitted it first. Never followed as the run's."""
+
+
 class RunNotFound(Exception):
     """Ray has no record of the submission (its own answer, not an error on the way)."""
 
@@ -103,8 +108,9 @@ class ClusterBackend(Protocol):
 
     def submit(self, submission_id: str, entrypoint: str, runtime_env: dict, metadata: dict[str, str]) -> None:
         """Start a driver with Ray's ``runtime_env`` exactly as given (built by the control plane:
-        ``orchestrator.services.launch.runtime_env``). Submitting an id that already exists is a no-op,
-        never a second copy."""
+        ``orchestrator.services.launch.runtime_env``). Submitting an id that already exists with the same
+        environment variables is a no-op, never a second copy; under other ones (not this submission) it raises
+        SubmissionTaken."""
 
     def info(self, submission_id: str) -> RunInfo: ...
 

@@ -26,6 +26,7 @@ from orchestrator.backend import (
     ServeConfigRejected,
     ServeReplica,
     ServeStatus,
+    SubmissionTaken,
 )
 from orchestrator.backend.dashboard import (
     JobNotFound,
@@ -185,9 +186,27 @@ class RayBackend:
             raise
         except Exception as exc:
             if "already exists" in str(exc):
+                self._check_ours(submission_id, runtime_env)
                 log.info("submission %s already exists; not starting a second copy", submission_id)
                 return
             raise BackendUnavailable(f"submitting {submission_id}: {exc}") from exc
+
+    def _check_ours(self, submission_id: str, runtime_env: dict) -> None:
+        """Ray has a job under ``submission_id``: ours (an earlier send of this very submission, whose answer was
+        lost) only if its environment variables are the ones sent now, the driver's claim code among them; else
+        someone with the cluster's token took the id first (SubmissionTaken), and it is never followed as ours."""
+        try:
+            existing = job_details(self.dashboard_url, self.headers, submission_id)
+        except JobNotFound:
+            raise BackendUnavailable(f"submitting {submission_id}: Ray said it exists, then had no record") from None
+        except (httpx.HTTPError, ValueError) as exc:
+            raise BackendUnavailable(f"reading back {submission_id}: {_said(exc)}") from exc
+        if ((existing.get("runtime_env") or {}).get("env_vars") or {}) != runtime_env.get("env_vars", {}):
+            entrypoint = str(existing.get("entrypoint") or "")[:200]
+            raise SubmissionTaken(
+                f"Ray already has a job {submission_id} that the control plane did not submit (entrypoint: "
+                f"{entrypoint!r}): someone holding the cluster's Ray token took this attempt's submission id"
+            )
 
     # info, stop and logs go through the dashboard's HTTP routes ourselves rather than JobSubmissionClient,
     # whose errors are a RuntimeError with the status inside their text: here the status decides what an

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.admission import Demand, scaling_demand, sweep_demand
-from orchestrator.backend import ClusterBackend
+from orchestrator.backend import ClusterBackend, SubmissionTaken
 from orchestrator.db.models import Job, JobState, Sweep
 from orchestrator.repositories import jobs as jobs_repo
 from orchestrator.repositories import sweeps as sweeps_repo
@@ -30,6 +30,7 @@ from orchestrator_contract.sweeps import SweepSpec
 
 Run = Job | Sweep
 _NOT_STARTED = (JobState.STARTING, JobState.RESTARTING)  # submitted (or about to be), nothing heard yet
+SUBMISSION_TAKEN = "submission_taken"  # Ray had another job under the attempt's submission id
 
 
 @dataclass(frozen=True)
@@ -69,14 +70,16 @@ class RunKind:
     ) -> None:
         """Send ``launch`` to Ray with its driver's claim code (``launch.new_driver_claim``), after the commit
         that made it (BackendUnavailable: the caller retries). When its stored package is gone and Ray has no
-        copy, the run fails (code_missing) instead."""
+        copy, the run fails (code_missing) instead; when Ray has another job under its submission id (someone
+        with the cluster's token took it), it fails (submission_taken) rather than follow that job as its own."""
         try:
             launch.submit(backend, claim_code, settings)
-        except CodeMissing as exc:
+        except (CodeMissing, SubmissionTaken) as exc:
+            reason = CODE_MISSING if isinstance(exc, CodeMissing) else SUBMISSION_TAKEN
             with sessions.begin() as session:
                 run = self.lock(session, launch.run_id)
                 if run is not None and run.submission_id == launch.submission_id and run.state in _NOT_STARTED:
-                    self.set_state(session, run, JobState.FAILED, CODE_MISSING, str(exc))
+                    self.set_state(session, run, JobState.FAILED, reason, str(exc))
             return
         with sessions.begin() as session:  # Ray took it: the start-up timeline's "submitted" (states.startup)
             run = self.lock(session, launch.run_id)

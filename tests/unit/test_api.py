@@ -562,6 +562,20 @@ def test_a_driver_ray_could_not_place_is_submitted_again_as_the_same_attempt(app
     assert backend.forgotten == [f"{job}-1"]
 
 
+def test_a_submission_id_someone_else_took_first_fails_the_run_and_is_never_followed(app, client, backend):
+    """Someone with the cluster's Ray token submits a job under a run's next submission id before the control plane
+    does: Ray refuses ours as a duplicate, and that job (other environment variables, no claim code of ours) is not
+    taken for the run's attempt: the run fails, saying so."""
+    job = submit(client, ADMIN).json()["id"]
+    backend.squat(f"{job}-1")
+    tick(app)
+    failed = client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()
+    assert (failed["state"], failed["reason"]) == ("FAILED", "submission_taken"), failed
+    assert f"{job}-1" in failed["message"] and "did not submit" in failed["message"]
+    reconcile(app)  # Ray's job under the id is RUNNING: nothing follows it
+    assert client.get(f"/v1/jobs/{job}", headers=auth(ADMIN)).json()["state"] == "FAILED"
+
+
 def test_gpu_jobs_queue_for_gpus(app, client, backend):
     backend.total = {"CPU": 8.0, "GPU": 1.0}
     too_big = submit(client, ADMIN, scaling={"num_workers": 2, "use_gpu": True})

@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from orchestrator.backend import BackendUnavailable, RunInfo, RunStatus
+from orchestrator.backend import BackendUnavailable, RunInfo, RunStatus, SubmissionTaken
 from orchestrator.backend.ray_backend import RayBackend
 
 JOB = "5e404a1c9b2d4f6e8a7b3c1d0e9f8a7b"  # a job id with "404" in it: 0.7 % of them
@@ -205,3 +205,25 @@ def test_a_driver_ray_could_not_place_reads_unschedulable_and_its_record_is_dele
     from ray.dashboard.modules.job.common import JobErrorType  # the value the backend reads is Ray's
 
     assert JobErrorType.JOB_SUPERVISOR_ACTOR_UNSCHEDULABLE.value == "JOB_SUPERVISOR_ACTOR_UNSCHEDULABLE"
+
+
+def test_an_id_ray_already_has_is_ours_only_with_the_same_environment():
+    """A submit Ray refuses as a duplicate is an earlier send of the same submission (its answer lost) only when
+    Ray's job has the environment variables sent now, the driver's claim code among them; else SubmissionTaken."""
+    ours = {"env_vars": {"ORCHESTRATOR_CLAIM_CODE": "c0de", "ORCHESTRATOR_URL": "http://cp:8000"}}
+    with dashboard() as ray:
+        backend = RayBackend(ray.url)
+        duplicate = (400, f"Job with submission_id {SUBMISSION} already exists. Please use a different submission_id.")
+        job = json.loads(details("RUNNING", "Job is currently running."))
+        ray.answers = {
+            "/api/jobs/": duplicate,
+            f"/api/jobs/{SUBMISSION}": (200, json.dumps({**job, "runtime_env": ours})),
+        }
+        backend.submit(SUBMISSION, "python -m workers.train.driver", ours, {})  # ours: nothing more to do
+        someone = {**job, "runtime_env": {"env_vars": {"X": "1"}}, "entrypoint": "python steal.py"}
+        ray.answers[f"/api/jobs/{SUBMISSION}"] = (200, json.dumps(someone))
+        with pytest.raises(SubmissionTaken, match="did not submit .*steal.py"):
+            backend.submit(SUBMISSION, "python -m workers.train.driver", ours, {})
+        ray.answers[f"/api/jobs/{SUBMISSION}"] = (502, "bad gateway")
+        with pytest.raises(BackendUnavailable):  # can't tell: retried, never adopted
+            backend.submit(SUBMISSION, "python -m workers.train.driver", ours, {})
