@@ -70,7 +70,11 @@ def test_digits_job_trains_to_95_percent_and_reports_everything(member, ray_clus
     model = load_model_from_checkpoint(checkpoints[-1]["path"], "digits", job["spec"]["config"])
     assert _val_accuracy(model, job["spec"]["config"], job["spec"]["seed"]) >= 0.95
 
-    history = [(e["from_state"], e["to_state"]) for e in member.http.get(f"/v1/jobs/{job_id}/events").json()]
+    events = member.http.get(f"/v1/jobs/{job_id}/events").json()
+    # A rank slowed by the 2-core machine may be flagged a straggler (on_straggler: warn): a RUNNING -> RUNNING row.
+    warned = [(e["from_state"], e["to_state"]) for e in events if e["reason"] == "straggler"]
+    assert set(warned) <= {("RUNNING", "RUNNING")}, warned
+    history = [(e["from_state"], e["to_state"]) for e in events if e["reason"] != "straggler"]
     assert history == [(None, "QUEUED"), ("QUEUED", "STARTING"), ("STARTING", "RUNNING"), ("RUNNING", "SUCCEEDED")]
 
     # Its start-up timeline (docs/jobs.md): every stage, from admitted first to first_step last. (Stages told by
